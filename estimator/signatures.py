@@ -1,0 +1,57 @@
+"""Per-call cost signatures (FLOPs and bytes moved) of the kernels the protocol's tasks run.
+
+Counts are for float32 and count a multiply-add as 2 FLOPs. Bytes are the minimum traffic to and
+from memory (inputs read once, outputs written once, parameters read once per call), the figure a
+roofline model needs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FLOAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Cost:
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.flops + other.flops, self.bytes + other.bytes)
+
+    def __mul__(self, times: float) -> "Cost":
+        return Cost(self.flops * times, self.bytes * times)
+
+    __rmul__ = __mul__
+
+
+def mlp_parameter_count(sizes: list[int]) -> int:
+    """Weights and biases of a dense MLP with layer widths `sizes` (input first, output last)."""
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+
+
+def mlp_forward_cost(sizes: list[int], batch: int) -> Cost:
+    matmul = sum(2 * n_in * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+    elementwise = sum(2 * n for n in sizes[1:])  # bias add + activation
+    activations = sum(sizes) * batch * FLOAT_BYTES
+    return Cost(flops=batch * (matmul + elementwise),
+                bytes=activations + mlp_parameter_count(sizes) * FLOAT_BYTES)
+
+
+def mlp_backward_cost(sizes: list[int], batch: int) -> Cost:
+    """Gradients w.r.t. weights and inputs of every layer: twice the forward matmuls."""
+    forward = mlp_forward_cost(sizes, batch)
+    return Cost(flops=2 * forward.flops,
+                bytes=forward.bytes + mlp_parameter_count(sizes) * FLOAT_BYTES)
+
+
+def adam_cost(n_params: int) -> Cost:
+    """One Adam step: ~10 FLOPs per parameter; reads param, grad, m, v and writes param, m, v."""
+    return Cost(flops=10 * n_params, bytes=7 * n_params * FLOAT_BYTES)
+
+
+def sum_tree_cost(capacity: int, batch: int, fanout: int = 2) -> Cost:
+    """A batch of root-to-leaf walks (sample) or leaf-to-root walks (update) in a K-ary sum tree."""
+    depth = max(1, math.ceil(math.log(max(capacity, 2), fanout)))
+    return Cost(flops=batch * depth * fanout, bytes=batch * depth * fanout * FLOAT_BYTES)

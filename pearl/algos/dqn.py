@@ -1,0 +1,132 @@
+"""Deep Q-Network (Mnih et al. 2015) with double DQN (van Hasselt et al. 2016), n-step returns,
+an optional dueling head (Wang et al. 2016) and importance weights for prioritized replay.
+
+The algorithm, top to bottom, as the papers state it:
+
+    for each env step t:
+        a_t = random action with probability epsilon(t), else argmax_a Q(s_t, a)         # act
+        store (s_t, a_t, R_t^(n), s_{t+n}, gamma^n * not_terminated)                    # insert
+        every 1/replay_ratio steps:
+            sample a batch with importance weights w                                    # sample
+            a* = argmax_a Q(s', a)                  (double DQN; else target net's argmax)
+            y  = R + discount * Q_target(s', a*)
+            loss = mean(w * huber(Q(s, a) - y)); Adam step, gradient norm clipped       # learn
+            new priorities = |Q(s, a) - y|                                              # update_priorities
+        every target_update_interval steps: Q_target <- tau Q + (1 - tau) Q_target
+
+Which device or kernel runs each line is the Plan's business, not this file's.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+
+
+class QNetwork(nn.Module):
+    def __init__(self, obs_dim: int, n_actions: int, hidden: list[int], dueling: bool):
+        super().__init__()
+        sizes = [obs_dim, *hidden]
+        layers: list[nn.Module] = []
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+        self.dueling = dueling
+        if dueling:
+            self.trunk = nn.Sequential(*layers)
+            self.value = nn.Linear(sizes[-1], 1)
+            self.advantage = nn.Linear(sizes[-1], n_actions)
+        else:
+            self.trunk = nn.Sequential(*layers, nn.Linear(sizes[-1], n_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        h = self.trunk(obs)
+        if not self.dueling:
+            return h
+        advantage = self.advantage(h)
+        return self.value(h) + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class DQN:
+    """Networks, loss and update rule. `update` works on tensors of whichever device they are on."""
+
+    def __init__(self, obs_dim: int, n_actions: int, config, total_steps: int, seed: int = 0):
+        self.obs_dim, self.n_actions, self.action_dim = obs_dim, n_actions, 1
+        self.config, self.total_steps = config, total_steps
+        torch.manual_seed(seed)
+        self.online = QNetwork(obs_dim, n_actions, config.hidden, config.dueling)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.lr)
+
+    # -- act -----------------------------------------------------------------------------------
+    def epsilon(self, step: int) -> float:
+        explore = self.config.exploration
+        decay_steps = max(1.0, explore.fraction * self.total_steps)
+        progress = min(1.0, step / decay_steps)
+        return explore.initial + progress * (explore.final - explore.initial)
+
+    # -- learn ---------------------------------------------------------------------------------
+    def td_target(self, rewards, next_obs, discounts) -> torch.Tensor:
+        with torch.no_grad():
+            next_q_target = self.target(next_obs)
+            if self.config.double:
+                best = self.online(next_obs).argmax(dim=1, keepdim=True)
+            else:
+                best = next_q_target.argmax(dim=1, keepdim=True)
+            return rewards + discounts * next_q_target.gather(1, best).squeeze(1)
+
+    def loss(self, obs, actions, rewards, next_obs, discounts, weights=None):
+        q = self.online(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        td = q - self.td_target(rewards, next_obs, discounts)
+        huber = nn.functional.smooth_l1_loss(td, torch.zeros_like(td), reduction="none")
+        if weights is not None:
+            huber = huber * weights
+        return huber.mean(), td.detach().abs()
+
+    def update(self, obs, actions, rewards, next_obs, discounts, weights=None):
+        """One Adam step. Returns (loss, |TD error| per sample) as (float, tensor)."""
+        loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        return float(loss), abs_td
+
+    def update_target(self) -> None:
+        tau = self.config.tau
+        with torch.no_grad():
+            for target, online in zip(self.target.parameters(), self.online.parameters()):
+                target.lerp_(online, tau)
+
+    # -- what the protocol needs to know ----------------------------------------------------------
+    def layer_sizes(self) -> list[int]:
+        return [self.obs_dim, *self.config.hidden, self.n_actions]
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.online.parameters())
+
+    def act_cost(self, batch: int):
+        return mlp_forward_cost(self.layer_sizes(), batch)
+
+    def learn_cost(self, batch: int):
+        sizes = self.layer_sizes()
+        forwards = 3 if self.config.double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
+        return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
+                + adam_cost(mlp_parameter_count(sizes)))
+
+    # -- weights as one flat vector (the layout kernels share) ------------------------------------
+    @staticmethod
+    def flat_weights(network: nn.Module) -> np.ndarray:
+        return torch.cat([p.detach().reshape(-1).cpu() for p in network.parameters()]).numpy()
+
+    @staticmethod
+    def load_flat_weights(network: nn.Module, flat: np.ndarray) -> None:
+        offset = 0
+        with torch.no_grad():
+            for p in network.parameters():
+                n = p.numel()
+                p.copy_(torch.from_numpy(flat[offset:offset + n]).view_as(p))
+                offset += n

@@ -1,0 +1,235 @@
+"""The Python API: `pearl.DQN(env=...)`, `.train()`, `.evaluate()`, `.act()`, `.save()`, `pearl.load()`."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from pearl import runtime
+from pearl.algos.dqn import DQN as DQNAlgorithm
+from pearl.checkpoint import load_checkpoint, save_checkpoint
+from pearl.config import DQNConfig, ExperimentConfig, apply_overrides, parse_config
+from pearl.envs import discrete_spaces, make_env
+from pearl.errors import ConfigError
+from pearl.io import atomic_write_text
+from pearl.kernels.cpu import MLPLayout, QPolicy
+from pearl.protocol import Plan, build_tasks
+from pearl.replay import make_replay
+from pearl.runlog import RunLog, plot_learning_curve
+from pearl.runtime.actor import Actor
+from pearl.runtime.learners import make_learner
+from pearl.runtime.sequential import TaskTimer
+
+_TOP_LEVEL = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"algo", "dqn", "replay"}
+_DQN_FIELDS = {f.name for f in dataclasses.fields(DQNConfig)}
+
+
+def _overrides(kwargs: dict) -> dict:
+    """Maps keyword arguments (lr=..., replay='prioritized', device='cuda') to dotted config keys."""
+    out = {}
+    for key, value in kwargs.items():
+        if key in _TOP_LEVEL:
+            out[key] = value
+        elif key in _DQN_FIELDS:
+            out[f"dqn.{key}"] = value
+        elif key == "replay":
+            out["replay.kind"] = value
+        elif key in ("capacity", "buffer_size"):
+            out["replay.capacity"] = value
+        elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
+            out[f"runtime.{key}"] = value
+        else:
+            raise ConfigError(f"{key}: unknown DQN option")
+    return out
+
+
+class DQN:
+    """A DQN agent on a Gymnasium environment with a discrete action space.
+
+    >>> agent = pearl.DQN(env="CartPole-v1", seed=1)
+    >>> agent.train(50_000)
+    >>> agent.evaluate(10)
+    """
+
+    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
+                 plan: Plan | None = None, **options):
+        config = config if config is not None else ExperimentConfig()
+        if env is not None:
+            options["env"] = env
+        if options:
+            config = apply_overrides(config, _overrides(options))
+        else:
+            config = parse_config(config.to_dict())
+        self.config = config
+        probe = make_env(config.env)
+        self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
+        probe.close()
+        self.plan = plan if plan is not None else Plan(
+            devices={**Plan().devices, "learn": config.runtime.device},
+            envs_per_actor=config.runtime.envs_per_actor, batch_size=config.dqn.batch_size,
+            learner_kernel=config.runtime.learner_kernel)
+        self.plan.check()
+        if self.plan.actors != 1:
+            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
+
+        torch.set_num_threads(config.runtime.torch_threads)
+        self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
+        self.learner = make_learner(self.algo, self.plan.device_of("learn"), self.plan.learner_kernel)
+        hidden = config.dqn.hidden
+        layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.dqn.dueling
+                  else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
+        self.policy = QPolicy(layout)
+        self.policy.load(self.learner.policy_weights())
+        self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps)
+        self.rng = np.random.default_rng(config.seed)
+        self._actor: Actor | None = None
+        self.env_steps = self.updates = self.episodes = 0
+        self.recent_returns: deque = deque(maxlen=100)
+        self._loss_sum, self._loss_count = 0.0, 0
+        self.task_timer = TaskTimer()
+        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
+                                 self.plan.batch_size, config.dqn.updates_per_step,
+                                 self.plan.envs_per_actor, self.plan.sync_interval)
+
+    # -- parts the runtime drives --------------------------------------------------------------
+    @property
+    def actor(self) -> Actor:
+        if self._actor is None:
+            cfg = self.config
+            self._actor = Actor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
+                                self.n_actions, cfg.dqn.n_step, cfg.dqn.gamma)
+        return self._actor
+
+    def record_episodes(self, finished: list[tuple[float, int]]) -> None:
+        for episode_return, _ in finished:
+            self.recent_returns.append(episode_return)
+            self.episodes += 1
+
+    def record_loss(self, loss: float) -> None:
+        self._loss_sum += loss
+        self._loss_count += 1
+
+    def take_mean_loss(self) -> float | None:
+        if not self._loss_count:
+            return None
+        mean = self._loss_sum / self._loss_count
+        self._loss_sum, self._loss_count = 0.0, 0
+        return mean
+
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    # -- the user's verbs ----------------------------------------------------------------------
+    def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
+              time_tasks: bool = False) -> dict:
+        """Trains for `steps` env steps (default: what is left of config.total_steps).
+
+        With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
+        learning_curve.png there. Returns a summary (steps/s, updates, final training return).
+        """
+        steps = self.config.total_steps - self.env_steps if steps is None else steps
+        if steps < 1:
+            raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
+        run_path = Path(run_dir) if run_dir is not None else None
+        if run_path is not None:
+            run_path.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(run_path / "config.yaml", yaml.safe_dump(self.config.to_dict(), sort_keys=False))
+            self.plan.save(run_path / "plan.yaml")
+        log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress)
+        eval_every = self.config.eval.interval
+
+        def on_progress(agent):
+            if eval_every and agent.env_steps % eval_every < len(agent.actor.envs):
+                log(agent, eval_return=agent.evaluate(self.config.eval.episodes)["mean"])
+            else:
+                log(agent)
+
+        start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
+        try:
+            runtime.sequential.run(self, steps, on_progress, time_tasks)
+        finally:
+            log.close()
+        wall = time.perf_counter() - started
+        summary = {
+            "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
+            "wall_s": wall, "steps_per_s": (self.env_steps - start_steps) / wall,
+            "updates_per_s": (self.updates - start_updates) / wall,
+            "mean_return_100": self.mean_return(), "learner_kernel": self.learner.kernel,
+        }
+        if time_tasks:
+            summary["task_us"] = self.task_timer.mean_us()
+        if run_path is not None:
+            self.save(run_path / "checkpoint.npz")
+            if self.config.log.plot and log.rows:
+                plot_learning_curve(log.rows, run_path / "learning_curve.png",
+                                    f"{self.config.algo.upper()} on {self.config.env} (seed {self.config.seed})")
+        return summary
+
+    def evaluate(self, episodes: int | None = None, seed: int | None = None) -> dict:
+        """Greedy returns over `episodes` fresh episodes on a separate env (the training env is untouched)."""
+        episodes = episodes or self.config.eval.episodes
+        base_seed = (self.config.seed + 1_000_003) if seed is None else seed
+        policy = QPolicy(self.policy.layout)
+        policy.load(self.learner.policy_weights())
+        env = make_env(self.config.env, base_seed)
+        start = int(getattr(env.action_space, "start", 0))
+        returns = []
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=base_seed + episode)
+            total, done = 0.0, False
+            while not done:
+                action = int(policy.greedy(np.asarray(obs, dtype=np.float32)[None])[0]) + start
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        env.close()
+        return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
+
+    def act(self, obs, deterministic: bool = True) -> int | np.ndarray:
+        """The agent's action for one observation (or a batch); exploring with epsilon_final if not deterministic."""
+        obs = np.asarray(obs, dtype=np.float32)
+        batch = obs.reshape(-1, self.obs_dim)
+        self.policy.load(self.learner.policy_weights())
+        actions = self.policy.greedy(batch)
+        if not deterministic:
+            explore = self.rng.random(len(actions)) < self.config.dqn.exploration.final
+            actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
+        return int(actions[0]) if obs.ndim == 1 else actions
+
+    def save(self, path: str | Path) -> None:
+        """Config, plan, weights, optimizer state and counters in one atomic .npz file."""
+        self.learner.sync_to_algo()
+        state = self.learner.state_dict()
+        header = {"config": self.config.to_dict(), "plan": self.plan.to_dict(),
+                  "counters": {"env_steps": self.env_steps, "updates": self.updates,
+                               "episodes": self.episodes, "adam_steps": int(state.pop("steps"))}}
+        save_checkpoint(path, header, {f"learner.{k}": v for k, v in state.items()})
+
+    def _load_state(self, header: dict, arrays: dict) -> None:
+        counters = header["counters"]
+        state = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("learner.")}
+        state["steps"] = counters["adam_steps"]
+        self.learner.load_state_dict(state)
+        self.policy.load(self.learner.policy_weights())
+        self.env_steps, self.updates, self.episodes = (counters["env_steps"], counters["updates"],
+                                                       counters["episodes"])
+
+
+def load(path: str | Path, plan: Plan | None = None) -> DQN:
+    """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.npz"
+    header, arrays = load_checkpoint(path)
+    config = parse_config(header["config"], str(path))
+    if plan is None:
+        plan = Plan.from_data({"plan": header["plan"]}, str(path))
+    agent = DQN(config=config, plan=plan)
+    agent._load_state(header, arrays)
+    return agent

@@ -1,0 +1,279 @@
+"""Experiment configuration: YAML -> typed dataclasses, with one-line errors naming the field.
+
+Every section is a dataclass; `load_config` walks the YAML against the type hints, so an unknown
+key, a wrong type or an out-of-range value is reported as `field.path: what was expected`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pearl.errors import ConfigError
+
+
+@dataclass
+class ExplorationConfig:
+    initial: float = 1.0
+    final: float = 0.05
+    fraction: float = 0.1  # of total_steps over which epsilon decays linearly
+
+    def check(self, at: str) -> None:
+        _in_range(at + ".initial", self.initial, 0.0, 1.0)
+        _in_range(at + ".final", self.final, 0.0, 1.0)
+        _in_range(at + ".fraction", self.fraction, 0.0, 1.0)
+
+
+@dataclass
+class DQNConfig:
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    lr: float = 1e-3
+    gamma: float = 0.99
+    batch_size: int = 64
+    learning_starts: int = 1000
+    updates_per_step: float = 0.25  # the replay ratio: gradient updates per env step
+    target_update_interval: int = 500  # env steps between target updates
+    tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging at each target update
+    double: bool = True
+    dueling: bool = False
+    n_step: int = 1
+    max_grad_norm: float = 10.0
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+
+    def check(self, at: str) -> None:
+        if not self.hidden:
+            raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
+        for i, width in enumerate(self.hidden):
+            _at_least(f"{at}.hidden[{i}]", width, 1)
+        _positive(at + ".lr", self.lr)
+        _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
+        _at_least(at + ".batch_size", self.batch_size, 1)
+        _at_least(at + ".learning_starts", self.learning_starts, 0)
+        _positive(at + ".updates_per_step", self.updates_per_step)
+        _at_least(at + ".target_update_interval", self.target_update_interval, 1)
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {self.tau}")
+        _at_least(at + ".n_step", self.n_step, 1)
+        _positive(at + ".max_grad_norm", self.max_grad_norm)
+        self.exploration.check(at + ".exploration")
+
+
+@dataclass
+class ReplayConfig:
+    kind: Literal["uniform", "prioritized"] = "uniform"
+    capacity: int = 50_000
+    alpha: float = 0.6  # prioritization exponent
+    beta: float = 0.4  # importance-sampling exponent at the start, annealed to beta_final
+    beta_final: float = 1.0
+    priority_eps: float = 1e-6
+
+    def check(self, at: str) -> None:
+        _at_least(at + ".capacity", self.capacity, 1)
+        _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
+        _in_range(at + ".beta", self.beta, 0.0, 1.0)
+        _in_range(at + ".beta_final", self.beta_final, 0.0, 1.0)
+        _positive(at + ".priority_eps", self.priority_eps)
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N
+    learner_kernel: Literal["auto", "fused", "torch"] = "auto"
+    envs_per_actor: int = 1
+    torch_threads: int = 1
+
+    def check(self, at: str) -> None:
+        if not (self.device == "cpu" or self.device == "cuda" or
+                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ConfigError(f"{at}.device: expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        _at_least(at + ".envs_per_actor", self.envs_per_actor, 1)
+        _at_least(at + ".torch_threads", self.torch_threads, 1)
+
+
+@dataclass
+class EvalConfig:
+    episodes: int = 10
+    interval: int = 0  # env steps between periodic evaluations; 0 = only at the end
+
+    def check(self, at: str) -> None:
+        _at_least(at + ".episodes", self.episodes, 1)
+        _at_least(at + ".interval", self.interval, 0)
+
+
+@dataclass
+class LogConfig:
+    run_dir: str = "runs"
+    interval: int = 1000  # env steps between metric rows
+    plot: bool = True
+
+    def check(self, at: str) -> None:
+        if not self.run_dir:
+            raise ConfigError(f"{at}.run_dir: expected a directory path")
+        _at_least(at + ".interval", self.interval, 1)
+
+
+@dataclass
+class ExperimentConfig:
+    algo: Literal["dqn"] = "dqn"
+    env: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int = 100_000
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def check(self, at: str = "") -> None:
+        _at_least(_join(at, "seed"), self.seed, 0)
+        _at_least(_join(at, "total_steps"), self.total_steps, 1)
+        if not self.env:
+            raise ConfigError(f"{_join(at, 'env')}: expected a Gymnasium environment id")
+        for name in ("dqn", "replay", "runtime", "eval", "log"):
+            getattr(self, name).check(_join(at, name))
+        if self.dqn.batch_size > self.replay.capacity:
+            raise ConfigError(
+                f"dqn.batch_size: expected at most replay.capacity ({self.replay.capacity}), "
+                f"got {self.dqn.batch_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _join(at: str, name: str) -> str:
+    return f"{at}.{name}" if at else name
+
+
+def _positive(at: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{at}: expected a positive number, got {value}")
+
+
+def _at_least(at: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"{at}: expected an integer >= {low}, got {value}")
+
+
+def _in_range(at: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{at}: expected a number in [{low}, {high}], got {value}")
+
+
+def _describe(expected: Any) -> str:
+    origin = typing.get_origin(expected)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(expected))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(expected)[0])}"
+    if dataclasses.is_dataclass(expected):
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        expected, str(expected))
+
+
+def _convert(value: Any, expected: Any, at: str) -> Any:
+    """Checks `value` against the type hint `expected`; returns it converted (dicts -> dataclasses)."""
+    origin = typing.get_origin(expected)
+    wrong = ConfigError(f"{at}: expected {_describe(expected)}, got {value!r}")
+    if dataclasses.is_dataclass(expected):
+        if not isinstance(value, dict):
+            raise wrong
+        return from_dict(expected, value, at)
+    if origin is Literal:
+        if value not in typing.get_args(expected) or isinstance(value, bool):
+            raise wrong
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise wrong
+        (item_type,) = typing.get_args(expected)
+        return [_convert(v, item_type, f"{at}[{i}]") for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(expected):
+            return None
+        (inner,) = [t for t in typing.get_args(expected) if t is not type(None)]
+        return _convert(value, inner, at)
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise wrong
+        return value
+    if expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong
+        return value
+    if expected is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise wrong from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise wrong
+        return float(value)
+    if expected is str:
+        if not isinstance(value, str):
+            raise wrong
+        return value
+    raise TypeError(f"unsupported config type {expected!r} at {at}")
+
+
+def from_dict(cls: type, data: dict[str, Any], at: str = "") -> Any:
+    """Builds dataclass `cls` from a mapping, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            where = _join(at, str(key))
+            raise ConfigError(f"{where}: unknown key (expected one of {', '.join(sorted(known))})")
+    kwargs = {key: _convert(value, hints[key], _join(at, key)) for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
+    config = from_dict(ExperimentConfig, data)
+    config.check()
+    return config
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    return parse_config(read_yaml(path), str(path))
+
+
+def apply_overrides(config: ExperimentConfig, overrides: dict[str, Any]) -> ExperimentConfig:
+    """Returns a validated copy of `config` with dotted keys (e.g. 'dqn.lr') replaced."""
+    data = config.to_dict()
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return parse_config(data)
+
+
+def default_config_path() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("pearl.configs").joinpath("cartpole_dqn.yaml")))

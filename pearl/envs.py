@@ -1,0 +1,38 @@
+"""Gymnasium environments: checked ids and spaces, with errors a user can act on."""
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+import numpy as np
+
+from pearl.errors import ConfigError
+
+
+def check_env_id(env_id: str, field: str = "env") -> None:
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{field}: unknown Gymnasium environment id {env_id!r}{hint}")
+
+
+def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.Env:
+    check_env_id(env_id, field)
+    try:
+        env = gym.make(env_id, disable_env_checker=True)
+    except gym.error.DependencyNotInstalled as err:
+        raise ConfigError(f"{field}: {env_id} needs an extra package ({err})") from None
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env
+
+
+def discrete_spaces(env: gym.Env, env_id: str, field: str = "env") -> tuple[int, int]:
+    """(observation size, action count) for a Box-observation, Discrete-action environment."""
+    obs_space, action_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; DQN needs a flat Box")
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ConfigError(f"{field}: {env_id} has actions {action_space}; DQN needs Discrete actions")
+    return int(np.prod(obs_space.shape)), int(action_space.n)

@@ -1,0 +1,9 @@
+"""Errors a user can cause: the CLI prints them as one line and exits with code 2."""
+
+
+class PearlError(Exception):
+    """A user mistake (bad config, bad path, unsupported choice); never a bug in PEARL."""
+
+
+class ConfigError(PearlError):
+    """An experiment, plan or platform file that does not validate; the message names the field."""

@@ -1,0 +1,18 @@
+"""Experience replay: preallocated transition storage plus a sampler (uniform or prioritized)."""
+from pearl.replay.base import Batch, Replay  # noqa: F401
+from pearl.replay.nstep import NStepAccumulator  # noqa: F401
+from pearl.replay.prioritized import PrioritizedReplay  # noqa: F401
+from pearl.replay.uniform import UniformReplay  # noqa: F401
+
+
+def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1):
+    """The replay that `config` (a ReplayConfig) asks for."""
+    import numpy as np
+
+    kwargs = dict(capacity=config.capacity, obs_dim=obs_dim,
+                  action_dtype=action_dtype or np.int64, action_shape=action_shape)
+    if config.kind == "uniform":
+        return UniformReplay(**kwargs)
+    return PrioritizedReplay(**kwargs, alpha=config.alpha, beta=config.beta,
+                             beta_final=config.beta_final, beta_steps=total_steps,
+                             priority_eps=config.priority_eps)

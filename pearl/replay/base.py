@@ -1,0 +1,91 @@
+"""Transition storage in preallocated numpy rings, and the interface every replay implements."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    discounts: np.ndarray  # gamma^k of the bootstrap, 0 where the episode terminated
+    indices: np.ndarray
+    weights: np.ndarray | None = None  # importance-sampling weights (prioritized replay only)
+
+
+FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+
+
+class Replay(ABC):
+    """A ring of `capacity` transitions. Subclasses choose which indices `sample` returns.
+
+    `add` takes a batch of transitions (leading axis = count) and overwrites the oldest on
+    wrap-around. `sample` gathers into preallocated arrays that the next `sample` reuses, so a
+    caller that keeps a batch must copy it.
+    """
+
+    prioritized = False
+    progress = 0  # env steps so far; schedules (e.g. prioritized replay's beta) read it
+
+    def __init__(self, capacity: int, obs_dim: int, action_dtype=np.int64, action_shape=()):
+        self.capacity = capacity
+        self.obs_dim = obs_dim
+        self.storage = {
+            "obs": np.zeros((capacity, obs_dim), dtype=np.float32),
+            "actions": np.zeros((capacity, *action_shape), dtype=action_dtype),
+            "rewards": np.zeros(capacity, dtype=np.float32),
+            "next_obs": np.zeros((capacity, obs_dim), dtype=np.float32),
+            "discounts": np.zeros(capacity, dtype=np.float32),
+        }
+        self.cursor = 0  # next slot to write
+        self.size = 0
+        self.inserted = 0  # transitions ever inserted
+        self._out: dict[int, dict[str, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
+        """Inserts a batch; returns the slots written."""
+        count = len(rewards)
+        start = self.cursor
+        wraps = start + count > self.capacity
+        where = (start + np.arange(count)) % self.capacity if wraps else slice(start, start + count)
+        for name, values in zip(FIELDS, (obs, actions, rewards, next_obs, discounts)):
+            self.storage[name][where] = values
+        self.cursor = (self.cursor + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+        self.inserted += count
+        return where if wraps else np.arange(start, start + count)
+
+    def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        out = self._out.get(len(indices))
+        if out is None:
+            out = {name: np.empty((len(indices), *arr.shape[1:]), dtype=arr.dtype)
+                   for name, arr in self.storage.items()}
+            self._out[len(indices)] = out
+        for name, arr in self.storage.items():
+            np.take(arr, indices, axis=0, out=out[name])
+        return out
+
+    @abstractmethod
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        """A batch of `batch_size` stored transitions, chosen by this replay's selector."""
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        """Uniform replays ignore priorities; prioritized ones override this."""
+
+    def state_dict(self) -> dict:
+        return {"storage": {k: v[:self.size].copy() for k, v in self.storage.items()},
+                "cursor": self.cursor, "size": self.size, "inserted": self.inserted}
+
+    def load_state_dict(self, state: dict) -> None:
+        size = int(state["size"])
+        for name, values in state["storage"].items():
+            self.storage[name][:size] = values
+        self.cursor, self.size, self.inserted = int(state["cursor"]), size, int(state["inserted"])

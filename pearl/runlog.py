@@ -1,0 +1,110 @@
+"""What a training run leaves behind: a progress line, metrics.csv, and a learning-curve PNG."""
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+
+METRIC_COLUMNS = ("env_steps", "updates", "episodes", "mean_return_100", "eval_return",
+                  "loss", "epsilon", "steps_per_s", "wall_s")
+
+
+class RunLog:
+    """Collects metric rows every `interval` env steps; writes them to `run_dir`/metrics.csv."""
+
+    def __init__(self, run_dir: Path | None, interval: int, total: int, progress: bool):
+        self.run_dir, self.interval, self.total, self.progress = run_dir, interval, total, progress
+        self.rows: list[dict] = []
+        self.start = time.perf_counter()
+        self.start_steps: int | None = None
+        self.next_row = 0
+        self.tty = sys.stderr.isatty()
+        self._csv = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._file = open(run_dir / "metrics.csv", "w", newline="")
+            self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS)
+            self._csv.writeheader()
+
+    def steps_per_s(self, env_steps: int) -> float:
+        elapsed = time.perf_counter() - self.start
+        return (env_steps - (self.start_steps or 0)) / elapsed if elapsed > 0 else 0.0
+
+    def __call__(self, agent, eval_return: float | None = None) -> None:
+        if self.start_steps is None:
+            self.start_steps = agent.env_steps - len(agent.actor.envs)
+            self.next_row = agent.env_steps - agent.env_steps % self.interval + self.interval
+        if agent.env_steps < self.next_row and eval_return is None:
+            return
+        self.next_row = agent.env_steps - agent.env_steps % self.interval + self.interval
+        row = {
+            "env_steps": agent.env_steps, "updates": agent.updates, "episodes": agent.episodes,
+            "mean_return_100": _round(agent.mean_return()), "eval_return": _round(eval_return),
+            "loss": _round(agent.take_mean_loss(), 6), "epsilon": round(agent.algo.epsilon(agent.env_steps), 4),
+            "steps_per_s": round(self.steps_per_s(agent.env_steps), 1),
+            "wall_s": round(time.perf_counter() - self.start, 2),
+        }
+        self.rows.append(row)
+        if self._csv is not None:
+            self._csv.writerow(row)
+            self._file.flush()
+        if self.progress:
+            self._print(row)
+
+    def _print(self, row: dict) -> None:
+        width = len(f"{self.total:,}")
+        parts = [f"{row['env_steps']:>{width},}/{self.total:,} steps",
+                 f"{row['steps_per_s']:>8,.0f} steps/s",
+                 f"return {_fmt(row['mean_return_100'])}",
+                 f"loss {_fmt(row['loss'], 4)}",
+                 f"eps {row['epsilon']:.2f}"]
+        if row["eval_return"] != "":
+            parts.append(f"eval {row['eval_return']:.1f}")
+        line = " | ".join(parts)
+        if self.tty:
+            sys.stderr.write("\r" + line + "\033[K")
+            if row["eval_return"] != "" or row["env_steps"] >= self.total:
+                sys.stderr.write("\n")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.progress:
+            sys.stderr.write("\n")
+        if self._csv is not None:
+            self._file.close()
+
+
+def _round(value, digits: int = 2):
+    return "" if value is None else round(float(value), digits)
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value == "" else f"{value:.{digits}f}"
+
+
+def plot_learning_curve(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["env_steps"] for r in rows if r["mean_return_100"] != ""]
+    returns = [r["mean_return_100"] for r in rows if r["mean_return_100"] != ""]
+    evals = [(r["env_steps"], r["eval_return"]) for r in rows if r["eval_return"] != ""]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, returns, label="training return (mean of last 100 episodes)")
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="greedy evaluation return")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)

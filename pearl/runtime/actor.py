@@ -1,0 +1,94 @@
+"""An actor: a vector of environments stepped together with one batched policy inference.
+
+The actor owns its own copy of the policy weights (a `QPolicy`), which the runtime refreshes at
+each `sync_weights`; it never touches the learner.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pearl.envs import make_env
+from pearl.kernels.cpu import QPolicy
+from pearl.replay import NStepAccumulator
+
+
+class Actor:
+    def __init__(self, env_id: str, n_envs: int, seed: int, policy: QPolicy, n_actions: int,
+                 n_step: int, gamma: float):
+        self.envs = [make_env(env_id, seed + i) for i in range(n_envs)]
+        self.policy, self.n_actions, self.gamma = policy, n_actions, gamma
+        self.action_start = int(getattr(self.envs[0].action_space, "start", 0))
+        self.rng = np.random.default_rng(seed)
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(np.float32)
+        self._next_obs = np.empty_like(self.obs)
+        self._spare_obs = np.empty_like(self.obs)
+        self._rewards = np.empty(n_envs, dtype=np.float32)
+        self._terminated = np.zeros(n_envs, dtype=bool)
+        self._truncated = np.zeros(n_envs, dtype=bool)
+        self.episode_return = np.zeros(n_envs)
+        self.episode_length = np.zeros(n_envs, dtype=np.int64)
+        self.nstep = [NStepAccumulator(n_step, gamma) for _ in self.envs] if n_step > 1 else None
+
+    def choose(self, epsilon: float) -> np.ndarray:
+        n = len(self.envs)
+        # One uniform draw per env decides exploration, a second picks the random action:
+        # Generator.integers costs several microseconds a call, a scaled uniform well under one.
+        draws = self.rng.random(2 * n)
+        explore = draws[:n] < epsilon
+        random_actions = (draws[n:] * self.n_actions).astype(np.int64)
+        if explore.all():
+            return random_actions
+        actions = self.policy.greedy(self.obs)
+        np.copyto(actions, random_actions, where=explore)
+        return actions
+
+    def step(self, epsilon: float):
+        """Steps every env once. Returns (transition arrays, [(episode return, length), ...]).
+
+        The transition arrays are the actor's own buffers, valid until the next `step`.
+        """
+        actions = self.choose(epsilon)
+        next_obs, rewards = self._next_obs, self._rewards
+        terminated, truncated = self._terminated, self._truncated
+        finished = []
+        for i, env in enumerate(self.envs):
+            obs, reward, term, trunc, _ = env.step(int(actions[i]) + self.action_start)
+            next_obs[i] = obs
+            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            self.episode_return[i] += reward
+            self.episode_length[i] += 1
+            if term or trunc:
+                finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
+                self.episode_return[i] = 0.0
+                self.episode_length[i] = 0
+        transitions = self._transitions(actions, rewards, next_obs, terminated, truncated)
+        # The next observations become the current ones, except where an episode ended and its
+        # env restarts. Buffers rotate rather than being copied; none that the returned
+        # transitions reference is written before the next step.
+        if finished:
+            restarted = self._spare_obs
+            restarted[:] = next_obs
+            for i in np.flatnonzero(terminated | truncated):
+                restarted[i] = self.envs[i].reset()[0]
+            self._spare_obs, self.obs = self.obs, restarted
+        else:
+            self.obs, self._next_obs = next_obs, self.obs
+        return transitions, finished
+
+    def _transitions(self, actions, rewards, next_obs, terminated, truncated):
+        if self.nstep is None:
+            discounts = np.where(terminated, 0.0, self.gamma).astype(np.float32)
+            return self.obs, actions, rewards, next_obs, discounts
+        out = []
+        for i, accumulator in enumerate(self.nstep):
+            out += accumulator.step(self.obs[i].copy(), int(actions[i]), float(rewards[i]), next_obs[i].copy(),
+                                    bool(terminated[i]), bool(truncated[i]))
+        if not out:
+            return None
+        obs, acts, rets, nxt, disc = zip(*out)
+        return (np.stack(obs), np.array(acts), np.array(rets, dtype=np.float32), np.stack(nxt),
+                np.array(disc, dtype=np.float32))
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
