@@ -1,7 +1,22 @@
-"""PEARL: deep reinforcement learning trained as fast as mixed CPU / GPU / FPGA hardware allows."""
-from pearl.api import DQN, load  # noqa: F401
-from pearl.config import ExperimentConfig, load_config  # noqa: F401
-from pearl.errors import ConfigError, PearlError  # noqa: F401
-from pearl.protocol import Plan, load_plan  # noqa: F401
+"""PEARL: deep reinforcement learning trained as fast as mixed CPU / GPU / FPGA hardware allows.
+
+Names are imported on first use, so `import pearl` (and a CLI that rejects a bad config) does not
+pay for importing torch.
+"""
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "DQN": "pearl.api", "load": "pearl.api",
+    "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
+    "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
+    "Plan": "pearl.protocol", "load_plan": "pearl.protocol",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pearl' has no attribute {name!r}")

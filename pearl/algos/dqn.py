@@ -93,7 +93,7 @@ class DQN:
         loss.backward()
         nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
-        return float(loss), abs_td
+        return float(loss.detach()), abs_td
 
     def update_target(self) -> None:
         tau = self.config.tau

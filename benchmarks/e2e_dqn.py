@@ -1,0 +1,231 @@
+"""End-to-end DQN benchmark: PEARL vs Stable-Baselines3 on CartPole-v1, identical setup, one process.
+
+Both agents train with the same hyperparameters (vanilla DQN, no double Q):
+
+    CartPole-v1, 1 env, MLP 64x64 ReLU, replay buffer 50k, batch 64, learning_starts 1000,
+    0.25 gradient updates per env step (SB3: train_freq=4, gradient_steps=1),
+    hard target copy every 500 env steps (tau=1.0), gamma 0.99, Adam (same lr),
+    epsilon 1.0 -> 0.05 over the first 10% of training, max_grad_norm 10, Huber loss.
+
+For each seed the wall time of `train()` / `learn()` alone is measured (construction and
+evaluation excluded), giving env steps/s and learner updates/s; then each trained agent is
+evaluated greedily over 10 episodes. The order alternates per seed (PEARL first on even seeds,
+SB3 first on odd ones). Target: PEARL >= 3x SB3's env steps/s, with a median final return no
+worse than SB3's.
+
+    python benchmarks/e2e_dqn.py                 # 3 seeds x 50k steps (a few minutes on 2 cores)
+    python benchmarks/e2e_dqn.py --quick         # smoke test: 1 seed x 5k steps
+    python benchmarks/e2e_dqn.py --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ENV_ID = "CartPole-v1"
+HIDDEN = [64, 64]
+BUFFER = 50_000
+BATCH = 64
+LEARNING_STARTS = 1000
+TRAIN_FREQ = 4  # SB3: one gradient step every 4 env steps == PEARL updates_per_step 0.25
+TARGET_UPDATE = 500
+GAMMA = 0.99
+EPS_INITIAL, EPS_FINAL, EPS_FRACTION = 1.0, 0.05, 0.1
+MAX_GRAD_NORM = 10.0
+EVAL_EPISODES = 10
+MAX_RETURN = 500.0  # CartPole-v1's episode cap
+TARGET_SPEEDUP = 3.0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
+    p.add_argument("--steps", type=int, default=50_000, help="env steps per run (default: 50000)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate for both (default: 1e-3)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
+    p.add_argument("--learner-kernel", choices=["auto", "fused", "torch"], default="auto",
+                   help="PEARL's learner kernel (default: auto)")
+    p.add_argument("--quick", action="store_true", help="smoke test: 5000 steps, 1 seed")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.seeds = 5000, args.seeds[:1]
+    if args.steps <= LEARNING_STARTS:
+        p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
+    if args.threads < 1:
+        p.error(f"--threads: expected >= 1, got {args.threads}")
+    return args
+
+
+def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str) -> dict:
+    import pearl
+    import torch
+
+    agent = pearl.DQN(
+        env=ENV_ID, seed=seed, total_steps=steps,
+        hidden=list(HIDDEN), lr=lr, gamma=GAMMA, batch_size=BATCH, learning_starts=LEARNING_STARTS,
+        updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0,
+        double=False, dueling=False, n_step=1, max_grad_norm=MAX_GRAD_NORM,
+        exploration={"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
+        replay="uniform", capacity=BUFFER, device="cpu", learner_kernel=learner_kernel,
+        envs_per_actor=1, torch_threads=threads)
+    torch.set_num_threads(threads)
+    _ = agent.actor  # the training env is built lazily; build it outside the timed region
+    started = time.perf_counter()
+    summary = agent.train(steps, time_tasks=True)
+    wall = time.perf_counter() - started
+    evaluation = agent.evaluate(EVAL_EPISODES)
+    return {
+        "impl": "pearl", "seed": seed, "env_steps": summary["env_steps"], "updates": summary["updates"],
+        "wall_s": wall, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
+        "eval_mean": evaluation["mean"], "eval_std": evaluation["std"], "eval_returns": evaluation["returns"],
+        "train_mean_return_100": summary["mean_return_100"], "learner_kernel": summary["learner_kernel"],
+        "task_us": summary.get("task_us"),
+    }
+
+
+def run_sb3(seed: int, steps: int, lr: float, threads: int) -> dict:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    torch.set_num_threads(threads)
+    model = DQN(
+        "MlpPolicy", gym.make(ENV_ID), learning_rate=lr, buffer_size=BUFFER,
+        learning_starts=LEARNING_STARTS, batch_size=BATCH, tau=1.0, gamma=GAMMA,
+        train_freq=TRAIN_FREQ, gradient_steps=1, target_update_interval=TARGET_UPDATE,
+        exploration_fraction=EPS_FRACTION, exploration_initial_eps=EPS_INITIAL,
+        exploration_final_eps=EPS_FINAL, max_grad_norm=MAX_GRAD_NORM,
+        policy_kwargs={"net_arch": list(HIDDEN), "activation_fn": torch.nn.ReLU},
+        verbose=0, seed=seed, device="cpu")
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps, progress_bar=False)
+    wall = time.perf_counter() - started
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID))])
+    eval_env.seed(seed + 1_000_003)
+    returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
+                                 return_episode_rewards=True)
+    eval_env.close()
+    env_steps, updates = int(model.num_timesteps), int(model._n_updates)
+    recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
+    return {
+        "impl": "sb3", "seed": seed, "env_steps": env_steps, "updates": updates,
+        "wall_s": wall, "steps_per_s": env_steps / wall, "updates_per_s": updates / wall,
+        "eval_mean": float(statistics.fmean(returns)), "eval_std": float(statistics.pstdev(returns)),
+        "eval_returns": [float(r) for r in returns],
+        "train_mean_return_100": float(statistics.fmean(recent)) if recent else None,
+    }
+
+
+def print_seed_table(seed: int, order: list[str], rows: dict[str, dict]) -> None:
+    print(f"\nseed {seed} (ran {' then '.join(order)})")
+    print(f"  {'impl':<6} {'env steps':>9} {'updates':>8} {'wall s':>8} {'steps/s':>9} {'updates/s':>9} "
+          f"{'eval return':>16}")
+    for name in ("pearl", "sb3"):
+        r = rows[name]
+        print(f"  {name:<6} {r['env_steps']:>9d} {r['updates']:>8d} {r['wall_s']:>8.2f} {r['steps_per_s']:>9.0f} "
+              f"{r['updates_per_s']:>9.0f} {r['eval_mean']:>8.1f} +- {r['eval_std']:<5.1f}")
+    print(f"  speedup (steps/s): {rows['pearl']['steps_per_s'] / rows['sb3']['steps_per_s']:.2f}x"
+          + (f"   pearl learner kernel: {rows['pearl']['learner_kernel']}" if "learner_kernel" in rows["pearl"] else ""))
+    sys.stdout.flush()
+
+
+def summarize(results: list[dict]) -> dict:
+    def median(impl, key):
+        return float(statistics.median(r[impl][key] for r in results))
+
+    ours_sps, sb3_sps = median("pearl", "steps_per_s"), median("sb3", "steps_per_s")
+    ours_ups, sb3_ups = median("pearl", "updates_per_s"), median("sb3", "updates_per_s")
+    ours_ret, sb3_ret = median("pearl", "eval_mean"), median("sb3", "eval_mean")
+    ratio = ours_sps / sb3_sps
+    speed_ok = ratio >= TARGET_SPEEDUP
+    # "No worse": at least SB3's median; both at the CartPole-v1 cap (500) counts as a tie.
+    return_ok = ours_ret >= sb3_ret or (ours_ret >= MAX_RETURN and sb3_ret >= MAX_RETURN)
+    return {
+        "median_steps_per_s_pearl": ours_sps, "median_steps_per_s_sb3": sb3_sps, "ratio_steps_per_s": ratio,
+        "median_updates_per_s_pearl": ours_ups, "median_updates_per_s_sb3": sb3_ups,
+        "ratio_updates_per_s": ours_ups / sb3_ups,
+        "median_final_return_pearl": ours_ret, "median_final_return_sb3": sb3_ret,
+        "speed_ok": speed_ok, "return_ok": return_ok, "passed": speed_ok and return_ok,
+    }
+
+
+def print_summary(s: dict, n_seeds: int, steps: int) -> None:
+    print(f"\nsummary over {n_seeds} seed(s), {steps} env steps each (medians)")
+    print(f"  env steps/s   pearl {s['median_steps_per_s_pearl']:9.0f}   sb3 {s['median_steps_per_s_sb3']:9.0f}"
+          f"   ratio pearl/sb3 {s['ratio_steps_per_s']:.2f}x")
+    print(f"  updates/s     pearl {s['median_updates_per_s_pearl']:9.0f}   sb3 {s['median_updates_per_s_sb3']:9.0f}"
+          f"   ratio pearl/sb3 {s['ratio_updates_per_s']:.2f}x")
+    print(f"  final return  pearl {s['median_final_return_pearl']:9.1f}   sb3 {s['median_final_return_sb3']:9.1f}"
+          f"   (greedy, {EVAL_EPISODES} episodes)")
+    verdict = "PASS" if s["passed"] else "FAIL"
+    print(f"{verdict}: target pearl >= {TARGET_SPEEDUP:g}x sb3 env steps/s "
+          f"({s['ratio_steps_per_s']:.2f}x: {'ok' if s['speed_ok'] else 'no'}) and median final return "
+          f"no worse than sb3's ({s['median_final_return_pearl']:.1f} vs {s['median_final_return_sb3']:.1f}: "
+          f"{'ok' if s['return_ok'] else 'no'})")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        import stable_baselines3
+    except ImportError:
+        print("e2e_dqn: stable_baselines3 is not installed; run `pip install -e .[bench]`", file=sys.stderr)
+        return 2
+    import gymnasium
+    import torch
+
+    import pearl  # noqa: F401  (fail early, before any timing)
+
+    print(f"PEARL vs SB3 {stable_baselines3.__version__} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
+          f"lr {args.lr:g}, torch {torch.__version__} with {args.threads} thread(s), gymnasium {gymnasium.__version__}")
+    results = []
+    for seed in args.seeds:
+        order = ["pearl", "sb3"] if seed % 2 == 0 else ["sb3", "pearl"]
+        rows = {}
+        for name in order:
+            if name == "pearl":
+                rows[name] = run_pearl(seed, args.steps, args.lr, args.threads, args.learner_kernel)
+            else:
+                rows[name] = run_sb3(seed, args.steps, args.lr, args.threads)
+        rows["order"] = order
+        results.append(rows)
+        print_seed_table(seed, order, rows)
+
+    summary = summarize(results)
+    print_summary(summary, len(args.seeds), args.steps)
+
+    if args.json:
+        out = {
+            "benchmark": "e2e_dqn", "env": ENV_ID,
+            "setup": {"steps": args.steps, "seeds": args.seeds, "lr": args.lr, "threads": args.threads,
+                      "hidden": HIDDEN, "activation": "relu", "buffer": BUFFER, "batch_size": BATCH,
+                      "learning_starts": LEARNING_STARTS, "updates_per_step": 1.0 / TRAIN_FREQ,
+                      "target_update_interval": TARGET_UPDATE, "tau": 1.0, "gamma": GAMMA, "double": False,
+                      "exploration": {"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
+                      "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": EVAL_EPISODES,
+                      "pearl_learner_kernel": args.learner_kernel},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__},
+            "machine": {"platform": platform.platform(), "processor": platform.processor()},
+            "per_seed": results, "summary": summary,
+        }
+        path = Path(args.json)
+        if path.parent != Path(""):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

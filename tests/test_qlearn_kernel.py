@@ -1,0 +1,296 @@
+"""The fused numpy Q-learning step (kernels/cpu/qlearn.py) against the PyTorch reference DQN.
+
+Both start from the same flat weights and see the same float32 batches; losses, |TD| vectors and
+weights must agree to float32 rounding (norm-relative error <= 1e-5) after many steps, with and
+without importance weights, double and vanilla DQN, and with gradient-norm clipping active in some
+steps and not in others.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pearl.algos.dqn import DQN
+from pearl.config import DQNConfig
+from pearl.kernels.cpu import FusedQLearner
+from pearl.replay import Batch
+from pearl.runtime.learners import FusedCPULearner, TorchLearner, make_learner
+
+# DQN.update calls float() on a tensor that requires grad; torch warns about it. Harmless here.
+pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+
+REL = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded():
+    """Tiny matrices: one thread is faster, and torch's and BLAS's thread pools spinning
+    against each other on a small or busy machine can slow these tests down 10-30x."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def assert_close(actual, expected, rel=REL, atol=1e-6, what=""):
+    """||a - b|| <= rel * ||b|| (norm-relative) and elementwise allclose with a small atol."""
+    a = np.asarray(actual, dtype=np.float64)
+    b = np.asarray(expected, dtype=np.float64)
+    assert a.shape == b.shape, what
+    scale = np.linalg.norm(b)
+    err = np.linalg.norm(a - b)
+    assert err <= rel * scale + atol * np.sqrt(max(b.size, 1)), (
+        f"{what}: norm-relative error {err / max(scale, 1e-30):.3g} > {rel}")
+    np.testing.assert_allclose(a, b, rtol=10 * rel, atol=atol, err_msg=what)
+
+
+def make_pair(sizes, double=True, max_grad_norm=10.0, lr=1e-3, seed=0, target_noise=0.05):
+    """A torch DQN and a FusedQLearner holding the same online and target weights.
+
+    The target net is perturbed away from the online net so that double and vanilla DQN differ.
+    """
+    obs_dim, *hidden, n_actions = sizes
+    cfg = DQNConfig(hidden=list(hidden), lr=lr, double=double, max_grad_norm=max_grad_norm)
+    algo = DQN(obs_dim, n_actions, cfg, total_steps=1000, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in algo.target.parameters():
+            p.add_(target_noise * torch.randn(p.shape, generator=gen))
+    kernel = FusedQLearner(algo.layer_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
+    kernel.online[:] = DQN.flat_weights(algo.online)
+    kernel.target[:] = DQN.flat_weights(algo.target)
+    return algo, kernel
+
+
+def random_batch(rng, batch, obs_dim, n_actions, weighted, reward_scale=3.0):
+    obs = rng.standard_normal((batch, obs_dim)).astype(np.float32)
+    next_obs = rng.standard_normal((batch, obs_dim)).astype(np.float32)
+    actions = rng.integers(0, n_actions, batch).astype(np.int64)
+    rewards = (reward_scale * rng.standard_normal(batch)).astype(np.float32)
+    # Mix terminal (0), bootstrapped (gamma^k) transitions.
+    discounts = np.where(rng.random(batch) < 0.2, 0.0,
+                         0.99 ** rng.integers(1, 4, batch)).astype(np.float32)
+    weights = rng.uniform(0.05, 1.0, batch).astype(np.float32) if weighted else None
+    return obs, actions, rewards, next_obs, discounts, weights
+
+
+def torch_update(algo, obs, actions, rewards, next_obs, discounts, weights):
+    t = torch.from_numpy
+    loss, abs_td = algo.update(t(obs), t(actions), t(rewards), t(next_obs), t(discounts),
+                               None if weights is None else t(weights))
+    return loss, abs_td.numpy()
+
+
+@pytest.fixture
+def grad_norms(monkeypatch):
+    """Records the pre-clipping total gradient norm of every torch update."""
+    norms = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def recording(parameters, max_norm, *args, **kwargs):
+        total = original(parameters, max_norm, *args, **kwargs)
+        norms.append(float(total))
+        return total
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    return norms
+
+
+# max_grad_norm 0.25 sits inside the range of gradient norms these batches produce (about 0.1
+# to 0.6 for this network), so some steps clip and some do not; 1e3 never clips.
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("max_grad_norm", [0.25, 1e3], ids=["clip-some", "clip-never"])
+def test_fused_matches_torch_over_many_updates(double, weighted, max_grad_norm, grad_norms):
+    sizes = [4, 64, 64, 2]
+    algo, kernel = make_pair(sizes, double=double, max_grad_norm=max_grad_norm, seed=3)
+    rng = np.random.default_rng(11)
+    steps = 20
+    for step in range(steps):
+        batch = random_batch(rng, 64, sizes[0], sizes[-1], weighted)
+        loss_t, td_t = torch_update(algo, *batch)
+        loss_k, td_k = kernel.update(*batch)
+        assert np.isfinite(loss_k)
+        assert abs(loss_k - loss_t) <= REL * abs(loss_t) + 1e-7, (step, loss_k, loss_t)
+        assert_close(td_k, td_t, what=f"|TD| at step {step}")
+        assert td_k.shape == (64,)
+    assert kernel.steps == steps
+    assert_close(kernel.online, DQN.flat_weights(algo.online), what="online weights")
+    # update() never touches the target net
+    np.testing.assert_array_equal(kernel.target, DQN.flat_weights(algo.target))
+
+    # Adam moments match torch's as well
+    state = algo.optimizer.state
+    params = list(algo.online.parameters())
+    exp_avg = np.concatenate([state[p]["exp_avg"].reshape(-1).numpy() for p in params])
+    exp_avg_sq = np.concatenate([state[p]["exp_avg_sq"].reshape(-1).numpy() for p in params])
+    assert_close(kernel.exp_avg, exp_avg, rel=1e-4, atol=1e-8, what="exp_avg")
+    assert_close(kernel.exp_avg_sq, exp_avg_sq, rel=1e-4, atol=1e-12, what="exp_avg_sq")
+
+    # The clipping regime really is what the test names claim.
+    assert len(grad_norms) == steps
+    if max_grad_norm < 1.0:
+        assert any(n > max_grad_norm for n in grad_norms), grad_norms
+        assert any(n < max_grad_norm for n in grad_norms), grad_norms
+    else:
+        assert all(n < max_grad_norm for n in grad_norms)
+
+
+def test_clipping_changes_the_step():
+    """Sanity: with a tiny max_grad_norm the weights differ from an unclipped run (the clip is
+    not a no-op in the kernel), and both still match torch."""
+    sizes = [3, 16, 3]
+    results = {}
+    for max_grad_norm in (1e-3, 1e3):
+        algo, kernel = make_pair(sizes, max_grad_norm=max_grad_norm, lr=1e-2, seed=5)
+        rng = np.random.default_rng(2)
+        for _ in range(5):
+            batch = random_batch(rng, 32, sizes[0], sizes[-1], weighted=True)
+            torch_update(algo, *batch)
+            kernel.update(*batch)
+        assert_close(kernel.online, DQN.flat_weights(algo.online), what=f"mgn={max_grad_norm}")
+        results[max_grad_norm] = kernel.online.copy()
+    assert np.linalg.norm(results[1e-3] - results[1e3]) > 1e-4
+
+
+def test_unit_weights_equal_no_weights():
+    sizes = [4, 8, 2]
+    _, k1 = make_pair(sizes, seed=1)
+    _, k2 = make_pair(sizes, seed=1)
+    rng = np.random.default_rng(0)
+    obs, actions, rewards, next_obs, discounts, _ = random_batch(rng, 16, 4, 2, weighted=False)
+    loss1, td1 = k1.update(obs, actions, rewards, next_obs, discounts, None)
+    loss2, td2 = k2.update(obs, actions, rewards, next_obs, discounts, np.ones(16, np.float32))
+    assert loss1 == pytest.approx(loss2, rel=1e-7)
+    np.testing.assert_array_equal(td1, td2)
+    np.testing.assert_allclose(k1.online, k2.online, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.005, 0.3, 0.75])
+def test_update_target_matches_torch_lerp(tau):
+    sizes = [4, 32, 32, 2]
+    algo, kernel = make_pair(sizes, seed=7)
+    algo.config.tau = tau
+    rng = np.random.default_rng(4)
+    for _ in range(3):  # move the online net away from the target
+        batch = random_batch(rng, 32, 4, 2, weighted=False)
+        torch_update(algo, *batch)
+        kernel.update(*batch)
+    online_before = kernel.online.copy()
+    target_before = kernel.target.copy()
+    assert not np.allclose(online_before, target_before)
+
+    algo.update_target()
+    kernel.update_target(tau)
+    expected = DQN.flat_weights(algo.target)
+    if tau == 1.0:
+        np.testing.assert_array_equal(kernel.target, kernel.online)
+        assert_close(kernel.target, expected, what="hard copy")
+    else:
+        assert_close(kernel.target, expected, rel=1e-6, atol=1e-7, what=f"lerp tau={tau}")
+        reference = target_before.astype(np.float64) + tau * (
+            online_before.astype(np.float64) - target_before.astype(np.float64))
+        np.testing.assert_allclose(kernel.target, reference, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(kernel.online, online_before)  # the online net is untouched
+
+
+def test_target_update_then_more_learning_stays_in_lockstep():
+    sizes = [5, 24, 24, 3]
+    algo, kernel = make_pair(sizes, max_grad_norm=0.5, seed=9)
+    algo.config.tau = 0.5
+    rng = np.random.default_rng(8)
+    for step in range(12):
+        batch = random_batch(rng, 48, 5, 3, weighted=step % 2 == 0)
+        loss_t, td_t = torch_update(algo, *batch)
+        loss_k, td_k = kernel.update(*batch)
+        assert loss_k == pytest.approx(loss_t, rel=REL)
+        assert_close(td_k, td_t, what=f"|TD| at step {step}")
+        if step % 4 == 3:
+            algo.update_target()
+            kernel.update_target(0.5)
+    assert_close(kernel.online, DQN.flat_weights(algo.online), what="online")
+    assert_close(kernel.target, DQN.flat_weights(algo.target), what="target")
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    obs_dim=st.integers(1, 8),
+    hidden=st.lists(st.integers(1, 24), min_size=1, max_size=3),
+    n_actions=st.integers(1, 5),
+    batch=st.integers(1, 40),
+    double=st.booleans(),
+    weighted=st.booleans(),
+    max_grad_norm=st.sampled_from([0.05, 1.0, 100.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_single_update_property(obs_dim, hidden, n_actions, batch, double, weighted,
+                                max_grad_norm, seed):
+    sizes = [obs_dim, *hidden, n_actions]
+    algo, kernel = make_pair(sizes, double=double, max_grad_norm=max_grad_norm, seed=seed)
+    assert kernel.layout.size == algo.n_params()
+    rng = np.random.default_rng(seed)
+    data = random_batch(rng, batch, obs_dim, n_actions, weighted)
+    loss_t, td_t = torch_update(algo, *data)
+    loss_k, td_k = kernel.update(*data)
+    assert abs(loss_k - loss_t) <= REL * abs(loss_t) + 1e-7
+    assert_close(td_k, td_t, what="|TD|")
+    assert_close(kernel.online, DQN.flat_weights(algo.online), what="online weights")
+
+
+# -- the learner wrappers the runtime uses ---------------------------------------------------------
+def _batch(rng, n, obs_dim, n_actions, weighted):
+    obs, actions, rewards, next_obs, discounts, weights = random_batch(
+        rng, n, obs_dim, n_actions, weighted)
+    return Batch(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs,
+                 discounts=discounts, indices=np.arange(n), weights=weights)
+
+
+def test_fused_and_torch_learners_agree_and_share_checkpoints():
+    cfg = DQNConfig(hidden=[16, 16], lr=3e-3, max_grad_norm=0.5, tau=0.2)
+    fused = make_learner(DQN(4, 2, cfg, total_steps=100, seed=1), "cpu", "auto")
+    torch_learner = make_learner(DQN(4, 2, cfg, total_steps=100, seed=1), "cpu", "torch")
+    assert isinstance(fused, FusedCPULearner) and isinstance(torch_learner, TorchLearner)
+    np.testing.assert_array_equal(fused.policy_weights(), torch_learner.policy_weights())
+
+    rng = np.random.default_rng(0)
+    for step in range(6):
+        batch = _batch(rng, 32, 4, 2, weighted=step % 2 == 1)
+        loss_f, td_f = fused.update(batch)
+        loss_t, td_t = torch_learner.update(batch)
+        assert loss_f == pytest.approx(loss_t, rel=REL)
+        assert_close(td_f, td_t, what="|TD|")
+        if step == 2:
+            fused.update_target()
+            torch_learner.update_target()
+    assert_close(fused.policy_weights(), torch_learner.policy_weights(), what="policy")
+
+    # A checkpoint written by one learner continues identically in the other.
+    fused_state, torch_state = fused.state_dict(), torch_learner.state_dict()
+    assert fused_state["steps"] == torch_state["steps"] == 6
+    for name in ("online", "target", "exp_avg", "exp_avg_sq"):
+        assert_close(fused_state[name], torch_state[name], rel=1e-4, atol=1e-10, what=name)
+
+    fused2 = make_learner(DQN(4, 2, cfg, total_steps=100, seed=99), "cpu", "fused")
+    torch2 = make_learner(DQN(4, 2, cfg, total_steps=100, seed=99), "cpu", "torch")
+    fused2.load_state_dict(torch_state)
+    torch2.load_state_dict(fused_state)
+    np.testing.assert_array_equal(DQN.flat_weights(fused2.algo.online), torch_state["online"])
+    for step in range(4):
+        batch = _batch(rng, 32, 4, 2, weighted=True)
+        results = [learner.update(batch) for learner in (fused, torch_learner, fused2, torch2)]
+        for loss, td in results[1:]:
+            assert loss == pytest.approx(results[0][0], rel=REL)
+            assert_close(td, results[0][1], what="|TD| after checkpoint")
+    reference = fused.policy_weights()
+    for learner in (torch_learner, fused2, torch2):
+        assert_close(learner.policy_weights(), reference, what="policy after checkpoint")
