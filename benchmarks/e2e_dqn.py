@@ -46,7 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
     p.add_argument("--steps", type=int, default=50_000, help="env steps per run (default: 50000)")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate for both (default: 1e-3)")
+    # 2e-3 gave the best median final return for both among 2.5e-4 .. 4e-3 (seeds 0-2, 50k steps);
+    # neither implementation solves CartPole (500) reliably in 50k steps with this vanilla-DQN setup.
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate for both (default: 2e-3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
     p.add_argument("--learner-kernel", choices=["auto", "fused", "torch"], default="auto",
                    help="PEARL's learner kernel (default: auto)")

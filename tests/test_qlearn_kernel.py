@@ -12,15 +12,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from threadpoolctl import threadpool_limits
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.kernels.cpu import FusedQLearner
 from pearl.replay import Batch
 from pearl.runtime.learners import FusedCPULearner, TorchLearner, make_learner
-
-# DQN.update calls float() on a tensor that requires grad; torch warns about it. Harmless here.
-pytestmark = pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 
 REL = 1e-5
 
@@ -32,10 +30,6 @@ def _single_threaded():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        yield
-    else:
         with threadpool_limits(limits=1, user_api="blas"):
             yield
     finally:

@@ -42,6 +42,8 @@ class PrioritizedReplay(Replay):
         self.min_tree[slots] = scaled
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        if not self.size:
+            raise ValueError("cannot sample from an empty replay")
         total = self.tree.total
         prefix = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
         indices = self.tree.find(prefix)
@@ -63,5 +65,7 @@ class PrioritizedReplay(Replay):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
+        self.tree.nodes[:] = 0.0
+        self.min_tree[:] = np.inf
         self._set(np.arange(self.size), np.asarray(state["priorities"]))
         self.max_priority, self.progress = float(state["max_priority"]), int(state["progress"])

@@ -104,6 +104,7 @@ class TorchLearner:
         self.algo.load_flat_weights(self.algo.online, state["online"])
         self.algo.load_flat_weights(self.algo.target, state["target"])
         self._policy_stale = True
+        self.algo.optimizer.state.clear()
         if not state["steps"]:
             return
         offset = 0
