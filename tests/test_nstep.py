@@ -146,3 +146,36 @@ def test_property(n, gamma, rewards, terminated):
     emitted = run_episode(acc, observations, actions, rewards, terminated, not terminated)
     assert_transitions_equal([tr for _, tr in emitted],
                              reference(observations, actions, rewards, n, gamma, terminated))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(n=st.integers(1, 5), n_envs=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_vectorised_buffer_matches_one_accumulator_per_env(n, n_envs, seed):
+    from pearl.replay import NStepBuffer
+
+    rng = np.random.default_rng(seed)
+    gamma = 0.9
+    buffer = NStepBuffer(n, gamma, n_envs, obs_dim=2)
+    references = [NStepAccumulator(n, gamma) for _ in range(n_envs)]
+    obs = rng.normal(size=(n_envs, 2)).astype(np.float32)
+    for _ in range(60):
+        actions = rng.integers(0, 3, n_envs)
+        rewards = rng.normal(size=n_envs).astype(np.float32)
+        next_obs = rng.normal(size=(n_envs, 2)).astype(np.float32)
+        ends = rng.random(n_envs)
+        terminated, truncated = ends < 0.1, (ends >= 0.1) & (ends < 0.15)
+        got = buffer.step(obs, actions, rewards, next_obs, terminated, truncated)
+        expected = []
+        for i, ref in enumerate(references):
+            expected += ref.step(obs[i].copy(), int(actions[i]), float(rewards[i]), next_obs[i].copy(),
+                                 bool(terminated[i]), bool(truncated[i]))
+        if not expected:
+            assert got is None
+        else:
+            e_obs, e_act, e_ret, e_next, e_disc = (np.array(x) for x in zip(*expected))
+            np.testing.assert_array_equal(got[0], e_obs)
+            np.testing.assert_array_equal(got[1], e_act)
+            np.testing.assert_allclose(got[2], e_ret, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(got[3], e_next)
+            np.testing.assert_allclose(got[4], e_disc, rtol=1e-6)
+        obs = next_obs

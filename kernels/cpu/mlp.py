@@ -45,25 +45,27 @@ class QPolicy:
     def __init__(self, layout: MLPLayout):
         self.layout = layout
         self.flat = np.zeros(layout.size, dtype=np.float32)
-        self._layers = layout.views(self.flat)
+        layers = [(weight.T, bias) for weight, bias in layout.views(self.flat)]  # views of flat
+        n_heads = 2 if layout.dueling else 1
+        self._hidden, self._heads = layers[:-n_heads], layers[-n_heads:]
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         h = obs
-        trunk = self._layers[:-2] if self.layout.dueling else self._layers
-        last = len(trunk) - 1
-        for i, (weight, bias) in enumerate(trunk):
-            h = h @ weight.T
+        for weight_t, bias in self._hidden:
+            h = h @ weight_t
             h += bias
-            if i < last or self.layout.dueling:
-                np.maximum(h, 0.0, out=h)
-        if self.layout.dueling:
-            (w_value, b_value), (w_adv, b_adv) = self._layers[-2:]
-            advantage = h @ w_adv.T + b_adv
-            h = (h @ w_value.T + b_value) + advantage - advantage.mean(axis=-1, keepdims=True)
-        return h
+            np.maximum(h, 0.0, out=h)
+        if not self.layout.dueling:
+            ((weight_t, bias),) = self._heads
+            q = h @ weight_t
+            q += bias
+            return q
+        (w_value, b_value), (w_adv, b_adv) = self._heads
+        advantage = h @ w_adv + b_adv
+        return (h @ w_value + b_value) + advantage - advantage.mean(axis=-1, keepdims=True)
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         return self.q_values(obs).argmax(axis=-1)

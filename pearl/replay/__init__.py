@@ -1,6 +1,6 @@
 """Experience replay: preallocated transition storage plus a sampler (uniform or prioritized)."""
 from pearl.replay.base import Batch, Replay  # noqa: F401
-from pearl.replay.nstep import NStepAccumulator  # noqa: F401
+from pearl.replay.nstep import NStepAccumulator, NStepBuffer  # noqa: F401
 from pearl.replay.prioritized import PrioritizedReplay  # noqa: F401
 from pearl.replay.uniform import UniformReplay  # noqa: F401
 

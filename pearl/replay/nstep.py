@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 
 class NStepAccumulator:
+    """One env's n-step transitions, step by step: the readable reference for `NStepBuffer`."""
+
     def __init__(self, n: int, gamma: float):
         self.n, self.gamma = n, gamma
         self.pending: deque = deque()  # (obs, action, reward) not yet emitted
@@ -34,3 +38,70 @@ class NStepAccumulator:
         obs, action, _ = self.pending.popleft()
         discount = scale if discount_override is None else discount_override
         return obs, action, ret, next_obs, discount
+
+
+class NStepBuffer:
+    """The vectorised form of `NStepAccumulator` for an actor's `n_envs` lockstepped envs.
+
+    The last n steps of every env sit in ring arrays indexed by the global step count; each step
+    emits, for every env with n pending steps, one transition whose return is a dot product with
+    (1, g, ..., g^{n-1}). Envs whose episode ended flush their pending steps (a short loop that runs
+    once per episode). Each step emits exactly what one `NStepAccumulator` per env would, in env
+    order.
+    """
+
+    def __init__(self, n: int, gamma: float, n_envs: int, obs_dim: int, action_dtype=np.int64):
+        self.n, self.gamma = n, gamma
+        self.obs = np.zeros((n, n_envs, obs_dim), dtype=np.float32)
+        self.actions = np.zeros((n, n_envs), dtype=action_dtype)
+        self.rewards = np.zeros((n, n_envs), dtype=np.float64)
+        self.pending = np.zeros(n_envs, dtype=np.int64)
+        self.powers = gamma ** np.arange(n)
+        self.discounts_n = np.full(n_envs, gamma ** n, dtype=np.float32)
+        self.orders = [(oldest + np.arange(n)) % n for oldest in range(n)]  # ring slots, oldest first
+        self.t = 0  # steps taken; step t is stored in slot t % n
+
+    def step(self, obs, actions, rewards, next_obs, terminated, truncated):
+        """Feeds one step of every env; returns (obs, actions, R, next_obs, discounts) or None.
+
+        The arrays may be views of this buffer's rings, valid until the next `step`.
+        """
+        n, slot = self.n, self.t % self.n
+        self.obs[slot], self.actions[slot], self.rewards[slot] = obs, actions, rewards
+        self.t += 1
+        self.pending += 1
+        ended = terminated | truncated
+        full = (self.pending == n) & ~ended
+        oldest = self.t % n  # slot of step t - n + 1
+        if full.all():  # the steady state: every env emits one transition, nothing to flush
+            self.pending[:] = n - 1
+            returns = (self.powers @ self.rewards[self.orders[oldest]]).astype(np.float32)
+            return self.obs[oldest], self.actions[oldest], returns, next_obs, self.discounts_n
+        parts, owners = [], []
+        if full.any():
+            returns = self.powers @ self.rewards[self.orders[oldest]][:, full]
+            parts.append((self.obs[oldest, full], self.actions[oldest, full], returns,
+                          next_obs[full], np.full(returns.shape, self.gamma ** n)))
+            owners.append(np.flatnonzero(full))
+            self.pending[full] = n - 1
+        for env in np.flatnonzero(ended):
+            parts.append(self._flush(env, next_obs[env], bool(terminated[env])))
+            owners.append(np.full(len(parts[-1][2]), env))
+        if not parts:
+            return None
+        out = [np.concatenate(x) for x in zip(*parts)]
+        if len(parts) > 1:  # back into env order (stable: an env's own transitions stay in time order)
+            by_env = np.argsort(np.concatenate(owners), kind="stable")
+            out = [x[by_env] for x in out]
+        obs_out, act_out, ret_out, next_out, disc_out = out
+        return (obs_out, act_out, ret_out.astype(np.float32), next_out, disc_out.astype(np.float32))
+
+    def _flush(self, env: int, final_obs, terminated: bool):
+        count, n = int(self.pending[env]), self.n
+        slots = (self.t - count + np.arange(count)) % n  # pending steps, oldest first
+        rewards = self.rewards[slots, env]
+        returns = np.array([self.powers[:count - j] @ rewards[j:] for j in range(count)])
+        discounts = np.zeros(count) if terminated else self.gamma ** (count - np.arange(count))
+        self.pending[env] = 0
+        return (self.obs[slots, env], self.actions[slots, env], returns,
+                np.repeat(final_obs[None], count, axis=0), discounts)

@@ -9,7 +9,7 @@ import numpy as np
 
 from pearl.envs import make_env
 from pearl.kernels.cpu import QPolicy
-from pearl.replay import NStepAccumulator
+from pearl.replay import NStepBuffer
 
 
 class Actor:
@@ -27,7 +27,7 @@ class Actor:
         self._truncated = np.zeros(n_envs, dtype=bool)
         self.episode_return = np.zeros(n_envs)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
-        self.nstep = [NStepAccumulator(n_step, gamma) for _ in self.envs] if n_step > 1 else None
+        self.nstep = NStepBuffer(n_step, gamma, n_envs, self.obs.shape[1])
 
     def choose(self, epsilon: float) -> np.ndarray:
         n = len(self.envs)
@@ -35,17 +35,19 @@ class Actor:
         # Generator.integers costs several microseconds a call, a scaled uniform well under one.
         draws = self.rng.random(2 * n)
         explore = draws[:n] < epsilon
-        random_actions = (draws[n:] * self.n_actions).astype(np.int64)
-        if explore.all():
-            return random_actions
+        n_explore = np.count_nonzero(explore)
+        if n_explore == n:
+            return (draws[n:] * self.n_actions).astype(np.int64)
         actions = self.policy.greedy(self.obs)
-        np.copyto(actions, random_actions, where=explore)
+        if n_explore:
+            actions[explore] = (draws[n:][explore] * self.n_actions).astype(np.int64)
         return actions
 
     def step(self, epsilon: float):
         """Steps every env once. Returns (transition arrays, [(episode return, length), ...]).
 
-        The transition arrays are the actor's own buffers, valid until the next `step`.
+        Transitions are (obs, actions, n-step returns, next_obs, discounts), or None while every
+        env is still gathering its first n steps.
         """
         actions = self.choose(epsilon)
         next_obs, rewards = self._next_obs, self._rewards
@@ -61,7 +63,7 @@ class Actor:
                 finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
                 self.episode_return[i] = 0.0
                 self.episode_length[i] = 0
-        transitions = self._transitions(actions, rewards, next_obs, terminated, truncated)
+        transitions = self.nstep.step(self.obs, actions, rewards, next_obs, terminated, truncated)
         # The next observations become the current ones, except where an episode ended and its
         # env restarts. Buffers rotate rather than being copied; none that the returned
         # transitions reference is written before the next step.
@@ -74,20 +76,6 @@ class Actor:
         else:
             self.obs, self._next_obs = next_obs, self.obs
         return transitions, finished
-
-    def _transitions(self, actions, rewards, next_obs, terminated, truncated):
-        if self.nstep is None:
-            discounts = np.where(terminated, 0.0, self.gamma).astype(np.float32)
-            return self.obs, actions, rewards, next_obs, discounts
-        out = []
-        for i, accumulator in enumerate(self.nstep):
-            out += accumulator.step(self.obs[i].copy(), int(actions[i]), float(rewards[i]), next_obs[i].copy(),
-                                    bool(terminated[i]), bool(truncated[i]))
-        if not out:
-            return None
-        obs, acts, rets, nxt, disc = zip(*out)
-        return (np.stack(obs), np.array(acts), np.array(rets, dtype=np.float32), np.stack(nxt),
-                np.array(disc, dtype=np.float32))
 
     def close(self) -> None:
         for env in self.envs:
