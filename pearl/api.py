@@ -17,7 +17,7 @@ from pearl.config import DQNConfig, ExperimentConfig, apply_overrides, parse_con
 from pearl.envs import discrete_spaces, make_env
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.kernels.cpu import MLPLayout, QPolicy, prepare_cpu_thread
+from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
 from pearl.protocol import Plan, build_tasks
 from pearl.replay import make_replay
 from pearl.runlog import RunLog, plot_learning_curve
@@ -78,7 +78,6 @@ class DQN:
             raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
 
         torch.set_num_threads(config.runtime.torch_threads)
-        prepare_cpu_thread()
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
         self.learner = make_learner(self.algo, self.plan.device_of("learn"), self.plan.learner_kernel)
         hidden = config.dqn.hidden
@@ -152,7 +151,8 @@ class DQN:
 
         start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
         try:
-            runtime.sequential.run(self, steps, on_progress, time_tasks)
+            with cpu_kernel_mode():
+                runtime.sequential.run(self, steps, on_progress, time_tasks)
         finally:
             log.close()
         wall = time.perf_counter() - started
