@@ -76,6 +76,10 @@ class DQN:
         self.plan.check()
         if self.plan.actors != 1:
             raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
+        for task, device in self.plan.devices.items():
+            if task not in ("learn", "sync_weights") and device != "cpu":
+                raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel yet; "
+                                  f"only the learner runs off the cpu today")
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)

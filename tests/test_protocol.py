@@ -54,3 +54,9 @@ def test_plan_round_trip(tmp_path):
 def test_bad_plans(text, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Plan.from_yaml(text)
+
+
+def test_plan_naming_a_device_without_kernels_is_refused():
+    plan = Plan(devices={**Plan().devices, "sample": "opencl:0"})
+    with pytest.raises(ConfigError, match="plan.devices.sample: opencl:0 has no sample kernel yet"):
+        pearl.DQN("CartPole-v1", plan=plan)
