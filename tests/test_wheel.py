@@ -24,7 +24,12 @@ print(json.dumps(agent.train()))
 @pytest.mark.slow
 def test_built_wheel_installs_and_trains(tmp_path):
     dist, target = tmp_path / "dist", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+    try:  # build with the installed setuptools when there is one (Python 3.12 venvs have none)
+        import setuptools  # noqa: F401
+        isolation = ["--no-build-isolation"]
+    except ImportError:
+        isolation = []
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation,
                     "-w", str(dist), str(ROOT)], check=True, capture_output=True)
     (wheel,) = dist.glob("pearl_rl-*.whl")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target),
