@@ -12,14 +12,14 @@ import yaml
 
 from pearl import runtime
 from pearl.algos.dqn import DQN as DQNAlgorithm
-from pearl.checkpoint import load_checkpoint, save_checkpoint
+from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
 from pearl.config import DQNConfig, ExperimentConfig, apply_overrides, parse_config
 from pearl.envs import discrete_spaces, make_env
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
 from pearl.protocol import Plan, build_tasks
-from pearl.replay import make_replay
+from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor
 from pearl.runtime.learners import make_learner
@@ -89,7 +89,8 @@ class DQN:
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
         self.policy = QPolicy(layout)
         self.policy.load(self.learner.policy_weights())
-        self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps)
+        self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps,
+                                  rate_limiter=self._rate_limiter())
         self.rng = np.random.default_rng(config.seed)
         self._actor: Actor | None = None
         self.env_steps = self.updates = self.episodes = 0
@@ -99,6 +100,15 @@ class DQN:
         self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
                                  self.plan.batch_size, config.dqn.updates_per_step,
                                  self.plan.envs_per_actor, self.plan.sync_interval)
+
+    def _rate_limiter(self) -> RateLimiter:
+        """Samples per insert = updates per step x batch, with slack for one round of the runtime:
+        the n-step lag of inserts and one act round's worth of updates."""
+        cfg, batch = self.config.dqn, self.plan.batch_size
+        ratio = cfg.updates_per_step * batch
+        slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
+        return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - cfg.n_step),
+                           error_buffer=slack)
 
     # -- parts the runtime drives --------------------------------------------------------------
     @property
@@ -208,19 +218,20 @@ class DQN:
         return int(actions[0]) if obs.ndim == 1 else actions
 
     def save(self, path: str | Path) -> None:
-        """Config, plan, weights, optimizer state and counters in one atomic .npz file."""
+        """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz."""
         self.learner.sync_to_algo()
-        state = self.learner.state_dict()
+        learner_plain, learner_arrays = split_state("learner", self.learner.state_dict())
+        replay_plain, replay_arrays = split_state("replay", self.replay.state_dict())
         header = {"config": self.config.to_dict(), "plan": self.plan.to_dict(),
+                  "learner": learner_plain, "replay": replay_plain,
                   "counters": {"env_steps": self.env_steps, "updates": self.updates,
-                               "episodes": self.episodes, "adam_steps": int(state.pop("steps"))}}
-        save_checkpoint(path, header, {f"learner.{k}": v for k, v in state.items()})
+                               "episodes": self.episodes}}
+        save_checkpoint(path, header, {**learner_arrays, **replay_arrays})
 
     def _load_state(self, header: dict, arrays: dict) -> None:
         counters = header["counters"]
-        state = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("learner.")}
-        state["steps"] = counters["adam_steps"]
-        self.learner.load_state_dict(state)
+        self.learner.load_state_dict(join_state("learner", header["learner"], arrays))
+        self.replay.load_state_dict(join_state("replay", header["replay"], arrays))
         self.policy.load(self.learner.policy_weights())
         self.env_steps, self.updates, self.episodes = (counters["env_steps"], counters["updates"],
                                                        counters["episodes"])

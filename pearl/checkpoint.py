@@ -34,3 +34,29 @@ def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
     if header.get("format") != FORMAT:
         raise PearlError(f"{path}: checkpoint format {header.get('format')!r}, expected {FORMAT!r}")
     return header, arrays
+
+
+def split_state(prefix: str, state: dict) -> tuple[dict, dict[str, np.ndarray]]:
+    """A nested state dict -> (its JSON-able part, its arrays keyed 'prefix.path.to.array')."""
+    plain, arrays = {}, {}
+    for key, value in state.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, np.ndarray):
+            arrays[name] = value
+        elif isinstance(value, dict):
+            plain[key], inner = split_state(name, value)
+            arrays.update(inner)
+        else:
+            plain[key] = value.item() if isinstance(value, np.generic) else value
+    return plain, arrays
+
+
+def join_state(prefix: str, plain: dict, arrays: dict[str, np.ndarray]) -> dict:
+    """The inverse of `split_state`."""
+    state = {key: join_state(f"{prefix}.{key}", value, arrays) if isinstance(value, dict) else value
+             for key, value in plain.items()}
+    start = prefix + "."
+    for name, value in arrays.items():
+        if name.startswith(start) and "." not in name[len(start):]:
+            state[name[len(start):]] = value
+    return state

@@ -168,13 +168,16 @@ def away_from_boundaries(priorities, prefixes, rel=1e-9):
 
 
 def check_tree_invariants(tree, reference):
-    leaves = tree.leaves
     np.testing.assert_array_equal(tree.get(np.arange(tree.capacity)), reference)
-    assert not tree.nodes[leaves + tree.capacity:].any()  # padding leaves stay empty
-    internal = np.arange(1, leaves)
+    assert not tree.leaves[tree.capacity:].any()  # padding leaves stay empty
+    k = tree.fanout
     # each internal node is recomputed from its children, exactly
-    np.testing.assert_array_equal(tree.nodes[internal],
-                                  tree.nodes[2 * internal] + tree.nodes[2 * internal + 1])
+    for level in range(tree.depth):
+        children = tree.sums[level + 1].reshape(-1, k)
+        np.testing.assert_array_equal(tree.sums[level], children.sum(axis=1))
+        np.testing.assert_array_equal(tree.mins[level], tree.mins[level + 1].reshape(-1, k).min(axis=1))
+    positive = np.asarray(reference)[np.asarray(reference) > 0]
+    assert tree.min() == (positive.min() if positive.size else np.inf)
     assert tree.total == pytest.approx(float(np.sum(reference)), rel=1e-12, abs=1e-300)
 
 
@@ -184,9 +187,9 @@ priority_lists = st.lists(
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(priorities=priority_lists, seed=st.integers(0, 2**32 - 1))
-def test_sumtree_find_matches_cumsum_searchsorted(priorities, seed):
-    tree = SumTree(len(priorities))
+@given(priorities=priority_lists, seed=st.integers(0, 2**32 - 1), fanout=st.sampled_from([2, 3, 4, 16]))
+def test_sumtree_find_matches_cumsum_searchsorted(priorities, seed, fanout):
+    tree = SumTree(len(priorities), fanout)
     tree.update(np.arange(len(priorities)), np.array(priorities))
     check_tree_invariants(tree, np.array(priorities))
     total = tree.total
@@ -201,11 +204,12 @@ def test_sumtree_find_matches_cumsum_searchsorted(priorities, seed):
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
-@given(priorities=st.lists(st.integers(0, 20), min_size=1, max_size=40).filter(any))
-def test_sumtree_exact_bracket_boundaries_with_integer_priorities(priorities):
+@given(priorities=st.lists(st.integers(0, 20), min_size=1, max_size=40).filter(any),
+       fanout=st.sampled_from([2, 4, 8]))
+def test_sumtree_exact_bracket_boundaries_with_integer_priorities(priorities, fanout):
     """Integer priorities make every partial sum exact, so [c_{j-1}, c_j) holds exactly,
     boundaries included: a prefix equal to c_j belongs to the next leaf with mass."""
-    tree = SumTree(len(priorities))
+    tree = SumTree(len(priorities), fanout)
     tree.update(np.arange(len(priorities)), np.array(priorities, dtype=np.float64))
     cum = np.cumsum(priorities)
     prefixes = np.unique(np.concatenate(([0], cum[cum < cum[-1]], cum[cum < cum[-1]] - 0.5,
@@ -215,9 +219,9 @@ def test_sumtree_exact_bracket_boundaries_with_integer_priorities(priorities):
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(capacity=st.integers(1, 40), data=st.data())
-def test_sumtree_updates_with_duplicates_last_wins(capacity, data):
-    tree = SumTree(capacity)
+@given(capacity=st.integers(1, 40), fanout=st.sampled_from([2, 4, 16]), data=st.data())
+def test_sumtree_updates_with_duplicates_last_wins(capacity, fanout, data):
+    tree = SumTree(capacity, fanout)
     reference = np.zeros(capacity)
     for _ in range(data.draw(st.integers(1, 6))):
         indices = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity))
@@ -230,13 +234,13 @@ def test_sumtree_updates_with_duplicates_last_wins(capacity, data):
 
 
 def test_sumtree_duplicate_update_and_total():
-    tree = SumTree(6)
+    tree = SumTree(6, fanout=2)
     tree.update(np.arange(6), np.ones(6))
     assert tree.total == 6.0
     tree.update(np.array([2, 4, 2, 2]), np.array([10.0, 3.0, 7.0, 0.5]))
     np.testing.assert_array_equal(tree.get(np.arange(6)), [1, 1, 0.5, 1, 3, 1])
     assert tree.total == 7.5
-    assert tree.leaves == 8
+    assert len(tree.leaves) == 8
     np.testing.assert_array_equal(tree.find(np.array([0.0, 2.2, 2.6, 4.0, 7.4])), [0, 2, 3, 4, 5])
 
 
@@ -275,8 +279,7 @@ def test_new_transitions_get_max_priority():
     replay.add(*transitions(3, 2))
     expected = np.array([4.0, 0.5, 1.0, 4.0, 4.0]) + np.array([1e-6, 1e-6, 0.0, 1e-6, 1e-6])
     np.testing.assert_allclose(replay.tree.get(np.arange(5)), expected ** 0.6, rtol=1e-12)
-    np.testing.assert_allclose(replay.min_tree[:5], expected ** 0.6, rtol=1e-12)
-    assert np.isinf(replay.min_tree[5:]).all()
+    assert replay.tree.min() == pytest.approx(float((expected ** 0.6).min()), rel=1e-12)
     assert replay.tree.total == pytest.approx(float((expected ** 0.6).sum()), rel=1e-12)
     # small TD errors do not lower the maximum
     replay.update_priorities(np.array([3]), np.array([0.01]))
@@ -292,7 +295,7 @@ def test_update_priorities_duplicates_last_wins_and_totals():
     replay.update_priorities(np.array([2, 5, 2]), np.array([100.0, 9.0, 16.0]))
     expected = np.sqrt(np.array([1, 2, 16, 4, 5, 9, 7, 8], dtype=np.float64))
     np.testing.assert_allclose(replay.tree.get(np.arange(8)), expected, rtol=1e-15)
-    np.testing.assert_allclose(replay.min_tree, expected, rtol=1e-15)
+    assert replay.tree.min() == pytest.approx(expected.min(), rel=1e-15)
     assert replay.tree.total == pytest.approx(expected.sum(), rel=1e-14)
     check_tree_invariants(replay.tree, replay.tree.get(np.arange(8)))
 
@@ -404,8 +407,8 @@ def test_prioritized_state_dict_round_trip():
     assert (restored.cursor, restored.size, restored.inserted) == (2, 12, 14)
     assert restored.max_priority == replay.max_priority
     assert restored.progress == 37 and restored.beta == replay.beta
-    np.testing.assert_array_equal(restored.tree.nodes, replay.tree.nodes)
-    np.testing.assert_array_equal(restored.min_tree, replay.min_tree)
+    for mine, theirs in zip(restored.tree.sums + restored.tree.mins, replay.tree.sums + replay.tree.mins):
+        np.testing.assert_array_equal(mine, theirs)
     for name in replay.storage:
         np.testing.assert_array_equal(restored.storage[name], replay.storage[name])
     a = replay.sample(32, np.random.default_rng(9))
@@ -417,7 +420,8 @@ def test_prioritized_state_dict_round_trip():
     for r in (replay, restored):
         r.update_priorities(np.array([3, 4]), np.array([10.0, 0.1]))
         r.add(*transitions(14, 1))
-    np.testing.assert_array_equal(restored.tree.nodes, replay.tree.nodes)
+    for mine, theirs in zip(restored.tree.sums, replay.tree.sums):
+        np.testing.assert_array_equal(mine, theirs)
 
 
 def test_prioritized_state_dict_round_trip_partially_filled():
@@ -427,7 +431,8 @@ def test_prioritized_state_dict_round_trip_partially_filled():
     restored = per(capacity=10)
     restored.load_state_dict(replay.state_dict())
     assert restored.size == 4 and restored.cursor == 4
-    np.testing.assert_array_equal(restored.tree.nodes, replay.tree.nodes)
+    for mine, theirs in zip(restored.tree.sums, replay.tree.sums):
+        np.testing.assert_array_equal(mine, theirs)
     batch = restored.sample(64, np.random.default_rng(0))
     assert batch.indices.max() < 4
 

@@ -50,6 +50,10 @@ def test_save_load_round_trip(tmp_path, kernel):
     np.testing.assert_array_equal(weights(agent), weights(restored))
     assert (restored.env_steps, restored.updates) == (agent.env_steps, agent.updates)
     assert restored.evaluate(2)["returns"] == agent.evaluate(2)["returns"]
+    assert len(restored.replay) == len(agent.replay) == 1200
+    np.testing.assert_array_equal(restored.replay.storage["obs"], agent.replay.storage["obs"])
+    np.testing.assert_array_equal(restored.replay.tree.get(np.arange(1200)), agent.replay.tree.get(np.arange(1200)))
+    assert restored.replay.rate_limiter.state_dict() == agent.replay.rate_limiter.state_dict()
     state, again = agent.learner.state_dict(), restored.learner.state_dict()
     for key in ("online", "target", "exp_avg", "exp_avg_sq"):
         np.testing.assert_array_equal(state[key], again[key])

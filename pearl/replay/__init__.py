@@ -2,14 +2,16 @@
 from pearl.replay.base import Batch, Replay  # noqa: F401
 from pearl.replay.nstep import NStepAccumulator, NStepBuffer  # noqa: F401
 from pearl.replay.prioritized import PrioritizedReplay  # noqa: F401
+from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded, RateLimitTimeout  # noqa: F401
 from pearl.replay.uniform import UniformReplay  # noqa: F401
 
 
-def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1):
+def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1,
+                rate_limiter: RateLimiter | None = None):
     """The replay that `config` (a ReplayConfig) asks for."""
     import numpy as np
 
-    kwargs = dict(capacity=config.capacity, obs_dim=obs_dim,
+    kwargs = dict(capacity=config.capacity, obs_dim=obs_dim, rate_limiter=rate_limiter,
                   action_dtype=action_dtype or np.int64, action_shape=action_shape)
     if config.kind == "uniform":
         return UniformReplay(**kwargs)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded
+
 
 @dataclass
 class Batch:
@@ -32,8 +34,10 @@ class Replay(ABC):
     prioritized = False
     progress = 0  # env steps so far; schedules (e.g. prioritized replay's beta) read it
 
-    def __init__(self, capacity: int, obs_dim: int, action_dtype=np.int64, action_shape=()):
+    def __init__(self, capacity: int, obs_dim: int, action_dtype=np.int64, action_shape=(),
+                 rate_limiter: RateLimiter | None = None):
         self.capacity = capacity
+        self.rate_limiter = rate_limiter
         self.obs_dim = obs_dim
         self.storage = {
             "obs": np.zeros((capacity, obs_dim), dtype=np.float32),
@@ -53,6 +57,11 @@ class Replay(ABC):
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         """Inserts a batch; returns the slots written."""
         count = len(rewards)
+        if self.rate_limiter is not None:
+            if not self.rate_limiter.can_insert(count):
+                raise RateLimitExceeded(f"insert of {count} refused: the learner is behind "
+                                        f"(samples/insert {self.rate_limiter.samples_per_insert})")
+            self.rate_limiter.record_insert(count)
         start = self.cursor
         wraps = start + count > self.capacity
         where = (start + np.arange(count)) % self.capacity if wraps else slice(start, start + count)
@@ -73,19 +82,35 @@ class Replay(ABC):
             np.take(arr, indices, axis=0, out=out[name])
         return out
 
-    @abstractmethod
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
         """A batch of `batch_size` stored transitions, chosen by this replay's selector."""
+        if not self.size:
+            raise ValueError("cannot sample from an empty replay")
+        if self.rate_limiter is not None:
+            if not self.rate_limiter.can_sample(batch_size):
+                raise RateLimitExceeded(f"sample of {batch_size} refused: the learner is ahead "
+                                        f"(samples/insert {self.rate_limiter.samples_per_insert})")
+            self.rate_limiter.record_sample(batch_size)
+        return self._select(batch_size, rng)
+
+    @abstractmethod
+    def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        """The selector: which stored transitions make up the batch."""
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replays ignore priorities; prioritized ones override this."""
 
     def state_dict(self) -> dict:
-        return {"storage": {k: v[:self.size].copy() for k, v in self.storage.items()},
-                "cursor": self.cursor, "size": self.size, "inserted": self.inserted}
+        state = {"storage": {k: v[:self.size].copy() for k, v in self.storage.items()},
+                 "cursor": self.cursor, "size": self.size, "inserted": self.inserted}
+        if self.rate_limiter is not None:
+            state["rate_limiter"] = self.rate_limiter.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         size = int(state["size"])
         for name, values in state["storage"].items():
             self.storage[name][:size] = values
         self.cursor, self.size, self.inserted = int(state["cursor"]), size, int(state["inserted"])
+        if self.rate_limiter is not None and "rate_limiter" in state:
+            self.rate_limiter.load_state_dict(state["rate_limiter"])

@@ -24,7 +24,6 @@ class PrioritizedReplay(Replay):
         self.beta_steps = max(1, beta_steps)
         self.priority_eps = priority_eps
         self.tree = SumTree(capacity)
-        self.min_tree = np.full(capacity, np.inf)  # p^alpha per slot; inf where empty
         self.max_priority = 1.0
 
     @property
@@ -34,28 +33,21 @@ class PrioritizedReplay(Replay):
 
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         slots = super().add(obs, actions, rewards, next_obs, discounts)
-        self._set(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
         return slots
 
-    def _set(self, slots: np.ndarray, scaled: np.ndarray) -> None:
-        self.tree.update(slots, scaled)
-        self.min_tree[slots] = scaled
-
-    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        if not self.size:
-            raise ValueError("cannot sample from an empty replay")
+    def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         total = self.tree.total
-        prefix = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        indices = self.tree.find(prefix)
+        indices = self.tree.sample(rng.random(batch_size))
         probabilities = self.tree.get(indices) / total
-        min_probability = self.min_tree[:self.size].min() / total
+        min_probability = self.tree.min() / total
         weights = ((probabilities / min_probability) ** -self.beta).astype(np.float32)
         return Batch(**self.gather(indices), indices=indices, weights=weights)
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         priorities = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps
         self.max_priority = max(self.max_priority, float(priorities.max()))
-        self._set(np.asarray(indices), priorities ** self.alpha)
+        self.tree.update(indices, priorities ** self.alpha)
 
     def state_dict(self) -> dict:
         state = super().state_dict()
@@ -65,7 +57,6 @@ class PrioritizedReplay(Replay):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.tree.nodes[:] = 0.0
-        self.min_tree[:] = np.inf
-        self._set(np.arange(self.size), np.asarray(state["priorities"]))
+        self.tree = SumTree(self.capacity, self.tree.fanout)
+        self.tree.update(np.arange(self.size), np.asarray(state["priorities"]))
         self.max_priority, self.progress = float(state["max_priority"]), int(state["progress"])

@@ -7,9 +7,7 @@ from pearl.replay.base import Batch, Replay
 
 
 class UniformReplay(Replay):
-    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        if not self.size:
-            raise ValueError("cannot sample from an empty replay")
+    def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         # A scaled float64 uniform is unbiased to 2^-53 and ~5x cheaper than Generator.integers.
         indices = (rng.random(batch_size) * self.size).astype(np.int64)
         return Batch(**self.gather(indices), indices=indices)
