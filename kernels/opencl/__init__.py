@@ -1,0 +1,14 @@
+"""OpenCL backend: the prioritized-replay sum tree and transition storage on an OpenCL device.
+
+Importing this package does not import pyopencl; `available()` says whether it can run here.
+"""
+from pearl.kernels.opencl.sumtree import (  # noqa: F401
+    OpenCLSumTree,
+    OpenCLTransitionStorage,
+    available,
+    default_context,
+    default_queue,
+    kernel_source,
+    parse_device_spec,
+    sample_batch,
+)
