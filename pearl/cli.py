@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, help="total environment steps")
     train.add_argument("--seed", type=int, help="random seed")
     train.add_argument("--device", help="learner device: cpu, cuda, cuda:N")
-    train.add_argument("--replay", help="replay kind: uniform or prioritized")
+    train.add_argument("--replay", help="replay kind: uniform, prioritized or amper (approximate PER)")
     train.add_argument("--learner-kernel", help="auto, fused (numpy, cpu) or torch")
     train.add_argument("--plan", help="a Plan YAML (task -> device, actors, batch sizes)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "

@@ -66,15 +66,18 @@ class DQNConfig:
 
 @dataclass
 class ReplayConfig:
-    kind: Literal["uniform", "prioritized"] = "uniform"
+    kind: Literal["uniform", "prioritized", "amper"] = "uniform"  # amper: approximate PER
     capacity: int = 50_000
     alpha: float = 0.6  # prioritization exponent
     beta: float = 0.4  # importance-sampling exponent at the start, annealed to beta_final
     beta_final: float = 1.0
     priority_eps: float = 1e-6
+    backend: Literal["auto", "numba", "numpy"] = "auto"  # the CPU sum tree's kernels
+    fanout: int = 16  # children per sum-tree node
 
     def check(self, at: str) -> None:
         _at_least(at + ".capacity", self.capacity, 1)
+        _at_least(at + ".fanout", self.fanout, 2)
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".beta", self.beta, 0.0, 1.0)
         _in_range(at + ".beta_final", self.beta_final, 0.0, 1.0)

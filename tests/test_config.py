@@ -26,7 +26,7 @@ BAD = [
     ("dqn: {exploration: {final: 2}}", "dqn.exploration.final: expected a number in [0.0, 1.0]"),
     ("dqn: {updates_per_step: 0}", "dqn.updates_per_step: expected a positive number"),
     ("dqn: 3", "dqn: expected a mapping"),
-    ("replay: {kind: ring}", "replay.kind: expected one of 'uniform', 'prioritized'"),
+    ("replay: {kind: ring}", "replay.kind: expected one of 'uniform', 'prioritized', 'amper'"),
     ("replay: {capacity: 0}", "replay.capacity: expected an integer >= 1"),
     ("replay: {alpha: 1.2}", "replay.alpha: expected a number in [0.0, 1.0]"),
     ("replay: {capacity: 10}", "dqn.batch_size: expected at most replay.capacity"),

@@ -17,4 +17,5 @@ def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_
         return UniformReplay(**kwargs)
     return PrioritizedReplay(**kwargs, alpha=config.alpha, beta=config.beta,
                              beta_final=config.beta_final, beta_steps=total_steps,
-                             priority_eps=config.priority_eps)
+                             priority_eps=config.priority_eps, fanout=config.fanout,
+                             backend="amper" if config.kind == "amper" else config.backend)

@@ -1,5 +1,9 @@
 """Prioritized experience replay (Schaul et al. 2016), proportional variant, on a sum tree.
 
+The priority structure is a backend: the exact K-ary sum tree compiled with numba (default), its
+numpy reference, or the approximate AMPER bucket sampler (docs/AMPER.md), whose importance
+weights use the probabilities it actually samples with.
+
 P(i) = p_i^alpha / sum_k p_k^alpha, sampled stratified (one draw per equal slice of the total
 mass); importance weights w_i = (N * P(i))^-beta normalised by the largest possible weight, the
 one of the minimum priority; beta anneals linearly to beta_final; new transitions get the maximum
@@ -13,17 +17,34 @@ from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
 
 
+def make_priority_sampler(backend: str, capacity: int, fanout: int):
+    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference) or 'amper'."""
+    if backend in ("auto", "numba"):
+        from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+
+        return NumbaSumTree(capacity, fanout)
+    if backend == "numpy":
+        return SumTree(capacity, fanout)
+    if backend == "amper":
+        from pearl.kernels.cpu.amper import AmperSampler
+
+        return AmperSampler(capacity)
+    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy or amper)")
+
+
 class PrioritizedReplay(Replay):
     prioritized = True
 
     def __init__(self, capacity: int, obs_dim: int, alpha: float = 0.6, beta: float = 0.4,
                  beta_final: float = 1.0, beta_steps: int = 1, priority_eps: float = 1e-6,
-                 **storage_kwargs):
+                 backend: str = "auto", fanout: int = 16, **storage_kwargs):
         super().__init__(capacity, obs_dim, **storage_kwargs)
         self.alpha, self.beta0, self.beta_final = alpha, beta, beta_final
         self.beta_steps = max(1, beta_steps)
         self.priority_eps = priority_eps
-        self.tree = SumTree(capacity)
+        self._new_sampler = lambda: make_priority_sampler(backend, capacity, fanout)
+        self.tree = self._new_sampler()
+        self.approximate = backend == "amper"
         self.max_priority = 1.0
 
     @property
@@ -37,10 +58,15 @@ class PrioritizedReplay(Replay):
         return slots
 
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        total = self.tree.total
-        indices = self.tree.sample(rng.random(batch_size))
-        probabilities = self.tree.get(indices) / total
-        min_probability = self.tree.min() / total
+        uniforms = rng.random(batch_size)
+        if self.approximate:
+            indices, probabilities = self.tree.sample_with_probabilities(uniforms)
+            min_probability = self.tree.min_probability()
+        else:
+            total = self.tree.total
+            indices = self.tree.sample(uniforms)
+            probabilities = self.tree.get(indices) / total
+            min_probability = self.tree.min() / total
         weights = ((probabilities / min_probability) ** -self.beta).astype(np.float32)
         return Batch(**self.gather(indices), indices=indices, weights=weights)
 
@@ -57,6 +83,6 @@ class PrioritizedReplay(Replay):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.tree = SumTree(self.capacity, self.tree.fanout)
+        self.tree = self._new_sampler()
         self.tree.update(np.arange(self.size), np.asarray(state["priorities"]))
         self.max_priority, self.progress = float(state["max_priority"]), int(state["progress"])
