@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pearl.kernels.cpu.fast_storage import RingKernels
 from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded
 
 
@@ -49,7 +50,8 @@ class Replay(ABC):
         self.cursor = 0  # next slot to write
         self.size = 0
         self.inserted = 0  # transitions ever inserted
-        self._out: dict[int, dict[str, np.ndarray]] = {}
+        # compiled kernels: one call inserts or gathers every field
+        self._ring = RingKernels(tuple(self.storage[name] for name in FIELDS))
 
     def __len__(self) -> int:
         return self.size
@@ -63,24 +65,15 @@ class Replay(ABC):
                                         f"(samples/insert {self.rate_limiter.samples_per_insert})")
             self.rate_limiter.record_insert(count)
         start = self.cursor
-        wraps = start + count > self.capacity
-        where = (start + np.arange(count)) % self.capacity if wraps else slice(start, start + count)
-        for name, values in zip(FIELDS, (obs, actions, rewards, next_obs, discounts)):
-            self.storage[name][where] = values
+        self._ring.cursor = start
+        self._ring.insert(obs, actions, rewards, next_obs, discounts)
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
         self.inserted += count
-        return where if wraps else np.arange(start, start + count)
+        return (start + np.arange(count)) % self.capacity
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        out = self._out.get(len(indices))
-        if out is None:
-            out = {name: np.empty((len(indices), *arr.shape[1:]), dtype=arr.dtype)
-                   for name, arr in self.storage.items()}
-            self._out[len(indices)] = out
-        for name, arr in self.storage.items():
-            np.take(arr, indices, axis=0, out=out[name])
-        return out
+        return dict(zip(FIELDS, self._ring.gather(indices)))
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
         """A batch of `batch_size` stored transitions, chosen by this replay's selector."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pearl.kernels.cpu.fast_storage import importance_weights
 from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
 
@@ -45,6 +46,8 @@ class PrioritizedReplay(Replay):
         self._new_sampler = lambda: make_priority_sampler(backend, capacity, fanout)
         self.tree = self._new_sampler()
         self.approximate = backend == "amper"
+        self.compiled = hasattr(self.tree, "update_from_td")  # NumbaSumTree's fused kernels
+        self._batch_outputs = None
         self.max_priority = 1.0
 
     @property
@@ -53,12 +56,21 @@ class PrioritizedReplay(Replay):
         return self.beta0 + fraction * (self.beta_final - self.beta0)
 
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
+        start = self.cursor
         slots = super().add(obs, actions, rewards, next_obs, discounts)
-        self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        if self.compiled:
+            self.tree.fill(start, len(slots), self.max_priority ** self.alpha)
+        else:
+            self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
         return slots
 
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         uniforms = rng.random(batch_size)
+        if self.compiled:
+            indices, priorities, weights = self._outputs(batch_size)
+            self.tree.sample_into(uniforms, indices, priorities)
+            importance_weights(priorities, self.tree.total, self.tree.min(), self.size, self.beta, weights)
+            return Batch(**self.gather(indices), indices=indices, weights=weights)
         if self.approximate:
             indices, probabilities = self.tree.sample_with_probabilities(uniforms)
             min_probability = self.tree.min_probability()
@@ -70,7 +82,18 @@ class PrioritizedReplay(Replay):
         weights = ((probabilities / min_probability) ** -self.beta).astype(np.float32)
         return Batch(**self.gather(indices), indices=indices, weights=weights)
 
+    def _outputs(self, batch_size: int):
+        """Preallocated (indices, priorities, weights) for a batch size, reused by the next sample."""
+        if self._batch_outputs is None or len(self._batch_outputs[0]) != batch_size:
+            self._batch_outputs = (np.empty(batch_size, np.int64), np.empty(batch_size, np.float64),
+                                   np.empty(batch_size, np.float32))
+        return self._batch_outputs
+
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        if self.compiled:
+            top = self.tree.update_from_td(indices, td_errors, self.alpha, self.priority_eps)
+            self.max_priority = max(self.max_priority, top)
+            return
         priorities = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities ** self.alpha)

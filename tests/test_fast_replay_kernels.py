@@ -1,0 +1,280 @@
+"""The numba replay kernels (kernels/cpu/fast_sumtree.py, fast_storage.py) against the numpy
+reference sum tree, a float64 cumsum/searchsorted reference and plain numpy storage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pearl.kernels.cpu import fast_storage as fs
+from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+from pearl.kernels.cpu.sumtree import SumTree
+
+
+def reference_find(priorities, prefixes):
+    return np.searchsorted(np.cumsum(np.asarray(priorities, np.float64)), prefixes, side="right")
+
+
+def away_from_boundaries(priorities, prefixes, rel=1e-9):
+    cum = np.concatenate(([0.0], np.cumsum(np.asarray(priorities, np.float64))))
+    gap = np.abs(np.asarray(prefixes)[:, None] - cum[None, :]).min(axis=1)
+    return gap > rel * cum[-1]
+
+
+def assert_same_tree(fast, ref):
+    """Every level of both trees bit-identical (same summation order), totals and min too."""
+    assert (fast.capacity, fast.fanout, fast.depth) == (ref.capacity, ref.fanout, ref.depth)
+    assert len(fast.sums) == len(ref.sums)
+    for a, b in zip(fast.sums, ref.sums):
+        assert a.tobytes() == b.tobytes()
+    for a, b in zip(fast.mins, ref.mins):
+        assert a.tobytes() == b.tobytes()
+    assert fast.total == ref.total and fast.min() == ref.min()
+
+
+def filled(capacity, fanout, priorities):
+    fast, ref = NumbaSumTree(capacity, fanout), SumTree(capacity, fanout)
+    fast.update(np.arange(len(priorities)), priorities)
+    ref.update(np.arange(len(priorities)), priorities)
+    return fast, ref
+
+
+# -- layout and basic interface --------------------------------------------------------------------
+def test_one_contiguous_array_with_level_offsets():
+    tree = NumbaSumTree(1000, 4)
+    assert tree.depth == SumTree(1000, 4).depth == 5
+    assert tree.sums[0].base is tree.mins[0].base is tree._buffer
+    np.testing.assert_array_equal(tree.offsets, np.cumsum([0, 1, 4, 16, 64, 256, 1024]))
+    assert tree.total == 0.0 and tree.min() == np.inf
+    with pytest.raises(ValueError):
+        NumbaSumTree(0)
+    with pytest.raises(ValueError):
+        NumbaSumTree(4, 1)
+    with pytest.raises(IndexError):
+        tree.update(np.array([1000]), np.array([1.0]))
+    with pytest.raises(IndexError):
+        tree.update(np.array([-1]), np.array([1.0]))
+
+
+@pytest.mark.parametrize("fanout", [2, 3, 4, 16])
+@pytest.mark.parametrize("capacity", [1, 7, 1000, 100_000])
+def test_matches_reference_bit_for_bit(capacity, fanout):
+    if capacity == 100_000 and fanout == 3:
+        pytest.skip("covered by 2, 4, 16")
+    rng = np.random.default_rng(capacity * 31 + fanout)
+    priorities = rng.random(capacity) ** 3
+    priorities[rng.random(capacity) < 0.1] = 0.0
+    priorities[0] = 1.0  # never all zero
+    fast, ref = filled(capacity, fanout, priorities)
+    assert_same_tree(fast, ref)
+    for _ in range(3):  # batches with duplicates, zeros, tiny and large values
+        n = min(300, 2 * capacity)
+        idx = rng.integers(0, capacity, n)
+        p = rng.random(n) * 10.0 ** rng.integers(-8, 3, n)
+        p[rng.random(n) < 0.1] = 0.0
+        fast.update(idx, p)
+        ref.update(idx, p)
+        assert_same_tree(fast, ref)
+        if ref.total == 0.0:
+            continue
+        uniforms = rng.random(256)
+        np.testing.assert_array_equal(fast.sample(uniforms), ref.sample(uniforms))
+        np.testing.assert_array_equal(fast.sample_per_member(uniforms), ref.sample(uniforms))
+        out, prio = np.empty(256, np.int64), np.empty(256)
+        fast.sample_into(uniforms, out, prio)
+        np.testing.assert_array_equal(out, ref.sample(uniforms))
+        np.testing.assert_array_equal(prio, ref.get(out))
+        assert (prio > 0).all()
+        prefixes = np.concatenate((rng.random(500) * ref.total, [0.0, np.nextafter(ref.total, 0.0),
+                                                                  ref.total, 2 * ref.total]))
+        found = fast.find(prefixes)
+        np.testing.assert_array_equal(found, ref.find(prefixes))
+        leaves = ref.get(np.arange(capacity))
+        assert found.max() < capacity and (leaves[found] > 0).all()  # the rounding guard
+        keep = away_from_boundaries(leaves, prefixes) & (prefixes < ref.total)
+        np.testing.assert_array_equal(found[keep], reference_find(leaves, prefixes[keep]))
+
+
+def test_large_fanout_pairwise_recursion():
+    """Fanout > 128: numpy's pairwise sum recurses; same association here."""
+    rng = np.random.default_rng(0)
+    p = rng.random(700) * 10.0 ** rng.integers(-6, 6, 700)
+    fast, ref = filled(700, 300, p)
+    assert_same_tree(fast, ref)
+    u = rng.random(64)
+    np.testing.assert_array_equal(fast.sample(u), ref.sample(u))
+
+
+def test_duplicates_last_wins_and_zero_priorities():
+    fast = NumbaSumTree(6, fanout=2)
+    fast.update(np.arange(6), np.ones(6))
+    fast.update(np.array([2, 4, 2, 2]), np.array([10.0, 3.0, 7.0, 0.5]))
+    np.testing.assert_array_equal(fast.get(np.arange(6)), [1, 1, 0.5, 1, 3, 1])
+    assert fast.total == 7.5 and fast.min() == 0.5
+    np.testing.assert_array_equal(fast.find(np.array([0.0, 2.2, 2.6, 4.0, 7.4])), [0, 2, 3, 4, 5])
+    fast.update(np.array([2, 2]), np.array([0.25, 0.0]))
+    assert fast.min() == 1.0 and fast.total == 7.0
+    for prefix in np.linspace(0, 7.0, 50):
+        assert fast.find(np.array([prefix]))[0] != 2
+
+
+def test_update_from_td_and_fill():
+    rng = np.random.default_rng(1)
+    fast, ref = NumbaSumTree(100, 4), SumTree(100, 4)
+    idx = rng.integers(0, 100, 80)
+    td = rng.normal(size=80)
+    top = fast.update_from_td(idx, td, 0.6, 1e-6)
+    ref.update(idx, (np.abs(td) + 1e-6) ** 0.6)
+    assert top == np.max(np.abs(td) + 1e-6)
+    np.testing.assert_allclose(fast.leaves, ref.leaves, rtol=1e-15)
+    assert fast.total == pytest.approx(ref.total, rel=1e-14)
+    fast.update_from_td(idx, td.astype(np.float32), 0.5, 0.0)  # float32 TD errors accepted
+    np.testing.assert_allclose(fast.get(idx[-1:]), np.sqrt(np.abs(td[-1:].astype(np.float32)).astype(np.float64)),
+                               rtol=1e-15)
+    fast.fill(95, 10, 2.0)  # wraps: 95..99, 0..4
+    ref.update((95 + np.arange(10)) % 100, np.full(10, 2.0))
+    ref.update(idx, np.sqrt(np.abs(td.astype(np.float32).astype(np.float64))))
+    fast.update(idx, ref.get(idx))
+    ref.update((95 + np.arange(10)) % 100, np.full(10, 2.0))
+    fast.fill(95, 10, 2.0)
+    assert_same_tree(fast, ref)
+
+
+priority_lists = st.lists(
+    st.one_of(st.just(0.0), st.floats(1e-6, 100.0, allow_nan=False, allow_infinity=False)),
+    min_size=1, max_size=70).filter(lambda ps: sum(ps) > 0)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(priorities=priority_lists, seed=st.integers(0, 2**32 - 1), fanout=st.sampled_from([2, 3, 4, 16]))
+def test_property_find_matches_reference_and_searchsorted(priorities, seed, fanout):
+    p = np.array(priorities)
+    fast, ref = filled(len(p), fanout, p)
+    assert_same_tree(fast, ref)
+    total = fast.total
+    prefixes = np.concatenate((np.random.default_rng(seed).random(100) * total,
+                               [0.0, np.nextafter(total, 0.0)]))
+    found = fast.find(prefixes)
+    np.testing.assert_array_equal(found, ref.find(prefixes))
+    assert (p[found] > 0).all()
+    keep = away_from_boundaries(p, prefixes)
+    np.testing.assert_array_equal(found[keep], reference_find(p, prefixes[keep]))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(capacity=st.integers(1, 40), fanout=st.sampled_from([2, 4, 16]), data=st.data())
+def test_property_updates_with_duplicates_last_wins(capacity, fanout, data):
+    fast, ref = NumbaSumTree(capacity, fanout), SumTree(capacity, fanout)
+    reference = np.zeros(capacity)
+    for _ in range(data.draw(st.integers(1, 4))):
+        indices = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity))
+        values = data.draw(st.lists(st.floats(0.0, 50.0), min_size=len(indices), max_size=len(indices)))
+        fast.update(np.array(indices), np.array(values))
+        ref.update(np.array(indices), np.array(values))
+        for i, v in zip(indices, values):
+            reference[i] = v
+        np.testing.assert_array_equal(fast.get(np.arange(capacity)), reference)
+        assert_same_tree(fast, ref)
+
+
+def test_sampling_distribution_chisquare():
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(2)
+    capacity = 50
+    p = rng.random(capacity) + 0.05
+    p[[3, 17]] = 0.0
+    fast = NumbaSumTree(capacity, 4)
+    fast.update(np.arange(capacity), p)
+    counts = np.zeros(capacity)
+    out = np.empty(256, np.int64)
+    for _ in range(400):
+        np.add.at(counts, fast.sample_into(rng.random(256), out), 1)
+    assert counts[3] == counts[17] == 0
+    positive = p > 0
+    expected = p[positive] / p.sum() * counts.sum()
+    assert chisquare(counts[positive], expected).pvalue > 1e-3
+
+
+# -- storage --------------------------------------------------------------------------------------
+def fields(capacity, obs_dim):
+    return (np.zeros((capacity, obs_dim), np.float32), np.zeros(capacity, np.int64),
+            np.zeros(capacity, np.float32), np.zeros((capacity, obs_dim), np.float32),
+            np.zeros(capacity, np.float32), np.zeros((capacity, 2, 3), np.float64))
+
+
+def batch(start, count, obs_dim):
+    ids = np.arange(start, start + count)
+    obs = (ids[:, None] * 10 + np.arange(obs_dim)).astype(np.float32)
+    return (obs, ids % 4, ids.astype(np.float32), obs + 0.5,
+            np.where(ids % 5 == 0, 0.0, 0.99).astype(np.float32),
+            np.broadcast_to(ids[:, None, None] * 1.5, (count, 2, 3)).copy())
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(capacity=st.integers(1, 12), counts=st.lists(st.integers(1, 15), min_size=1, max_size=10),
+       obs_dim=st.sampled_from([1, 4, 17]))
+def test_ring_insert_wraps_like_numpy(capacity, counts, obs_dim):
+    ring = fs.RingKernels(fields(capacity, obs_dim))
+    reference = fields(capacity, obs_dim)
+    cursor = inserted = 0
+    for count in counts:
+        values = batch(inserted, count, obs_dim)
+        start = ring.insert(*values)
+        assert start == cursor
+        slots = (cursor + np.arange(count)) % capacity
+        for ref, v in zip(reference, values):
+            ref[slots] = v  # numpy fancy assignment: last write wins on wrap-around
+        cursor = (cursor + count) % capacity
+        inserted += count
+        assert ring.cursor == cursor
+        for got, ref in zip(ring.fields, reference):
+            np.testing.assert_array_equal(got, ref)
+
+
+def test_insert_casts_and_accepts_lists():
+    ring = fs.RingKernels((np.zeros((4, 2), np.float32), np.zeros(4, np.int64)))
+    ring.insert(np.array([[1.5, 2.5]]), [3])  # float64 obs, list actions
+    np.testing.assert_array_equal(ring.fields[0][0], [1.5, 2.5])
+    assert ring.fields[1][0] == 3 and ring.cursor == 1
+    with pytest.raises(ValueError):
+        fs.ring_insert(0, ((ring.fields[0], np.zeros((2, 2), np.float32)),
+                           (ring.fields[1], np.zeros(3, np.int64))))
+
+
+@pytest.mark.parametrize("obs_dim", [1, 4, 17])
+def test_gather_matches_numpy_take(obs_dim):
+    rng = np.random.default_rng(obs_dim)
+    ring = fs.RingKernels(fields(100, obs_dim))
+    ring.insert(*batch(0, 100, obs_dim))
+    for n in (1, 7, 256):
+        indices = rng.integers(0, 100, n)
+        outs = ring.gather(indices)
+        for got, src in zip(outs, ring.fields):
+            np.testing.assert_array_equal(got, src[indices])
+            assert got.dtype == src.dtype
+        assert ring.gather(indices[::-1].copy())[0] is outs[0]  # buffers reused per batch size
+    with pytest.raises(IndexError):
+        ring.gather(np.array([100]))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
+def test_importance_weights_match_numpy(beta):
+    rng = np.random.default_rng(3)
+    size = 50
+    priorities = rng.random(size) + 0.01
+    total, min_priority = priorities.sum(), priorities.min()
+    idx = rng.integers(0, size, 32)
+    out = np.empty(32, np.float32)
+    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out)
+    w = (size * priorities / total) ** -beta
+    expected = w[idx] / (size * min_priority / total) ** -beta
+    np.testing.assert_allclose(out, expected.astype(np.float32), rtol=1e-6)
+    assert out.max() <= 1.0 + 1e-6
+    out64 = np.empty(32)
+    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out64)
+    np.testing.assert_allclose(out64, expected, rtol=1e-13)
+    # no usable minimum: normalised by the batch's largest weight
+    fs.importance_weights(priorities[idx], total, np.inf, size, beta, out64)
+    np.testing.assert_allclose(out64, w[idx] / w[idx].max(), rtol=1e-13)
