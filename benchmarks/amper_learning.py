@@ -6,9 +6,7 @@ hyperparameters for both kinds, alpha 0.6, beta 0.4 -> 1), then evaluates each t
 greedily (10 episodes, the agent's own evaluation seeds) and prints the final returns side by side
 with the per-environment medians.
 
-NOTE: `replay="amper"` is passed through the public API as the replay kind. It needs the kind to be
-wired into pearl/replay (make_replay) and pearl/config.py (ReplayConfig.kind); until then the
-AMPER runs are reported as "not wired" (the ConfigError is caught) and only exact PER runs.
+`replay="amper"` selects the AMPER sampler through the public API (ReplayConfig.kind).
 
     python benchmarks/amper_learning.py                      # 2 envs x 3 seeds x 2 kinds, 50k steps
     python benchmarks/amper_learning.py --steps 100000 --json amper_learning.json
@@ -24,7 +22,6 @@ import statistics
 import time
 
 import pearl
-from pearl.errors import ConfigError
 
 ENVS = ("CartPole-v1", "Acrobot-v1")
 KINDS = ("prioritized", "amper")
@@ -46,16 +43,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_one(env: str, kind: str, seed: int, steps: int, episodes: int) -> dict:
-    try:
-        agent = pearl.DQN(env=env, replay=kind, seed=seed, total_steps=steps)
-    except ConfigError as error:
-        return {"env": env, "kind": kind, "seed": seed, "return": None, "error": f"not wired: {error}"}
+    agent = pearl.DQN(env=env, replay=kind, seed=seed, total_steps=steps)
     started = time.perf_counter()
     summary = agent.train()
     wall = time.perf_counter() - started
     result = agent.evaluate(episodes)
     return {"env": env, "kind": kind, "seed": seed, "return": result["mean"], "return_std": result["std"],
-            "train_s": wall, "steps_per_s": summary["steps_per_s"], "error": None}
+            "train_s": wall, "steps_per_s": summary["steps_per_s"]}
 
 
 def fmt(value) -> str:
@@ -70,7 +64,7 @@ def main(argv=None) -> None:
             for kind in args.kinds:
                 row = run_one(env, kind, seed, args.steps, args.eval_episodes)
                 rows.append(row)
-                detail = row["error"] or f"{row['train_s']:.0f} s, {row['steps_per_s']:.0f} steps/s"
+                detail = f"{row['train_s']:.0f} s, {row['steps_per_s']:.0f} steps/s"
                 print(f"{env} seed {seed} {kind}: return {fmt(row['return'])} ({detail})", flush=True)
     print(f"\nfinal greedy return ({args.eval_episodes} episodes), {args.steps} env steps per run")
     print(f"{'env':>12} {'seed':>5} " + " ".join(f"{k:>12}" for k in args.kinds))
