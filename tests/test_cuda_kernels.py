@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pearl.kernels.cpu import SumTree
 from pearl.kernels.cuda import GraphedSampler, TorchSumTree, TorchTransitionStorage
+from sumtree_reference import away_from_boundaries, reference_find
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device"))]
@@ -28,19 +29,6 @@ def assert_on(tensor, device, dtype=None):
     assert tensor.device.type == torch.device(device).type
     if dtype is not None:
         assert tensor.dtype == dtype
-
-
-def reference_find(priorities, prefixes):
-    """Leaf j with c_{j-1} <= prefix < c_j, from a float64 cumulative sum."""
-    return np.searchsorted(np.cumsum(np.asarray(priorities, np.float64)), prefixes, side="right")
-
-
-def away_from_boundaries(priorities, prefixes, rel=1e-9):
-    """Prefixes not within rel * total of any bracket boundary c_j (sorted search: O(n log n))."""
-    cum = np.concatenate(([0.0], np.cumsum(np.asarray(priorities, np.float64))))
-    pos = np.clip(np.searchsorted(cum, prefixes), 1, len(cum) - 1)
-    gap = np.minimum(np.abs(prefixes - cum[pos - 1]), np.abs(prefixes - cum[pos]))
-    return gap > rel * cum[-1]
 
 
 def check_tree_invariants(tree, reference):

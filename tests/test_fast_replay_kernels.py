@@ -10,16 +10,7 @@ from hypothesis import strategies as st
 from pearl.kernels.cpu import fast_storage as fs
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.sumtree import SumTree
-
-
-def reference_find(priorities, prefixes):
-    return np.searchsorted(np.cumsum(np.asarray(priorities, np.float64)), prefixes, side="right")
-
-
-def away_from_boundaries(priorities, prefixes, rel=1e-9):
-    cum = np.concatenate(([0.0], np.cumsum(np.asarray(priorities, np.float64))))
-    gap = np.abs(np.asarray(prefixes)[:, None] - cum[None, :]).min(axis=1)
-    return gap > rel * cum[-1]
+from sumtree_reference import away_from_boundaries, reference_find
 
 
 def assert_same_tree(fast, ref):

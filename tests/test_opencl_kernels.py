@@ -19,6 +19,7 @@ if not ocl.available():
 
 from pearl.kernels.cpu import SumTree  # noqa: E402
 from pearl.replay import UniformReplay  # noqa: E402
+from sumtree_reference import away_from_boundaries, reference_find
 
 warnings.filterwarnings("ignore", module="pyopencl")  # compiler-output chatter
 OBS_DIM = 3
@@ -33,18 +34,6 @@ def queue():
 def fp64(queue):
     if "cl_khr_fp64" not in queue.device.extensions:
         pytest.skip("device has no float64: exact comparisons do not apply")
-
-
-def reference_find(priorities, prefixes):
-    return np.searchsorted(np.cumsum(np.asarray(priorities, np.float64)), prefixes, side="right")
-
-
-def away_from_boundaries(priorities, prefixes, rel=1e-9):
-    cum = np.concatenate(([0.0], np.cumsum(np.asarray(priorities, np.float64))))
-    lo = np.clip(np.searchsorted(cum, prefixes) - 1, 0, len(cum) - 1)
-    hi = np.clip(lo + 1, 0, len(cum) - 1)
-    gap = np.minimum(np.abs(prefixes - cum[lo]), np.abs(prefixes - cum[hi]))
-    return gap > rel * cum[-1]
 
 
 def pair(capacity, fanout, priorities=None, **kw):

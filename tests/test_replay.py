@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pearl.config import ReplayConfig
 from pearl.kernels.cpu import SumTree
 from pearl.replay import PrioritizedReplay, UniformReplay, make_replay
+from sumtree_reference import away_from_boundaries, reference_find
 
 OBS_DIM = 3
 
@@ -156,17 +157,6 @@ def test_uniform_state_dict_round_trip():
 
 
 # -- the sum tree ---------------------------------------------------------------------------------
-def reference_find(priorities, prefixes):
-    """Leaf j with c_{j-1} <= prefix < c_j, from a float64 cumulative sum."""
-    return np.searchsorted(np.cumsum(np.asarray(priorities, np.float64)), prefixes, side="right")
-
-
-def away_from_boundaries(priorities, prefixes, rel=1e-9):
-    cum = np.concatenate(([0.0], np.cumsum(np.asarray(priorities, np.float64))))
-    gap = np.abs(prefixes[:, None] - cum[None, :]).min(axis=1)
-    return gap > rel * cum[-1]
-
-
 def check_tree_invariants(tree, reference):
     np.testing.assert_array_equal(tree.get(np.arange(tree.capacity)), reference)
     assert not tree.leaves[tree.capacity:].any()  # padding leaves stay empty
