@@ -76,10 +76,7 @@ class DQN:
         self.plan.check()
         if self.plan.actors != 1:
             raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
-        for task, device in self.plan.devices.items():
-            if task not in ("learn", "sync_weights") and device != "cpu":
-                raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel yet; "
-                                  f"only the learner runs off the cpu today")
+        replay_device = self._replay_device()
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
@@ -90,7 +87,7 @@ class DQN:
         self.policy = QPolicy(layout)
         self.policy.load(self.learner.policy_weights())
         self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps,
-                                  rate_limiter=self._rate_limiter())
+                                  rate_limiter=self._rate_limiter(), device=replay_device)
         self.rng = np.random.default_rng(config.seed)
         self._actor: Actor | None = None
         self.env_steps = self.updates = self.episodes = 0
@@ -100,6 +97,25 @@ class DQN:
         self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
                                  self.plan.batch_size, config.dqn.updates_per_step,
                                  self.plan.envs_per_actor, self.plan.sync_interval)
+
+    def _replay_device(self) -> str:
+        """Where the priority structure lives: the plan's `sample` device. The tree is one object,
+        so `insert` and `update_priorities` must name the same device; the actor stays on the cpu."""
+        devices = self.plan.devices
+        for task in ("act", "insert", "sample", "update_priorities"):
+            device = devices[task]
+            if device == "cpu":
+                continue
+            if task == "act" or not device.startswith("opencl") or self.config.replay.kind != "prioritized":
+                raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
+                                  f"{self.config.replay.kind} replay (prioritized replay runs on cpu "
+                                  f"or opencl:N; act runs on cpu)")
+        sample = devices["sample"]
+        for task in ("insert", "update_priorities"):
+            if devices[task] != sample:
+                raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
+                                  f"where the priority tree lives; got {devices[task]}")
+        return sample
 
     def _rate_limiter(self) -> RateLimiter:
         """Samples per insert = updates per step x batch, with slack for one round of the runtime:

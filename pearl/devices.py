@@ -43,24 +43,42 @@ def cuda_devices() -> list[dict]:
     return out
 
 
-def opencl_devices() -> list[dict]:
+def _opencl_handles() -> list:
+    """(platform, device) pairs in the order that numbers them opencl:0, opencl:1, ..."""
     try:
         import pyopencl as cl
     except ImportError:
         return []
-    out = []
     try:
         platforms = cl.get_platforms()
     except cl.Error:  # no ICD loader or no platform installed
         return []
-    index = 0
+    pairs = []
     for plat in platforms:
-        for dev in plat.get_devices():
-            out.append({"id": f"opencl:{index}", "kind": "opencl", "name": dev.name.strip(),
-                        "platform": plat.name.strip(), "compute_units": dev.max_compute_units,
-                        "memory_gib": round(dev.global_mem_size / 2**30, 1)})
-            index += 1
-    return out
+        try:
+            pairs += [(plat, dev) for dev in plat.get_devices()]
+        except cl.Error:  # a platform without devices
+            continue
+    return pairs
+
+
+def opencl_devices() -> list[dict]:
+    return [{"id": f"opencl:{i}", "kind": "opencl", "name": dev.name.strip(),
+             "platform": plat.name.strip(), "compute_units": dev.max_compute_units,
+             "memory_gib": round(dev.global_mem_size / 2**30, 1)}
+            for i, (plat, dev) in enumerate(_opencl_handles())]
+
+
+def opencl_context(index: int):
+    """A pyopencl context on device opencl:`index`."""
+    from pearl.errors import ConfigError
+
+    handles = _opencl_handles()
+    if index >= len(handles):
+        raise ConfigError(f"opencl:{index}: no such OpenCL device ({len(handles)} found; see `pearl devices`)")
+    import pyopencl as cl
+
+    return cl.Context([handles[index][1]])
 
 
 def detect_devices() -> list[dict]:

@@ -270,3 +270,20 @@ def test_sample_batch_on_device(fp64):
     expected = reference.gather(indices)
     for name in expected:
         np.testing.assert_array_equal(out[name], expected[name])
+
+
+def test_plan_puts_the_priority_tree_on_an_opencl_device():
+    """Same seed, same run: the tree on opencl:0 trains exactly like the numpy reference tree."""
+    import pearl
+
+    options = dict(replay="prioritized", total_steps=1500, learning_starts=300, hidden=[16, 16], seed=2)
+    on_device = {**pearl.Plan().devices, "sample": "opencl:0", "insert": "opencl:0",
+                 "update_priorities": "opencl:0"}
+    device_agent = pearl.DQN("CartPole-v1", plan=pearl.Plan(devices=on_device), **options)
+    config = device_agent.config
+    reference = pearl.DQN(config=pearl.config.apply_overrides(config, {"replay.backend": "numpy"}))
+    assert type(device_agent.replay.tree).__name__ == "OpenCLSumTree"
+    device_agent.train()
+    reference.train()
+    np.testing.assert_array_equal(device_agent.learner.policy_weights(), reference.learner.policy_weights())
+    np.testing.assert_array_equal(device_agent.replay.tree.leaves[:1500], reference.replay.tree.leaves[:1500])

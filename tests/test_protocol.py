@@ -58,5 +58,16 @@ def test_bad_plans(text, message):
 
 def test_plan_naming_a_device_without_kernels_is_refused():
     plan = Plan(devices={**Plan().devices, "sample": "opencl:0"})
-    with pytest.raises(ConfigError, match="plan.devices.sample: opencl:0 has no sample kernel yet"):
+    with pytest.raises(ConfigError, match="plan.devices.sample: opencl:0 has no sample kernel for uniform replay"):
         pearl.DQN("CartPole-v1", plan=plan)
+
+
+@pytest.mark.parametrize("devices,message", [
+    ({"act": "opencl:0"}, "plan.devices.act: opencl:0 has no act kernel"),
+    ({"sample": "cuda:0", "insert": "cuda:0", "update_priorities": "cuda:0"}, "plan.devices.insert: cuda:0 has no insert kernel"),
+    ({"sample": "opencl:0"}, "plan.devices.insert: must be the sample device (opencl:0)"),
+])
+def test_plan_replay_devices_are_checked(devices, message):
+    plan = Plan(devices={**Plan().devices, **devices})
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pearl.DQN("CartPole-v1", plan=plan, replay="prioritized")

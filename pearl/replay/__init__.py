@@ -7,8 +7,9 @@ from pearl.replay.uniform import UniformReplay  # noqa: F401
 
 
 def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1,
-                rate_limiter: RateLimiter | None = None):
-    """The replay that `config` (a ReplayConfig) asks for."""
+                rate_limiter: RateLimiter | None = None, device: str = "cpu"):
+    """The replay that `config` (a ReplayConfig) asks for; `device` 'opencl:N' puts a prioritized
+    replay's sum tree on that OpenCL device (storage stays in host memory)."""
     import numpy as np
 
     kwargs = dict(capacity=config.capacity, obs_dim=obs_dim, rate_limiter=rate_limiter,
@@ -18,4 +19,5 @@ def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_
     return PrioritizedReplay(**kwargs, alpha=config.alpha, beta=config.beta,
                              beta_final=config.beta_final, beta_steps=total_steps,
                              priority_eps=config.priority_eps, fanout=config.fanout,
-                             backend="amper" if config.kind == "amper" else config.backend)
+                             backend=("amper" if config.kind == "amper" else
+                                      device if device.startswith("opencl") else config.backend))

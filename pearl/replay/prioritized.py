@@ -19,7 +19,8 @@ from pearl.replay.base import Batch, Replay
 
 
 def make_priority_sampler(backend: str, capacity: int, fanout: int):
-    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference) or 'amper'."""
+    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference), 'amper', or
+    'opencl:N' (the exact tree on the N-th OpenCL device that `pearl devices` lists)."""
     if backend in ("auto", "numba"):
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 
@@ -30,7 +31,12 @@ def make_priority_sampler(backend: str, capacity: int, fanout: int):
         from pearl.kernels.cpu.amper import AmperSampler
 
         return AmperSampler(capacity)
-    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy or amper)")
+    if backend.startswith("opencl:"):
+        from pearl.devices import opencl_context
+        from pearl.kernels.opencl import OpenCLSumTree
+
+        return OpenCLSumTree(capacity, fanout, context=opencl_context(int(backend.split(":")[1])))
+    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy, amper or opencl:N)")
 
 
 class PrioritizedReplay(Replay):
