@@ -8,6 +8,7 @@ Capacity 1M (filled), batch 256, obs dim 4 and 17. For each system, the median o
   per_update      priority update of 256 sampled indices
   per_sample_update  per_sample followed by per_update (the learner's critical path)
 Kernel rows (tree only, no transitions) show each backend's sum tree: sample(256) + update(256).
+The pearl-amper column is PEARL's approximate AMPER sampler (docs/AMPER.md) in the same replay.
 Rivals that are not installed or do not load are listed with the reason. Ratios are ours / theirs
 in time (lower is faster), against the best rival of the same operation.
 
@@ -257,7 +258,8 @@ def main(argv=None) -> int:
     with cpu_kernel_mode():
         for obs_dim in args.obs_dims:
             print(f"\ncapacity {args.capacity:,}, batch {BATCH}, obs dim {obs_dim}: median us per call")
-            rows = {"pearl": bench_pearl(args.capacity, obs_dim, args.repeats, args.backend)}
+            rows = {"pearl": bench_pearl(args.capacity, obs_dim, args.repeats, args.backend),
+                    "pearl-amper": bench_pearl(args.capacity, obs_dim, args.repeats, "amper")}
             for name, bench in RIVALS.items():
                 try:
                     rows[name] = bench(args.capacity, obs_dim, args.repeats)
@@ -283,7 +285,7 @@ def print_table(rows: dict) -> None:
         for name in names:
             value = rows[name].get(op)
             cells.append(f"{value:12.1f}" if value is not None else f"{'-':>12}")
-            if name != "pearl" and value is not None:
+            if not name.startswith("pearl") and value is not None:
                 rivals.append(value)
         ours = rows["pearl"].get(op)
         ratio = f"{ours / min(rivals):17.2f}x" if ours is not None and rivals else f"{'':>18}"
