@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import time
 
 import numpy as np
 
 from pearl.kernels.cpu.amper import AmperSampler
 from pearl.kernels.cpu.sumtree import SumTree
+from timing import median_us
 
 ALPHA, EPS = 0.6, 1e-6
 BUCKET_COUNTS = (16, 32, 64, 128, 256, 512, 1024)
@@ -75,15 +75,6 @@ def tv_table(n: int, seed: int) -> None:
     print()
 
 
-def median_us(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e6 * statistics.median(times)
-
-
 def speed(capacity: int, batch: int, reps: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     p = (rng.exponential(1.0, capacity) + EPS) ** ALPHA
@@ -92,7 +83,7 @@ def speed(capacity: int, batch: int, reps: int, seed: int) -> None:
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 
         samplers["NumbaSumTree"] = NumbaSumTree(capacity, 16)
-    except Exception as error:  # noqa: BLE001 -- written concurrently by someone else
+    except ImportError as error:
         print(f"(NumbaSumTree not available: {type(error).__name__}: {error})")
     samplers["AmperSampler"] = AmperSampler(capacity)  # defaults: 512 buckets
     samplers["Amper 128 bkt"] = AmperSampler(capacity, n_buckets=128)
@@ -106,11 +97,11 @@ def speed(capacity: int, batch: int, reps: int, seed: int) -> None:
         for name, s in samplers.items():
             u = [rng.random(batch) for _ in range(reps)]
             it = iter(u)
-            results[name]["sample"].append(median_us(lambda: s.sample(next(it)), reps))
+            results[name]["sample"].append(median_us(lambda: s.sample(next(it)), reps, warmup=0))
             idx = [rng.integers(0, capacity, batch) for _ in range(reps)]
             pr = [(rng.exponential(1.0, batch) + EPS) ** ALPHA for _ in range(reps)]
             it2 = iter(zip(idx, pr))
-            results[name]["update"].append(median_us(lambda: s.update(*next(it2)), reps))
+            results[name]["update"].append(median_us(lambda: s.update(*next(it2)), reps, warmup=0))
     print(f"speed: capacity {capacity}, batch {batch}, median of {rounds} rounds x {reps} calls "
           f"({platform.processor() or platform.machine()}, shared machine)")
     ref = {k: statistics.median(results["SumTree (numpy)"][k]) for k in ("sample", "update")}

@@ -20,27 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timing import median_us  # noqa: E402  (benchmarks/ is the script's own directory)
 
 BATCH = 256
-
-
-def median_us(fn, repeats: int, warmup: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(samples)
 
 
 def transitions(rng, count: int, obs_dim: int):
