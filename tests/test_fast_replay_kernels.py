@@ -35,7 +35,7 @@ def filled(capacity, fanout, priorities):
 def test_one_contiguous_array_with_level_offsets():
     tree = NumbaSumTree(1000, 4)
     assert tree.depth == SumTree(1000, 4).depth == 5
-    assert tree.sums[0].base is tree.mins[0].base is tree._buffer
+    assert tree.sums[0].base is tree.mins[0].base is tree._prefix.base is tree._buffer
     np.testing.assert_array_equal(tree.offsets, np.cumsum([0, 1, 4, 16, 64, 256, 1024]))
     assert tree.total == 0.0 and tree.min() == np.inf
     with pytest.raises(ValueError):

@@ -11,27 +11,38 @@ Same interface and same results as the numpy reference, bit for bit:
     sample_into(uniforms, out_indices, out_priorities=None)   the same, no allocation
     total, min(), get(indices), capacity, fanout, depth, sums, mins, leaves
 
-Layout: all levels of the sum tree live in ONE contiguous float64 array, root first (level d starts
-at offsets[d] = (K^d - 1) / (K - 1)); the min tree is a second array with the same offsets (both
-are slices of one allocation). `sums[d]` / `mins[d]` are views of level d, as in the reference.
+Layout: one float64 allocation holds three arrays that share the level offsets (level d starts at
+offsets[d] = (K^d - 1) / (K - 1)):
+- `sums`: every node's sum, root first, leaves last, as in the reference;
+- `prefix`: for every node, the sequential cumulative sum of its sibling group up to and
+  including it (np.cumsum of the K children of its parent, exactly what the reference's descent
+  computes on the fly);
+- `mins`: the min tree's internal levels only. A leaf's own min is its priority (inf when zero),
+  which `sums` already holds, so the parents of the leaves take their min straight from the leaf
+  sums and an update never touches a separate min-leaf line.
+
+Why the prefix array: a descent that recomputes K cumulative sums per level costs K dependent
+adds and compares per member and level; with the cumulative sums stored, "the first child whose
+cumulative sum exceeds the remaining mass" is a branchless binary search, log2(K) loads. Measured
+at capacity 1M, fanout 16, batch 256 (2-core VM): 18 -> 9 us warm, 23 -> 15 us cold.
 
 Bit-identical to the reference: a parent is the sum of its K children in numpy's own order
 (`ndarray.sum` over a contiguous row is numpy's pairwise summation: below 8 elements a plain loop,
 otherwise 8 running partial sums combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) plus the
-remainder, recursing above 128), and the descent uses the same sequential cumulative sum of the
-children, the same "first child whose cumulative sum exceeds the remaining mass" rule and the same
-rounding guard (no child exceeds: the last child with positive mass), so a zero-priority leaf is
-never returned.
+remainder, recursing above 128); the stored cumulative sums are the reference's sequential cumsum,
+non-decreasing because priorities are >= 0, so counting the sums <= mass by binary search gives
+the reference's child; the mass left is mass - cumsum[child - 1] as in the reference; the
+rounding guard (no child's cumulative sum exceeds the mass: the last child with positive mass) is
+the same, so a zero-priority leaf is never returned.
 
-Kernels (`@njit(cache=True, nogil=True)`; no `parallel=True`: not measured, a parallel region's
-start-up is of the order of the whole serial batch-256 sample on 2 shared cores). Measured at
-capacity 1M, fanout 16, batch 256 (2-core VM, medians): level-synchronous sample 20-22 us vs 36-39 us
-per-member descent; update 27-32 us; numpy reference 240-270 us / 305-320 us.
-- sample: level-synchronous descent (every batch member advances one level per pass, so the K-child
-  loads of different members are independent and their cache misses overlap), with a software
-  prefetch of each member's next-level children issued as soon as its node is known.
+Kernels (`@njit(cache=True, nogil=True)`; no `parallel=True`: a parallel region's start-up is of
+the order of a whole batch-256 sample on 2 shared cores).
+- sample: level-synchronous descent (every batch member advances one level per pass, so the loads
+  of different members are independent and their cache misses overlap), with a software prefetch
+  of each member's next-level group issued as soon as its node is known.
 - update: write leaves in batch order (last duplicate wins), then per level collect each touched
-  parent once (a stamp array, no sort/unique) and recompute it from its children.
+  parent once (a stamp array, no sort/unique) and recompute its group's cumulative sums, its sum
+  and its min from its children.
 """
 from __future__ import annotations
 
@@ -145,149 +156,81 @@ def _min_children(a, start, k):
 
 # -- descent --------------------------------------------------------------------------------------
 @njit(inline="always")
-def _choose_child(sums, base, k, mass):
-    """(child, mass left) by the reference's rule: first child whose cumulative sum exceeds `mass`;
-    if rounding leaves none, the last child with positive mass."""
-    # branchless: every cumulative sum is computed (the same sequential chain as numpy's cumsum:
-    # c_0 = 0.0 + s_0 == s_0, c_j = c_{j-1} + s_j), the child is the number of c_j <= mass (c is
-    # non-decreasing) and `before` the last such c_j; no data-dependent exit branch to mispredict
-    c = 0.0
-    before = 0.0
-    child = 0
-    for j in range(k):
-        c = c + sums[base + j]
-        below = c <= mass
-        child += below
-        before = c if below else before
-    if child < k:
-        return child, mass - before
-    # overflow (rounding left no child above the mass): last child with any mass (all zero: the last child, as argmax of all-False gives)
-    child = k - 1
-    for j in range(k - 1, -1, -1):
-        if sums[base + j] > 0:
-            child = j
-            break
-    if child > 0:
-        before = sums[base]
-        for j in range(1, child):
-            before += sums[base + j]
-        return child, mass - before
-    return 0, mass
-
-
-@njit(inline="always")
-def _count4(sums, f0, f1, f2, f3, k, m0, m1, m2, m3):
-    """_choose_child's branchless pass for four members at once: their four cumulative-sum chains
-    interleave, so the CPU runs them in parallel instead of waiting on one chain of k dependent
-    adds. Returns (count of c_j <= mass, last such c_j) per member."""
-    c0 = 0.0
-    c1 = 0.0
-    c2 = 0.0
-    c3 = 0.0
-    b0 = 0.0
-    b1 = 0.0
-    b2 = 0.0
-    b3 = 0.0
-    n0 = 0
-    n1 = 0
-    n2 = 0
-    n3 = 0
-    for j in range(k):
-        c0 = c0 + sums[f0 + j]
-        c1 = c1 + sums[f1 + j]
-        c2 = c2 + sums[f2 + j]
-        c3 = c3 + sums[f3 + j]
-        t0 = c0 <= m0
-        t1 = c1 <= m1
-        t2 = c2 <= m2
-        t3 = c3 <= m3
-        n0 += t0
-        n1 += t1
-        n2 += t2
-        n3 += t3
-        b0 = c0 if t0 else b0
-        b1 = c1 if t1 else b1
-        b2 = c2 if t2 else b2
-        b3 = c3 if t3 else b3
-    return n0, n1, n2, n3, b0, b1, b2, b3
-
-
-@njit(inline="always")
-def _advance(sums, base, k, first, n, before, mass):
-    """(node on this level, mass left) from a _count4 result; the rare overflow goes the slow way."""
-    if n < k:
-        return first - base + n, mass - before
-    child, left = _choose_child(sums, first, k, mass)
-    return first - base + child, left
+def _count_not_above(prefix, first, k, mass):
+    """How many of the non-decreasing prefix[first:first+k] are <= mass: a branchless binary search
+    (the range [base, base + n] always holds the answer; the loop length depends on k only, so its
+    branches are predicted). Unsigned indices: numba then emits no negative-index wraparound."""
+    base = np.uintp(first)
+    n = np.uintp(k)
+    one = np.uintp(1)
+    while n > one:
+        half = n >> one
+        base = base + half if prefix[base + half - one] <= mass else base
+        n -= half
+    return np.int64(base) - first + (1 if prefix[base] <= mass else 0)
 
 
 @njit(**_NJIT)
-def _find_sync(sums, offsets, depth, k, mass, out):
+def _last_positive(sums, first, k):
+    """The reference's rounding fallback, when no child's cumulative sum exceeds the mass: the last
+    child with positive mass (all zero: the last). A plain call at the use site: inlined, or behind
+    an inline="always" helper, it made the descent 3-4x slower (measured)."""
+    for j in range(k - 1, -1, -1):
+        if sums[first + j] > 0:
+            return j
+    return k - 1
+
+
+@njit(inline="always")
+def _prefetch_group(arr, first, k):
+    """Prefetches arr[first:first+k] (one hint per 64-byte line)."""
+    for j in range(0, k, 8):
+        _prefetch(arr, first + j)
+    _prefetch(arr, first + k - 1)
+
+
+@njit(**_NJIT)
+def _find_sync(sums, prefix, offsets, depth, k, mass, out):
     """Level-synchronous descent: `mass` (consumed) -> leaf indices in `out`. Each pass moves every
-    member down one level, four members interleaved, and prefetches each member's next children as
-    soon as its node is known, so the loads of the next pass are already in flight."""
+    member down one level and prefetches the member's next group as soon as its node is known, so
+    the loads of the next pass are already in flight."""
     b = mass.shape[0]
     for i in range(b):
         out[i] = 0
     for level in range(1, depth + 1):
         base = offsets[level]
+        nxt = offsets[level + 1]
         last = level == depth
-        nxt = offsets[level + 1] if not last else 0
-        i = 0
-        while i + 4 <= b:
-            f0 = base + out[i] * k
-            f1 = base + out[i + 1] * k
-            f2 = base + out[i + 2] * k
-            f3 = base + out[i + 3] * k
-            m0 = mass[i]
-            m1 = mass[i + 1]
-            m2 = mass[i + 2]
-            m3 = mass[i + 3]
-            n0, n1, n2, n3, b0, b1, b2, b3 = _count4(sums, f0, f1, f2, f3, k, m0, m1, m2, m3)
-            node0, mass[i] = _advance(sums, base, k, f0, n0, b0, m0)
-            node1, mass[i + 1] = _advance(sums, base, k, f1, n1, b1, m1)
-            node2, mass[i + 2] = _advance(sums, base, k, f2, n2, b2, m2)
-            node3, mass[i + 3] = _advance(sums, base, k, f3, n3, b3, m3)
-            out[i] = node0
-            out[i + 1] = node1
-            out[i + 2] = node2
-            out[i + 3] = node3
-            if not last:
-                _prefetch(sums, nxt + node0 * k)
-                _prefetch(sums, nxt + node0 * k + k - 1)
-                _prefetch(sums, nxt + node1 * k)
-                _prefetch(sums, nxt + node1 * k + k - 1)
-                _prefetch(sums, nxt + node2 * k)
-                _prefetch(sums, nxt + node2 * k + k - 1)
-                _prefetch(sums, nxt + node3 * k)
-                _prefetch(sums, nxt + node3 * k + k - 1)
-            i += 4
-        while i < b:
+        for i in range(b):
             first = base + out[i] * k
-            child, m = _choose_child(sums, first, k, mass[i])
-            mass[i] = m
-            node = (first - base) + child
+            m = mass[i]
+            if k == 16:
+                child = _count_not_above(prefix, first, 16, m)
+            else:
+                child = _count_not_above(prefix, first, k, m)
+            if child >= k:
+                child = _last_positive(sums, first, k)
+            mass[i] = m - (prefix[first + child - 1] if child > 0 else 0.0)
+            node = out[i] * k + child
             out[i] = node
             if not last:
-                _prefetch(sums, nxt + node * k)
-                _prefetch(sums, nxt + node * k + k - 1)
-            i += 1
+                _prefetch_group(prefix, nxt + node * k, k)
     return out
 
 
 @njit(**_NJIT)
-def _sample_sync(sums, offsets, depth, k, uniforms, mass, out):
+def _sample_sync(sums, prefix, offsets, depth, k, uniforms, mass, out):
     """Stratified sample, level-synchronous: out[i] = find((i + u_i) * total / B)."""
     b = uniforms.shape[0]
     step = sums[0] / b
     for i in range(b):
         mass[i] = (i + uniforms[i]) * step
-    return _find_sync(sums, offsets, depth, k, mass[:b], out)
+    return _find_sync(sums, prefix, offsets, depth, k, mass[:b], out)
 
 
 @njit(**_NJIT)
-def _sample_sync_prio(sums, offsets, depth, k, uniforms, mass, out, out_prio):
-    _sample_sync(sums, offsets, depth, k, uniforms, mass, out)
+def _sample_sync_prio(sums, prefix, offsets, depth, k, uniforms, mass, out, out_prio):
+    _sample_sync(sums, prefix, offsets, depth, k, uniforms, mass, out)
     leaf = offsets[depth]
     for i in range(uniforms.shape[0]):
         out_prio[i] = sums[leaf + out[i]]
@@ -295,46 +238,28 @@ def _sample_sync_prio(sums, offsets, depth, k, uniforms, mass, out, out_prio):
 
 
 @njit(**_NJIT)
-def _find_member(sums, offsets, depth, k, mass, out):
+def _sample_member(sums, prefix, offsets, depth, k, uniforms, out):
     """Per-member descent (one member root to leaf, then the next): the slower alternative, kept
     for the comparison in the benchmark."""
-    for i in range(mass.shape[0]):
-        m = mass[i]
-        node = 0
-        for level in range(1, depth + 1):
-            base = offsets[level]
-            child, m = _choose_child(sums, base + node * k, k, m)
-            node = node * k + child
-        out[i] = node
-    return out
-
-
-@njit(**_NJIT)
-def _sample_member(sums, offsets, depth, k, uniforms, out):
     b = uniforms.shape[0]
     step = sums[0] / b
     for i in range(b):
         m = (i + uniforms[i]) * step
         node = 0
         for level in range(1, depth + 1):
-            child, m = _choose_child(sums, offsets[level] + node * k, k, m)
+            first = offsets[level] + node * k
+            child = _count_not_above(prefix, first, k, m)
+            if child >= k:
+                child = _last_positive(sums, first, k)
+            m = m - (prefix[first + child - 1] if child > 0 else 0.0)
             node = node * k + child
         out[i] = node
     return out
 
 
 # -- update ---------------------------------------------------------------------------------------
-@njit(inline="always")
-def _prefetch_block(sums, mins, first, k):
-    """Prefetches the sibling block (both trees) that the parent's recompute will read."""
-    _prefetch(sums, first)
-    _prefetch(sums, first + k - 1)
-    _prefetch(mins, first)
-    _prefetch(mins, first + k - 1)
-
-
 @njit(**_NJIT)
-def _propagate(sums, mins, offsets, depth, k, indices, marks, nodes):
+def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
     """Recomputes every ancestor of the leaves `indices` once, bottom-up, from its children.
     `marks[g] == stamp` marks internal node g (global id) as already collected in this call; the
     stamp lives in marks[-1] and advances per call, so marks never need clearing."""
@@ -351,9 +276,46 @@ def _propagate(sums, mins, offsets, depth, k, indices, marks, nodes):
             marks[g] = stamp
             nodes[m] = p
             m += 1
+    # what the two lowest levels' recompute reads and a sample did not touch (it walks the
+    # cumulative sums): the leaves' sibling groups and their parents' (sums and mins)
+    for i in range(m):
+        _prefetch_group(sums, offsets[depth] + nodes[i] * k, k)
+        if depth >= 2:
+            first = nodes[i] - nodes[i] % k
+            _prefetch_group(sums, base + first, k)
+            _prefetch_group(mins, base + first, k)
     for level in range(depth - 1, -1, -1):
+        # each touched node from its K children: their cumulative sums (sequential, as np.cumsum),
+        # its sum (numpy's pairwise order) and its min (a leaf's min is its priority, inf when 0).
+        # Written out here rather than in a helper: a non-inlined call per node costs a refcount
+        # round trip per array argument, which tripled the update's time (measured)
         base = offsets[level]
         child_base = offsets[level + 1]
+        leaf_children = level + 1 == depth
+        # the cumulative sums in a pass of their own, two nodes interleaved: each is a chain of k
+        # dependent adds, and two independent chains run side by side (measured faster than one
+        # fused pass per node)
+        i = 0
+        while i + 2 <= m:
+            f0 = child_base + nodes[i] * k
+            f1 = child_base + nodes[i + 1] * k
+            c0 = sums[f0]
+            c1 = sums[f1]
+            prefix[f0] = c0
+            prefix[f1] = c1
+            for j in range(1, k):
+                c0 = c0 + sums[f0 + j]
+                c1 = c1 + sums[f1 + j]
+                prefix[f0 + j] = c0
+                prefix[f1 + j] = c1
+            i += 2
+        if i < m:
+            first = child_base + nodes[i] * k
+            c = sums[first]
+            prefix[first] = c
+            for j in range(1, k):
+                c = c + sums[first + j]
+                prefix[first + j] = c
         for i in range(m):
             node = nodes[i]
             first = child_base + node * k
@@ -361,7 +323,15 @@ def _propagate(sums, mins, offsets, depth, k, indices, marks, nodes):
                 sums[base + node] = _pairwise_small(sums, first, k)
             else:
                 sums[base + node] = _pairwise_sum(sums, first, k)
-            mins[base + node] = _min_children(mins, first, k)
+            if leaf_children:
+                smallest = np.inf
+                for j in range(k):  # selects, not branches: these would be mispredicted
+                    v = sums[first + j]
+                    v = v if v > 0 else np.inf
+                    smallest = v if v < smallest else smallest
+                mins[base + node] = smallest
+            else:
+                mins[base + node] = _min_children(mins, first, k)
         if level > 0:
             up = offsets[level - 1]
             mm = 0
@@ -385,23 +355,20 @@ def _check_indices(indices, capacity):
 
 
 @njit(**_NJIT)
-def _update(sums, mins, offsets, depth, k, capacity, indices, priorities, marks, nodes):
+def _update(sums, prefix, mins, offsets, depth, k, capacity, indices, priorities, marks, nodes):
     bad = _check_indices(indices, capacity)
     if bad >= 0:
         return bad
     leaf = offsets[depth]
     for i in range(indices.shape[0]):
-        p = priorities[i]
-        g = leaf + indices[i]
-        sums[g] = p
-        mins[g] = p if p > 0 else np.inf
-        _prefetch_block(sums, mins, g - indices[i] % k, k)
-    _propagate(sums, mins, offsets, depth, k, indices, marks, nodes)
+        sums[leaf + indices[i]] = priorities[i]
+    _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes)
     return -1
 
 
 @njit(**_NJIT)
-def _update_from_td(sums, mins, offsets, depth, k, capacity, indices, td, alpha, eps, marks, nodes):
+def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td, alpha, eps, marks,
+                    nodes):
     """Priorities (|td| + eps) ** alpha; returns (first bad index or -1, max(|td| + eps))."""
     bad = _check_indices(indices, capacity)
     if bad >= 0:
@@ -412,32 +379,27 @@ def _update_from_td(sums, mins, offsets, depth, k, capacity, indices, td, alpha,
         raw = abs(np.float64(td[i])) + eps
         if raw > top:
             top = raw
-        p = raw ** alpha
-        g = leaf + indices[i]
-        sums[g] = p
-        mins[g] = p if p > 0 else np.inf
-        _prefetch_block(sums, mins, g - indices[i] % k, k)
-    _propagate(sums, mins, offsets, depth, k, indices, marks, nodes)
+        sums[leaf + indices[i]] = raw ** alpha
+    _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes)
     return -1, top
 
 
 @njit(**_NJIT)
-def _fill_uniform(sums, mins, offsets, depth, k, start, count, capacity, priority, marks, nodes):
+def _fill_uniform(sums, prefix, mins, offsets, depth, k, start, count, capacity, priority, marks,
+                  nodes):
     """Sets `count` consecutive leaves from `start` (wrapping at capacity) to one priority: the
     insert path of prioritized replay (new transitions get the max priority) without building
     index/priority arrays."""
     idx = np.empty(count, np.int64)
     leaf = offsets[depth]
-    mn = priority if priority > 0 else np.inf
     j = start
     for i in range(count):
         idx[i] = j
         sums[leaf + j] = priority
-        mins[leaf + j] = mn
         j += 1
         if j == capacity:
             j = 0
-    _propagate(sums, mins, offsets, depth, k, idx, marks, nodes)
+    _propagate(sums, prefix, mins, offsets, depth, k, idx, marks, nodes)
 
 
 # -- the tree -------------------------------------------------------------------------------------
@@ -454,7 +416,7 @@ def _as_float_array(values) -> np.ndarray:
 
 
 class NumbaSumTree:
-    """`kernels.cpu.sumtree.SumTree`'s interface and results on one flat array per tree."""
+    """`kernels.cpu.sumtree.SumTree`'s interface and results on flat arrays (see the module doc)."""
 
     def __init__(self, capacity: int, fanout: int = 16):
         if capacity < 1 or fanout < 2:
@@ -466,24 +428,32 @@ class NumbaSumTree:
         sizes = [fanout ** d for d in range(self.depth + 1)]
         self.offsets = np.zeros(self.depth + 2, dtype=np.int64)  # offsets[depth + 1] = node count
         self.offsets[1:] = np.cumsum(sizes)
-        nodes = int(self.offsets[-1])
-        self._buffer = np.empty(2 * nodes, dtype=np.float64)  # [sum tree | min tree]
-        self._sums = self._buffer[:nodes]
-        self._mins = self._buffer[nodes:]
-        self._sums[:] = 0.0
-        self._mins[:] = np.inf
-        self.sums = [self._sums[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
-        self.mins = [self._mins[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
-        self._leaves = self.sums[-1]
-        internal = int(self.offsets[self.depth])
+        nodes, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
+        self._buffer = np.zeros(2 * nodes + internal, dtype=np.float64)  # [sums | prefix | mins]
+        self._buffer[2 * nodes:] = np.inf
+        self._views()
         self._marks = np.zeros(internal + 1, dtype=np.int64)  # last entry: the current stamp
         self._scratch_nodes = np.empty(0, dtype=np.int64)
         self._scratch_mass = np.empty(0, dtype=np.float64)
+
+    def _views(self) -> None:
+        nodes = int(self.offsets[-1])
+        self._sums = self._buffer[:nodes]
+        self._prefix = self._buffer[nodes:2 * nodes]
+        self._mins = self._buffer[2 * nodes:]
+        self.sums = [self._sums[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
+        self._leaves = self.sums[-1]
 
     # -- reads
     @property
     def leaves(self) -> np.ndarray:
         return self._leaves
+
+    @property
+    def mins(self) -> list[np.ndarray]:
+        """The reference's min tree, level by level (the leaf level is computed from the leaves)."""
+        internal = [self._mins[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth)]
+        return internal + [np.where(self._leaves > 0, self._leaves, np.inf)]
 
     @property
     def total(self) -> float:
@@ -501,6 +471,9 @@ class NumbaSumTree:
             self._scratch_nodes = np.empty(max(n, 2 * self._scratch_nodes.shape[0]), dtype=np.int64)
         return self._scratch_nodes
 
+    def _arrays(self):
+        return self._sums, self._prefix, self._mins, self.offsets, self.depth, self.fanout
+
     def update(self, indices, priorities) -> None:
         indices, priorities = _as_index_array(indices), _as_float_array(priorities)
         if indices.shape[0] != priorities.shape[0]:
@@ -509,8 +482,8 @@ class NumbaSumTree:
             priorities = np.full(indices.shape[0], priorities[0])
         if indices.shape[0] == 0:
             return
-        bad = _update(self._sums, self._mins, self.offsets, self.depth, self.fanout, self.capacity,
-                      indices, priorities, self._marks, self._nodes(indices.shape[0]))
+        bad = _update(*self._arrays(), self.capacity, indices, priorities, self._marks,
+                      self._nodes(indices.shape[0]))
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
 
@@ -524,9 +497,8 @@ class NumbaSumTree:
             raise ValueError(f"{indices.shape[0]} indices but {td.shape[0]} TD errors")
         if indices.shape[0] == 0:
             return -np.inf
-        bad, top = _update_from_td(self._sums, self._mins, self.offsets, self.depth, self.fanout,
-                                   self.capacity, indices, td, float(alpha), float(eps), self._marks,
-                                   self._nodes(indices.shape[0]))
+        bad, top = _update_from_td(*self._arrays(), self.capacity, indices, td, float(alpha), float(eps),
+                                   self._marks, self._nodes(indices.shape[0]))
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
         return top
@@ -538,8 +510,8 @@ class NumbaSumTree:
         if not 0 <= start < self.capacity:
             raise IndexError(f"start {start} out of range for capacity {self.capacity}")
         count = min(int(count), self.capacity)  # more than capacity rewrites the same leaves
-        _fill_uniform(self._sums, self._mins, self.offsets, self.depth, self.fanout, int(start), count,
-                      self.capacity, float(priority), self._marks, self._nodes(count))
+        _fill_uniform(*self._arrays(), int(start), count, self.capacity, float(priority), self._marks,
+                      self._nodes(count))
 
     # -- sampling
     def _mass(self, n: int) -> np.ndarray:
@@ -550,12 +522,12 @@ class NumbaSumTree:
     def find(self, prefix_sums) -> np.ndarray:
         mass = np.array(prefix_sums, dtype=np.float64).reshape(-1)
         out = np.empty(mass.shape[0], dtype=np.int64)
-        return _find_sync(self._sums, self.offsets, self.depth, self.fanout, mass, out)
+        return _find_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, mass, out)
 
     def sample(self, uniforms) -> np.ndarray:
         uniforms = _as_float_array(uniforms)
         out = np.empty(uniforms.shape[0], dtype=np.int64)
-        return _sample_sync(self._sums, self.offsets, self.depth, self.fanout, uniforms,
+        return _sample_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
                             self._mass(uniforms.shape[0]), out)
 
     def sample_into(self, uniforms, out_indices, out_priorities=None) -> np.ndarray:
@@ -563,30 +535,27 @@ class NumbaSumTree:
         `out_priorities`, float64, when given); no allocation. Returns out_indices."""
         b = uniforms.shape[0]
         if out_priorities is None:
-            return _sample_sync(self._sums, self.offsets, self.depth, self.fanout, uniforms,
+            return _sample_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
                                 self._mass(b), out_indices)
-        return _sample_sync_prio(self._sums, self.offsets, self.depth, self.fanout, uniforms,
-                                 self._mass(b), out_indices, out_priorities)
+        return _sample_sync_prio(self._sums, self._prefix, self.offsets, self.depth, self.fanout,
+                                 uniforms, self._mass(b), out_indices, out_priorities)
 
     def sample_per_member(self, uniforms) -> np.ndarray:
         """sample() by per-member descent (same result; the slower variant, for benchmarks)."""
         uniforms = _as_float_array(uniforms)
         out = np.empty(uniforms.shape[0], dtype=np.int64)
-        return _sample_member(self._sums, self.offsets, self.depth, self.fanout, uniforms, out)
+        return _sample_member(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
+                              out)
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for name in ("sums", "mins", "_sums", "_mins", "_leaves"):
+        for name in ("sums", "_sums", "_prefix", "_mins", "_leaves"):
             state.pop(name)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        nodes = int(self.offsets[-1])
-        self._sums, self._mins = self._buffer[:nodes], self._buffer[nodes:]
-        self.sums = [self._sums[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
-        self.mins = [self._mins[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
-        self._leaves = self.sums[-1]
+        self._views()
 
 
 def compile_all() -> None:
