@@ -189,10 +189,14 @@ def test_sampling_distribution_chisquare():
 
 
 # -- storage --------------------------------------------------------------------------------------
-def fields(capacity, obs_dim):
-    return (np.zeros((capacity, obs_dim), np.float32), np.zeros(capacity, np.int64),
-            np.zeros(capacity, np.float32), np.zeros((capacity, obs_dim), np.float32),
-            np.zeros(capacity, np.float32), np.zeros((capacity, 2, 3), np.float64))
+def layout(obs_dim):
+    return (("obs", np.float32, (obs_dim,)), ("actions", np.int64, ()), ("rewards", np.float32, ()),
+            ("next_obs", np.float32, (obs_dim,)), ("discounts", np.float32, ()),
+            ("extra", np.float64, (2, 3)))
+
+
+def numpy_fields(capacity, obs_dim):
+    return tuple(np.zeros((capacity, *shape), dtype) for _, dtype, shape in layout(obs_dim))
 
 
 def batch(start, count, obs_dim):
@@ -203,51 +207,65 @@ def batch(start, count, obs_dim):
             np.broadcast_to(ids[:, None, None] * 1.5, (count, 2, 3)).copy())
 
 
+@pytest.mark.parametrize("obs_dim, row_bytes", [(1, 32), (4, 64), (17, 192)])
+def test_rows_are_line_aligned_and_padded(obs_dim, row_bytes):
+    ring = fs.RowRing(10, layout(obs_dim)[:5])
+    assert ring.row_bytes == row_bytes
+    assert ring.rows.ctypes.data % 64 == 0 and ring.rows.strides[0] == row_bytes
+    for name, dtype, shape in layout(obs_dim)[:5]:
+        field = ring.fields[name]
+        assert field.shape == (10, *shape) and field.dtype == dtype
+        assert field.ctypes.data % np.dtype(dtype).itemsize == 0  # aligned items
+    small = fs.RowRing(3, (("a", np.float32, ()),))
+    assert small.row_bytes == 4
+    with pytest.raises(ValueError, match="'odd'"):
+        fs.RowRing(3, (("odd", np.float16, (1,)),))
+
+
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(capacity=st.integers(1, 12), counts=st.lists(st.integers(1, 15), min_size=1, max_size=10),
        obs_dim=st.sampled_from([1, 4, 17]))
 def test_ring_insert_wraps_like_numpy(capacity, counts, obs_dim):
-    ring = fs.RingKernels(fields(capacity, obs_dim))
-    reference = fields(capacity, obs_dim)
+    ring = fs.RowRing(capacity, layout(obs_dim))
+    reference = numpy_fields(capacity, obs_dim)
     cursor = inserted = 0
     for count in counts:
         values = batch(inserted, count, obs_dim)
-        start = ring.insert(*values)
-        assert start == cursor
+        ring.insert(cursor, count, values)
         slots = (cursor + np.arange(count)) % capacity
         for ref, v in zip(reference, values):
             ref[slots] = v  # numpy fancy assignment: last write wins on wrap-around
         cursor = (cursor + count) % capacity
         inserted += count
-        assert ring.cursor == cursor
-        for got, ref in zip(ring.fields, reference):
-            np.testing.assert_array_equal(got, ref)
+        for (name, _, _), ref in zip(layout(obs_dim), reference):
+            np.testing.assert_array_equal(ring.fields[name], ref)
 
 
-def test_insert_casts_and_accepts_lists():
-    ring = fs.RingKernels((np.zeros((4, 2), np.float32), np.zeros(4, np.int64)))
-    ring.insert(np.array([[1.5, 2.5]]), [3])  # float64 obs, list actions
-    np.testing.assert_array_equal(ring.fields[0][0], [1.5, 2.5])
-    assert ring.fields[1][0] == 3 and ring.cursor == 1
-    with pytest.raises(ValueError):
-        fs.ring_insert(0, ((ring.fields[0], np.zeros((2, 2), np.float32)),
-                           (ring.fields[1], np.zeros(3, np.int64))))
+def test_insert_casts_and_broadcasts():
+    ring = fs.RowRing(4, (("obs", np.float32, (2,)), ("actions", np.int64, ())))
+    ring.insert(3, 2, (np.array([[1.5, 2.5], [3.5, 4.5]]), 7))  # float64 rows, one action for both
+    np.testing.assert_array_equal(ring.fields["obs"][[3, 0]], [[1.5, 2.5], [3.5, 4.5]])
+    np.testing.assert_array_equal(ring.fields["actions"], [7, 0, 0, 7])
+    ring.insert(1, 1, ([[9, 9]], [3]))  # lists
+    assert ring.fields["actions"][1] == 3 and ring.fields["obs"][1, 0] == 9.0
 
 
 @pytest.mark.parametrize("obs_dim", [1, 4, 17])
 def test_gather_matches_numpy_take(obs_dim):
     rng = np.random.default_rng(obs_dim)
-    ring = fs.RingKernels(fields(100, obs_dim))
-    ring.insert(*batch(0, 100, obs_dim))
+    ring = fs.RowRing(100, layout(obs_dim))
+    ring.insert(0, 100, batch(0, 100, obs_dim))
     for n in (1, 7, 256):
         indices = rng.integers(0, 100, n)
         outs = ring.gather(indices)
-        for got, src in zip(outs, ring.fields):
-            np.testing.assert_array_equal(got, src[indices])
-            assert got.dtype == src.dtype
+        for got, (name, dtype, _) in zip(outs, layout(obs_dim)):
+            np.testing.assert_array_equal(got, ring.fields[name][indices])
+            assert got.dtype == dtype and got.flags.c_contiguous
         assert ring.gather(indices[::-1].copy())[0] is outs[0]  # buffers reused per batch size
     with pytest.raises(IndexError):
         ring.gather(np.array([100]))
+    with pytest.raises(IndexError):
+        ring.gather(np.array([-1]))
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])

@@ -1,103 +1,71 @@
-"""Compiled (numba) kernels for the transition ring of `pearl.replay.base.Replay`.
+"""Transition storage for the CPU replays: every field of a transition in one row, and the compiled
+(numba) gather and importance-weight kernels.
 
-- `ring_insert(cursor, ((dst, src), ...))`: writes a batch at `cursor` into every field of the ring,
-  wrapping at capacity (a batch longer than the ring rewrites slots in order, so the last write
-  wins, as numpy's fancy assignment does); returns the new cursor. One call for all fields.
-- `gather_rows(indices, ((src, out), ...))`: out[i] = src[indices[i]] for every field, one call.
+Why rows: a batch of 256 random transitions read from one array per field (obs, actions, rewards,
+next_obs, discounts) costs 5 cache misses per transition; with the fields of a transition side by
+side in one row it costs one (obs dim 4: 48 bytes padded to a 64-byte line) or three (obs dim 17:
+152 bytes in 192). Rows start on 64-byte boundaries and a row of 64 bytes or less never straddles
+two lines.
+
+- `RowRing(capacity, layout)`: the ring. `layout` is ((name, dtype, shape), ...); `fields[name]` is
+  a numpy view (capacity, *shape) into the rows, so numpy code reads and writes fields as usual.
+  `insert(start, count, values)` writes a batch at `start` (wrapping; a batch longer than the ring
+  keeps its last `capacity` rows, as sequential writes would). `gather(indices)` copies the rows into
+  per-field C-contiguous outputs (one preallocated block per batch size, reused by the next gather
+  of that size) in one compiled call.
+- `gather_rows(rows, indices, out, row_offsets, widths)`: the gather kernel, in 4-byte words.
 - `importance_weights(priorities_of_batch, total, min_priority, size, beta, out)`: prioritized
   replay's w_i = (N P(i))^-beta / (N P_min)^-beta.
-
-`pairs` is a tuple with one (ring field, batch array) pair per field, any dtypes and ranks, leading
-axis = rows; every array must be C-contiguous (rows are copied as flat runs of `row size` elements, with a cast where the
-dtypes differ). The tuple is unrolled at compile time (`literal_unroll`), so a field layout
-compiles once and then runs as one loop per field. `as_rows` makes a C-contiguous source of the
-destination's dtype out of whatever the caller passes (it returns arrays that already fit
-unchanged).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll, njit
+from numba import njit
 
 from pearl.kernels.cpu.fast_sumtree import _prefetch
 
 _NJIT = dict(cache=True, nogil=True)
+LINE = 64  # bytes in a cache line
 
 
 @njit(inline="always")
-def _flat(a):
-    """A (rows, row size) view of a C-contiguous array of any rank."""
-    rows = a.shape[0]
-    width = a.size // rows if rows > 0 else 0
-    return a.reshape((rows, width))
+def _prefetch_row(rows, index):
+    """Prefetches every cache line of row `index` of a (capacity, words) uint32 array."""
+    width = rows.shape[1]
+    for word in range(0, width, LINE // 4):
+        _prefetch(rows[index], word)
+
+
+@njit(inline="always")
+def _copy_rows(rows, indices, out, row_offsets, widths):
+    """out holds each field's batch block after the previous one: block f is (B, widths[f]) words
+    starting at B * sum(widths[:f])."""
+    b = indices.shape[0]
+    block = 0
+    for f in range(widths.shape[0]):
+        offset = row_offsets[f]
+        width = widths[f]
+        for i in range(b):
+            j = indices[i]
+            dst = block + i * width
+            for w in range(width):
+                out[dst + w] = rows[j, offset + w]
+        block += b * width
 
 
 @njit(**_NJIT)
-def _insert_one(cursor, dst, src):
-    d = _flat(dst)
-    s = _flat(src)
-    capacity = d.shape[0]
-    count = s.shape[0]
-    width = d.shape[1]
-    r = cursor
-    for i in range(count):
-        for j in range(width):
-            d[r, j] = s[i, j]
-        r += 1
-        if r == capacity:
-            r = 0
-
-
-@njit(**_NJIT)
-def ring_insert(cursor, pairs):
-    """For every (dst, src) of `pairs`: row i of src goes to slot (cursor + i) % capacity of dst.
-    Returns the new cursor. All fields hold the same number of rows (checked)."""
-    count = pairs[0][1].shape[0]
-    capacity = pairs[0][0].shape[0]
-    for pair in literal_unroll(pairs):
-        if pair[0].shape[0] != capacity or pair[1].shape[0] != count:
-            raise ValueError("fields differ in capacity or batch length")
-    if capacity == 0:
-        return cursor
-    cursor = cursor % capacity
-    for pair in literal_unroll(pairs):
-        _insert_one(cursor, pair[0], pair[1])
-    return (cursor + count) % capacity
-
-
-@njit(**_NJIT)
-def _gather_one(indices, src, out):
-    s = _flat(src)
-    o = _flat(out)
-    n = indices.shape[0]
-    width = s.shape[1]
-    rows = s.shape[0]
-    for i in range(n):
-        r = indices[i]
-        if r < 0 or r >= rows:
-            raise IndexError("gather index out of range")
-        for j in range(width):
-            o[i, j] = s[r, j]
-
-
-@njit(**_NJIT)
-def _prefetch_rows(indices, src):
-    s = _flat(src)
-    width = s.shape[1]
+def gather_rows(rows, indices, out, row_offsets, widths):
+    """Copies rows[indices] field by field into `out` (see _copy_rows). Every row is prefetched
+    first, so the misses of a batch of random rows overlap. Returns the first index out of range,
+    or -1."""
+    capacity = rows.shape[0]
     for i in range(indices.shape[0]):
-        _prefetch(s, indices[i] * width)
-
-
-@njit(**_NJIT)
-def gather_rows(indices, pairs):
-    """out[i] = src[indices[i]] for every (src, out) of `pairs`.
-
-    Every row of every field is prefetched before the first copy, so the cache misses of a batch
-    of random rows overlap instead of following one another."""
-    for pair in literal_unroll(pairs):
-        _prefetch_rows(indices, pair[0])
-    for pair in literal_unroll(pairs):
-        _gather_one(indices, pair[0], pair[1])
+        j = indices[i]
+        if j < 0 or j >= capacity:
+            return i
+        _prefetch_row(rows, j)
+    _copy_rows(rows, indices, out, row_offsets, widths)
+    return -1
 
 
 @njit(**_NJIT)
@@ -120,59 +88,81 @@ def importance_weights(priorities_of_batch, total, min_priority, size, beta, out
     return out
 
 
-def as_rows(values, like: np.ndarray) -> np.ndarray:
-    """`values` as a C-contiguous array of `like`'s dtype with `like`'s row shape (scalars and
-    single rows broadcast to one row); returned as is when it already fits."""
-    if (type(values) is np.ndarray and values.dtype == like.dtype and values.ndim == like.ndim
-            and values.flags.c_contiguous and values.shape[1:] == like.shape[1:]):
-        return values
-    array = np.asarray(values, dtype=like.dtype)
-    if array.ndim < like.ndim:
-        array = array.reshape((-1, *like.shape[1:]))
-    return np.ascontiguousarray(array)
+def _aligned_words(rows: int, words: int) -> np.ndarray:
+    """A (rows, words) uint32 array whose first byte is on a cache-line boundary."""
+    raw = np.zeros(rows * words * 4 + LINE, dtype=np.uint8)
+    start = (-raw.ctypes.data) % LINE
+    return raw[start:start + rows * words * 4].view(np.uint32).reshape(rows, words)
 
 
-class RingKernels:
-    """Holds a ring's field arrays and preallocated gather outputs and calls the kernels with
-    them: `insert(*fields) -> first slot written`, `gather(indices) -> tuple of outputs` (reused
-    by the next gather of the same batch size)."""
+class RowRing:
+    """A ring of `capacity` transitions stored as rows (see the module doc)."""
 
-    def __init__(self, fields: tuple[np.ndarray, ...]):
-        self.fields = tuple(np.ascontiguousarray(f) for f in fields)
-        self.capacity = self.fields[0].shape[0]
-        self.cursor = 0
-        self._outs: dict[int, tuple[tuple[np.ndarray, ...], tuple]] = {}
+    def __init__(self, capacity: int, layout):
+        self.capacity = int(capacity)
+        self.layout = tuple((name, np.dtype(dtype), tuple(shape)) for name, dtype, shape in layout)
+        # widest items first keeps every field aligned to its own item size inside the row
+        order = sorted(range(len(self.layout)), key=lambda f: -self.layout[f][1].itemsize)
+        offsets, cursor = {}, 0
+        for f in order:
+            name, dtype, shape = self.layout[f]
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            if nbytes % 4:
+                raise ValueError(f"replay field {name!r} is {nbytes} bytes; rows hold whole 4-byte words")
+            offsets[name], cursor = cursor, cursor + nbytes
+        row_bytes = max(cursor, 4)
+        # a power of two up to a line (rows never straddle lines), whole lines above
+        stride = 1 << (row_bytes - 1).bit_length() if row_bytes <= LINE else -(-row_bytes // LINE) * LINE
+        self.row_bytes = stride
+        self.rows = _aligned_words(self.capacity, stride // 4)
+        as_bytes = self.rows.view(np.uint8)
+        self.fields = {}
+        for name, dtype, shape in self.layout:
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            view = as_bytes[:, offsets[name]:offsets[name] + nbytes].view(dtype)
+            self.fields[name] = view.reshape(self.capacity, *shape)
+        self._row_offsets = np.array([offsets[name] // 4 for name, _, _ in self.layout], dtype=np.int64)
+        self._widths = np.array([self.fields[name][0].nbytes // 4 for name, _, _ in self.layout],
+                                dtype=np.int64)
+        self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
 
-    def insert(self, *batch) -> int:
-        srcs = tuple(as_rows(b, f) for b, f in zip(batch, self.fields))
-        start = self.cursor
-        self.cursor = ring_insert(start, tuple(zip(self.fields, srcs)))
-        return start
+    def insert(self, start: int, count: int, values) -> None:
+        """Writes `count` transitions (a value per field, in layout order: rows on a leading axis,
+        or one value for every row; numpy casts and broadcasts as in `field[a:b] = value`) at
+        slots start, start + 1, ... (mod capacity)."""
+        skip = max(0, count - self.capacity)  # those rows would be overwritten by later ones
+        start = (start + skip) % self.capacity
+        n = count - skip
+        head = min(n, self.capacity - start)
+        for (name, _, shape), value in zip(self.layout, values):
+            array = np.asarray(value)
+            if array.ndim > len(shape):
+                array = array[skip:]
+                first, rest = array[:head], array[head:]
+            else:
+                first = rest = array
+            field = self.fields[name]
+            field[start:start + head] = first
+            if n > head:
+                field[:n - head] = rest
 
-    def _prepared(self, batch: int):
-        prepared = self._outs.get(batch)
+    def outputs(self, batch: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """(word buffer, per-field C-contiguous views of it) for a batch size, made once."""
+        prepared = self._outputs.get(batch)
         if prepared is None:
-            outs = tuple(np.empty((batch, *f.shape[1:]), dtype=f.dtype) for f in self.fields)
-            prepared = (outs, tuple(zip(self.fields, outs)))
-            self._outs[batch] = prepared
+            words = np.empty(batch * int(self._widths.sum()), dtype=np.uint32)
+            views, start = [], 0
+            for (name, dtype, shape), width in zip(self.layout, self._widths):
+                block = words[start:start + batch * width]
+                views.append(block.view(dtype).reshape(batch, *shape))
+                start += batch * width
+            prepared = (words, tuple(views))
+            self._outputs[batch] = prepared
         return prepared
 
-    def outputs(self, batch: int) -> tuple[np.ndarray, ...]:
-        return self._prepared(batch)[0]
-
     def gather(self, indices: np.ndarray) -> tuple[np.ndarray, ...]:
-        outs, pairs = self._prepared(indices.shape[0])
-        gather_rows(indices, pairs)
-        return outs
-
-
-def compile_all(fields: tuple[np.ndarray, ...] | None = None) -> None:
-    """Compiles (or loads from the cache) the kernels for the default replay layout: float32
-    obs/next_obs (2-D), int64 actions, float32 rewards and discounts."""
-    if fields is None:
-        fields = (np.zeros((4, 3), np.float32), np.zeros(4, np.int64), np.zeros(4, np.float32),
-                  np.zeros((4, 3), np.float32), np.zeros(4, np.float32))
-    ring = RingKernels(fields)
-    ring.insert(*(f[:2].copy() for f in fields))
-    ring.gather(np.array([0, 1], np.int64))
-    importance_weights(np.ones(2), 2.0, 1.0, 2, 0.4, np.empty(2, np.float32))
+        words, views = self.outputs(indices.shape[0])
+        bad = gather_rows(self.rows, indices, words, self._row_offsets, self._widths)
+        if bad >= 0:
+            raise IndexError(f"gather index {indices[bad]} out of range for capacity {self.capacity}")
+        return views

@@ -215,6 +215,8 @@ def _find_sync(sums, prefix, offsets, depth, k, mass, out):
             out[i] = node
             if not last:
                 _prefetch_group(prefix, nxt + node * k, k)
+            else:  # the leaf's own priority, which callers read next (for importance weights)
+                _prefetch(sums, base + node)
     return out
 
 

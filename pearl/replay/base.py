@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pearl.kernels.cpu.fast_storage import RingKernels
+from pearl.kernels.cpu.fast_storage import RowRing
 from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded
 
 
@@ -40,18 +40,16 @@ class Replay(ABC):
         self.capacity = capacity
         self.rate_limiter = rate_limiter
         self.obs_dim = obs_dim
-        self.storage = {
-            "obs": np.zeros((capacity, obs_dim), dtype=np.float32),
-            "actions": np.zeros((capacity, *action_shape), dtype=action_dtype),
-            "rewards": np.zeros(capacity, dtype=np.float32),
-            "next_obs": np.zeros((capacity, obs_dim), dtype=np.float32),
-            "discounts": np.zeros(capacity, dtype=np.float32),
-        }
+        # one row per transition (kernels/cpu/fast_storage.py); `storage[name]` are numpy views
+        self._ring = RowRing(capacity, (("obs", np.float32, (obs_dim,)),
+                                        ("actions", action_dtype, tuple(action_shape)),
+                                        ("rewards", np.float32, ()),
+                                        ("next_obs", np.float32, (obs_dim,)),
+                                        ("discounts", np.float32, ())))
+        self.storage = self._ring.fields
         self.cursor = 0  # next slot to write
         self.size = 0
         self.inserted = 0  # transitions ever inserted
-        # compiled kernels: one call inserts or gathers every field
-        self._ring = RingKernels(tuple(self.storage[name] for name in FIELDS))
 
     def __len__(self) -> int:
         return self.size
@@ -65,8 +63,7 @@ class Replay(ABC):
                                         f"(samples/insert {self.rate_limiter.samples_per_insert})")
             self.rate_limiter.record_insert(count)
         start = self.cursor
-        self._ring.cursor = start
-        self._ring.insert(obs, actions, rewards, next_obs, discounts)
+        self._ring.insert(start, count, (obs, actions, rewards, next_obs, discounts))
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
         self.inserted += count

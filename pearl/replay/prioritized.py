@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pearl.kernels.cpu.fast_storage import importance_weights
 from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
 
@@ -50,11 +49,17 @@ class PrioritizedReplay(Replay):
         self.beta_steps = max(1, beta_steps)
         self.priority_eps = priority_eps
         self._new_sampler = lambda: make_priority_sampler(backend, capacity, fanout)
-        self.tree = self._new_sampler()
         self.approximate = backend == "amper"
-        self.compiled = hasattr(self.tree, "update_from_td")  # NumbaSumTree's fused kernels
-        self._batch_outputs = None
+        self._set_tree(self._new_sampler())
         self.max_priority = 1.0
+
+    def _set_tree(self, tree) -> None:
+        self.tree = tree
+        self.compiled = hasattr(tree, "update_from_td")  # NumbaSumTree: fused kernels
+        if self.compiled:
+            from pearl.kernels.cpu.fast_per import PrioritizedSampler
+
+            self._sampler = PrioritizedSampler(tree, self._ring)
 
     @property
     def beta(self) -> float:
@@ -73,10 +78,8 @@ class PrioritizedReplay(Replay):
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         uniforms = rng.random(batch_size)
         if self.compiled:
-            indices, priorities, weights = self._outputs(batch_size)
-            self.tree.sample_into(uniforms, indices, priorities)
-            importance_weights(priorities, self.tree.total, self.tree.min(), self.size, self.beta, weights)
-            return Batch(**self.gather(indices), indices=indices, weights=weights)
+            indices, weights, fields = self._sampler.sample(uniforms, self.size, self.beta)
+            return Batch(*fields, indices=indices, weights=weights)
         if self.approximate:
             indices, probabilities = self.tree.sample_with_probabilities(uniforms)
             min_probability = self.tree.min_probability()
@@ -87,13 +90,6 @@ class PrioritizedReplay(Replay):
             min_probability = self.tree.min() / total
         weights = ((probabilities / min_probability) ** -self.beta).astype(np.float32)
         return Batch(**self.gather(indices), indices=indices, weights=weights)
-
-    def _outputs(self, batch_size: int):
-        """Preallocated (indices, priorities, weights) for a batch size, reused by the next sample."""
-        if self._batch_outputs is None or len(self._batch_outputs[0]) != batch_size:
-            self._batch_outputs = (np.empty(batch_size, np.int64), np.empty(batch_size, np.float64),
-                                   np.empty(batch_size, np.float32))
-        return self._batch_outputs
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         if self.compiled:
@@ -112,6 +108,6 @@ class PrioritizedReplay(Replay):
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.tree = self._new_sampler()
+        self._set_tree(self._new_sampler())
         self.tree.update(np.arange(self.size), np.asarray(state["priorities"]))
         self.max_priority, self.progress = float(state["max_priority"]), int(state["progress"])
