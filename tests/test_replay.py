@@ -469,3 +469,22 @@ def test_fused_compiled_sample_matches_the_numpy_reference_path(capacity, fanout
         td = rng.exponential(size=64) * (rng.random(64) < 0.9)
         compiled.update_priorities(got.indices, td)
         reference.update_priorities(want.indices, td)
+
+
+def test_amper_replay_sample_is_the_samplers_draw_with_its_own_weights():
+    """AMPER through the replay's one-call path (kernels/cpu/fast_per.py): the AmperSampler's own
+    draw, weights (q_i / q_min)^-beta from the probabilities it really samples with, and the rows."""
+    replay = PrioritizedReplay(40, 3, backend="amper", beta=0.5, beta_steps=1)
+    replay.add(*transitions(0, 55))  # wraps
+    rng = np.random.default_rng(11)
+    replay.update_priorities(np.arange(40), rng.exponential(size=40))
+    for seed in range(5):
+        batch = replay.sample(32, np.random.default_rng(seed))
+        uniforms = np.random.default_rng(seed).random(32)
+        indices, q = replay.tree.sample_with_probabilities(uniforms)
+        np.testing.assert_array_equal(batch.indices, indices)
+        expected = (q / replay.tree.min_probability()) ** -replay.beta
+        np.testing.assert_allclose(batch.weights, expected.astype(np.float32), rtol=1e-6)
+        check_rows(replay, batch.indices, vars(batch))
+    with pytest.raises(ValueError, match="empty"):
+        PrioritizedReplay(8, 3, backend="amper").sample(4, rng)

@@ -49,6 +49,8 @@ import math
 import numpy as np
 from numba import njit
 
+from pearl.kernels.cpu.fast_sumtree import _count_not_above
+
 _NJIT = dict(cache=True, nogil=True)
 
 
@@ -178,15 +180,9 @@ def _sample(uniforms, mass, comp, count, page_table, pages, shift, mask, out, ou
     step = total / batch
     for i in range(batch):
         target = (i + uniforms[i]) * step
-        # first bucket whose cumulative mass exceeds the target (empty buckets never do)
-        lo, hi = 0, n_buckets
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if cum[mid] > target:
-                hi = mid
-            else:
-                lo = mid + 1
-        b = lo
+        # first bucket whose cumulative mass exceeds the target (empty buckets never do), by a
+        # branchless search: a branchy one mispredicts every other step and serialises the batch
+        b = _count_not_above(cum, 0, n_buckets, target)
         if b >= n_buckets:  # rounding: target >= total
             b = last
         before = cum[b - 1] if b > 0 else 0.0

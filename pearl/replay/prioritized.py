@@ -18,8 +18,9 @@ from pearl.replay.base import Batch, Replay
 
 
 def make_priority_sampler(backend: str, capacity: int, fanout: int):
-    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference), 'amper', or
-    'opencl:N' (the exact tree on the N-th OpenCL device that `pearl devices` lists)."""
+    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference), 'amper',
+    'opencl:N' (the exact tree on the N-th OpenCL device that `pearl devices` lists), or
+    'fpga:N[@platform]' / 'sim' (the HLS tree on an FPGA or its simulation, kernels/fpga)."""
     if backend in ("auto", "numba"):
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 
@@ -35,7 +36,16 @@ def make_priority_sampler(backend: str, capacity: int, fanout: int):
         from pearl.kernels.opencl import OpenCLSumTree
 
         return OpenCLSumTree(capacity, fanout, context=opencl_context(int(backend.split(":")[1])))
-    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy, amper or opencl:N)")
+    if backend == "sim" or backend.startswith("fpga:"):
+        # 'fpga:N[@platform]': the HLS sum-tree kernel on that FPGA of a platforms/ profile, or its
+        # simulation when this machine has no such board; 'sim': always the simulation
+        from pearl.kernels.fpga import FPGASumTree, open_device, parse_backend
+
+        index, platform = parse_backend(backend)
+        device = open_device(index, platform, simulate=True if backend == "sim" else None)
+        return FPGASumTree(capacity, fanout, device=device)
+    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy, amper, opencl:N, "
+                     f"fpga:N or sim)")
 
 
 class PrioritizedReplay(Replay):
@@ -56,7 +66,8 @@ class PrioritizedReplay(Replay):
     def _set_tree(self, tree) -> None:
         self.tree = tree
         self.compiled = hasattr(tree, "update_from_td")  # NumbaSumTree: fused kernels
-        if self.compiled:
+        self._sampler = None
+        if self.compiled or self.approximate:
             from pearl.kernels.cpu.fast_per import PrioritizedSampler
 
             self._sampler = PrioritizedSampler(tree, self._ring)
@@ -77,17 +88,13 @@ class PrioritizedReplay(Replay):
 
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         uniforms = rng.random(batch_size)
-        if self.compiled:
+        if self._sampler is not None:
             indices, weights, fields = self._sampler.sample(uniforms, self.size, self.beta)
             return Batch(*fields, indices=indices, weights=weights)
-        if self.approximate:
-            indices, probabilities = self.tree.sample_with_probabilities(uniforms)
-            min_probability = self.tree.min_probability()
-        else:
-            total = self.tree.total
-            indices = self.tree.sample(uniforms)
-            probabilities = self.tree.get(indices) / total
-            min_probability = self.tree.min() / total
+        total = self.tree.total
+        indices = self.tree.sample(uniforms)
+        probabilities = self.tree.get(indices) / total
+        min_probability = self.tree.min() / total
         weights = ((probabilities / min_probability) ** -self.beta).astype(np.float32)
         return Batch(**self.gather(indices), indices=indices, weights=weights)
 
