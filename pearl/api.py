@@ -86,7 +86,10 @@ class DQN:
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
         self.policy = QPolicy(layout)
         self.policy.load(self.learner.policy_weights())
-        self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps,
+        replay_config = config.replay
+        if replay_device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
+            replay_config = dataclasses.replace(replay_config, backend=replay_device)
+        self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
                                   rate_limiter=self._rate_limiter(), device=replay_device)
         self.rng = np.random.default_rng(config.seed)
         self._actor: Actor | None = None
@@ -106,16 +109,23 @@ class DQN:
             device = devices[task]
             if device == "cpu":
                 continue
-            if task == "act" or not device.startswith("opencl") or self.config.replay.kind != "prioritized":
+            if (task == "act" or not device.startswith(("opencl", "fpga"))
+                    or self.config.replay.kind != "prioritized"):
                 raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
-                                  f"{self.config.replay.kind} replay (prioritized replay runs on cpu "
-                                  f"or opencl:N; act runs on cpu)")
+                                  f"{self.config.replay.kind} replay (prioritized replay runs on cpu, "
+                                  f"opencl:N or fpga:N; act runs on cpu)")
         sample = devices["sample"]
         for task in ("insert", "update_priorities"):
             if devices[task] != sample:
                 raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
                                   f"where the priority tree lives; got {devices[task]}")
+        if sample.startswith("fpga") and self.plan.platform:
+            return f"{sample}@{self.plan.platform}"  # the sampler's backend name carries the profile
         return sample
+
+    def fpga_device(self):
+        """The FPGA driver the replay's priority tree runs on (kernels/fpga), or None."""
+        return getattr(getattr(self.replay, "tree", None), "device", None)
 
     def _rate_limiter(self) -> RateLimiter:
         """Samples per insert = updates per step x batch, with slack for one round of the runtime:
@@ -170,7 +180,15 @@ class DQN:
             run_path.mkdir(parents=True, exist_ok=True)
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(self.config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
-        log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress)
+        fpga = self.fpga_device()
+        if fpga is not None and fpga.simulated:
+            def simulated_seconds(agent):
+                return {"fpga_simulated_s": None if agent is None else round(fpga.simulated_s, 6)}
+
+            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
+                         label=fpga.label, extra=simulated_seconds)
+        else:
+            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress)
         eval_every = self.config.eval.interval
 
         def on_progress(agent):
@@ -194,6 +212,8 @@ class DQN:
         }
         if time_tasks:
             summary["task_us"] = self.task_timer.mean_us()
+        if fpga is not None:
+            summary["fpga"] = fpga.report() if fpga.simulated else {"simulated": False, "label": fpga.label}
         if run_path is not None:
             self.save(run_path / "checkpoint.npz")
             if self.config.log.plot and log.rows:

@@ -74,6 +74,11 @@ def _train(args) -> int:
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
           f"replay {config.replay.kind} -> {run_dir}", file=sys.stderr)
+    fpga = agent.fpga_device()
+    if fpga is not None:
+        print(f"pearl train: replay sum tree on {agent.plan.device_of('sample')}: "
+              f"{getattr(fpga, 'description', fpga.label)}"
+              + ("; every FPGA time below is SIMULATED, not measured" if fpga.simulated else ""), file=sys.stderr)
     summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True)
     evaluation = agent.evaluate(config.eval.episodes)
     result = {**summary, "eval_mean": evaluation["mean"], "eval_std": evaluation["std"],
@@ -83,6 +88,12 @@ def _train(args) -> int:
     tasks = ", ".join(f"{t} {us:.0f}" for t, us in summary.get("task_us", {}).items())
     print(f"throughput: {summary['steps_per_s']:,.0f} env steps/s, {summary['updates_per_s']:,.0f} updates/s "
           f"({summary['env_steps']:,} steps in {summary['wall_s']:.1f} s); mean us per task call: {tasks}")
+    if fpga is not None and fpga.simulated:
+        report = summary["fpga"]
+        print(f"simulated FPGA ({report['platform']} {report['device']}, not measured): "
+              f"{report['simulated_s'] * 1e3:,.1f} ms of simulated device time "
+              f"({sum(report['kernel_calls'].values()):,} kernel calls, "
+              f"{report['transfer_bytes'] / 1e6:,.1f} MB over the link)")
     print(f"result: eval return {evaluation['mean']:.1f} +/- {evaluation['std']:.1f} over "
           f"{len(evaluation['returns'])} greedy episodes; run dir {run_dir}")
     return 0

@@ -13,8 +13,12 @@ METRIC_COLUMNS = ("env_steps", "updates", "episodes", "mean_return_100", "eval_r
 class RunLog:
     """Collects metric rows every `interval` env steps; writes them to `run_dir`/metrics.csv."""
 
-    def __init__(self, run_dir: Path | None, interval: int, total: int, progress: bool):
+    def __init__(self, run_dir: Path | None, interval: int, total: int, progress: bool,
+                 label: str | None = None, extra=None):
+        """`label` (e.g. "simulated FPGA ...") starts every progress line and fills a `label`
+        column of metrics.csv; `extra(agent) -> dict` adds columns (e.g. simulated device time)."""
         self.run_dir, self.interval, self.total, self.progress = run_dir, interval, total, progress
+        self.label, self.extra = label, extra
         self.rows: list[dict] = []
         self.start = time.perf_counter()
         self.start_steps: int | None = None
@@ -24,7 +28,12 @@ class RunLog:
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(run_dir / "metrics.csv", "w", newline="")
-            self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS)
+            columns = list(METRIC_COLUMNS)
+            if extra is not None:
+                columns += list(extra(None))
+            if label is not None:
+                columns.append("label")
+            self._csv = csv.DictWriter(self._file, fieldnames=columns)
             self._csv.writeheader()
 
     def steps_per_s(self, env_steps: int) -> float:
@@ -45,6 +54,10 @@ class RunLog:
             "steps_per_s": round(self.steps_per_s(agent.env_steps), 1),
             "wall_s": round(time.perf_counter() - self.start, 2),
         }
+        if self.extra is not None:
+            row.update(self.extra(agent))
+        if self.label is not None:
+            row["label"] = self.label
         self.rows.append(row)
         if self._csv is not None:
             self._csv.writerow(row)
@@ -62,6 +75,8 @@ class RunLog:
         if row["eval_return"] != "":
             parts.append(f"eval {row['eval_return']:.1f}")
         line = " | ".join(parts)
+        if self.label is not None:
+            line = f"[{self.label}] {line}"
         if self.tty:
             sys.stderr.write("\r" + line + "\033[K")
             if row["eval_return"] != "" or row["env_steps"] >= self.total:

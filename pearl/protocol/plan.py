@@ -29,6 +29,7 @@ class Plan:
     batch_size: int = 64
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
+    platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:
         from pearl.protocol.tasks import TASK_NAMES
@@ -44,6 +45,18 @@ class Plan:
         for name in ("actors", "envs_per_actor", "batch_size", "sync_interval"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"plan.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        fpgas = sorted({d for d in self.devices.values() if d.split(":")[0] == "fpga"})
+        if fpgas:
+            from pearl.platforms import load_platform
+
+            try:
+                profile = load_platform(self.platform or "alveo_u250")
+            except ConfigError as err:
+                raise ConfigError(f"plan.platform: {err}") from None
+            for device in fpgas:
+                if device not in {d.id for d in profile.devices}:
+                    raise ConfigError(f"plan.devices: {device} is not a device of platform {profile.name} "
+                                      f"(it has {', '.join(d.id for d in profile.devices)})")
 
     def device_of(self, task: str) -> str:
         return self.devices.get(task, "cpu")

@@ -1,0 +1,86 @@
+"""FPGA backend: the HLS kernels of hls/ behind one driver interface (kernels/fpga/driver.py).
+
+- `SimDevice`: no board needed. The kernels are the HLS C++ sources compiled with the host's
+  C++ compiler (C-simulation, build.py) and time is the cycle model of timing.py at the clock of a
+  platform profile (platforms/*.yaml). Everything it reports is SIMULATED.
+- `PynqDevice` (Zynq MPSoC boards through PYNQ) and `XrtDevice` (Alveo cards through pyxrt):
+  the same calls on a real bitstream.
+- `FPGASumTree`: the prioritized-replay sum tree (the interface of kernels/cpu/sumtree.py) on
+  any of them; `open_device` picks a real board when one is there, else the simulation.
+
+Importing this package imports neither pynq nor pyxrt.
+"""
+from __future__ import annotations
+
+import os
+
+from pearl.kernels.fpga.build import CompilerMissing, available  # noqa: F401
+from pearl.kernels.fpga.driver import FPGADevice, SimDevice  # noqa: F401
+from pearl.kernels.fpga.sumtree import FPGASumTree  # noqa: F401
+
+DEFAULT_PLATFORM = "alveo_u250"
+_DEVICES: dict = {}
+
+
+def parse_backend(backend: str) -> tuple[int, str | None]:
+    """'fpga:N' or 'fpga:N@platform' -> (N, platform or None); 'sim' -> (0, None)."""
+    if backend == "sim":
+        return 0, None
+    spec, _, platform = backend.partition("@")
+    kind, _, index = spec.partition(":")
+    if kind != "fpga" or not index.isdigit():
+        raise ValueError(f"expected an FPGA backend like fpga:0, fpga:0@zcu104 or sim, got {backend!r}")
+    return int(index), platform or None
+
+
+def _real_device(profile, index: int):
+    """The board of `profile` when its driver and a bitstream are there, else None."""
+    bitstream = os.environ.get("PEARL_FPGA_BITSTREAM")
+    if profile.driver == "xrt":
+        try:
+            import pyxrt
+        except ImportError:
+            return None
+        from pearl.kernels.fpga.xrt_driver import XrtDevice
+
+        try:
+            device = XrtDevice(index, pyxrt_module=pyxrt)
+        except Exception:  # no card at this index
+            return None
+    else:
+        try:
+            import pynq  # noqa: F401
+        except ImportError:
+            return None
+        from pearl.kernels.fpga.pynq_driver import PynqDevice
+
+        device = PynqDevice()
+    if not bitstream:
+        from pearl.errors import ConfigError
+
+        raise ConfigError(f"fpga:{index}: a {profile.name} is present but PEARL_FPGA_BITSTREAM (the .xclbin / "
+                          f".bit built by hls/Makefile) is not set")
+    device.load(bitstream)
+    return device
+
+
+def open_device(index: int = 0, platform: str | None = None, simulate: bool | None = None) -> FPGADevice:
+    """fpga:`index` of `platform` (a platforms/ profile; default alveo_u250): the real board when
+    this machine has one (and PEARL_FPGA_SIMULATE is not 1), else its simulation. One device
+    object per (platform, index) per process, so every kernel on it shares one simulated clock."""
+    from pearl.platforms import load_platform
+
+    platform = platform or os.environ.get("PEARL_FPGA_PLATFORM") or DEFAULT_PLATFORM
+    key = (platform, index)
+    if key in _DEVICES:
+        return _DEVICES[key]
+    profile_platform = load_platform(platform)
+    device_id = f"fpga:{index}"
+    profile = profile_platform.device(device_id)
+    if simulate is None:
+        simulate = os.environ.get("PEARL_FPGA_SIMULATE") == "1"
+    device = None if simulate else _real_device(profile, index)
+    if device is None:
+        device = SimDevice(platform, device_id)
+    _DEVICES[key] = device
+    return device
