@@ -260,6 +260,13 @@ def _sample_member(sums, prefix, offsets, depth, k, uniforms, out):
 
 
 # -- update ---------------------------------------------------------------------------------------
+@njit(inline="always")
+def _parent(node, k, shift):
+    """node // k, as a shift when k is a power of two (shift >= 0): an integer division by a
+    runtime k costs ~25 cycles, ~4 us per 256-leaf update (measured)."""
+    return node >> shift if shift >= 0 else node // k
+
+
 @njit(**_NJIT)
 def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
     """Recomputes every ancestor of the leaves `indices` once, bottom-up, from its children.
@@ -268,11 +275,16 @@ def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
     stamp = marks[-1] + 1
     marks[-1] = stamp
     n = indices.shape[0]
+    shift = -1
+    if k & (k - 1) == 0:
+        shift = 0
+        while (1 << shift) < k:
+            shift += 1
     # parents of the leaves, each once, in first-touch order
     base = offsets[depth - 1]
     m = 0
     for i in range(n):
-        p = indices[i] // k
+        p = _parent(indices[i], k, shift)
         g = base + p
         if marks[g] != stamp:
             marks[g] = stamp
@@ -283,7 +295,7 @@ def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
     for i in range(m):
         _prefetch_group(sums, offsets[depth] + nodes[i] * k, k)
         if depth >= 2:
-            first = nodes[i] - nodes[i] % k
+            first = _parent(nodes[i], k, shift) * k
             _prefetch_group(sums, base + first, k)
             _prefetch_group(mins, base + first, k)
     for level in range(depth - 1, -1, -1):
@@ -338,7 +350,7 @@ def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
             up = offsets[level - 1]
             mm = 0
             for i in range(m):
-                p = nodes[i] // k
+                p = _parent(nodes[i], k, shift)
                 g = up + p
                 if marks[g] != stamp:
                     marks[g] = stamp
