@@ -1,7 +1,9 @@
 """One interface for every FPGA backend, and its simulation.
 
     device.load(bitstream)            program the device (a .bit/.xclbin path; sim: a label)
-    buf = device.allocate(n, dtype)   a buffer the kernel can reach; buf.array is the host view
+    buf = device.allocate(n, dtype, kernel=k, arg="name")
+                                      a buffer the kernel can reach (XRT places it in the memory
+                                      bank of that kernel argument); buf.array is the host view
     buf.sync_to_device(count)         make the first `count` items visible to the kernel
     buf.sync_from_device(count)       make the kernel's writes visible to the host
     run = device.kernel(name).start(*args)   args in the order of kernels.SIGNATURES[name]:
@@ -54,7 +56,7 @@ class FPGADevice(ABC):
     def load(self, bitstream) -> None: ...
 
     @abstractmethod
-    def allocate(self, count: int, dtype) -> Buffer: ...
+    def allocate(self, count: int, dtype, kernel: Kernel | None = None, arg: str | None = None) -> Buffer: ...
 
     @abstractmethod
     def kernel(self, name: str, defines: dict | None = None) -> Kernel: ...
@@ -145,7 +147,7 @@ class SimDevice(FPGADevice):
     def load(self, bitstream) -> None:
         self.bitstream = bitstream
 
-    def allocate(self, count: int, dtype) -> SimBuffer:
+    def allocate(self, count: int, dtype, kernel=None, arg=None) -> SimBuffer:
         return SimBuffer(self, count, dtype)
 
     def kernel(self, name: str, defines: dict | None = None) -> SimKernel:

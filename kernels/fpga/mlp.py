@@ -33,11 +33,14 @@ class FPGAQPolicy:
         self.layout = MLPLayout(self.sizes)
         self.device = _device(device)
         self.kernel = self.device.kernel("pearl_mlp_forward", _limits(sizes, max_batch))
-        self._sizes = self.device.allocate(len(sizes), np.int32)
+        def alloc(count, dtype, arg):
+            return self.device.allocate(count, dtype, kernel=self.kernel, arg=arg)
+
+        self._sizes = alloc(len(sizes), np.int32, "sizes")
         self._sizes.array[:] = sizes
-        self._params = self.device.allocate(self.layout.size, np.float32)
-        self._obs = self.device.allocate(self.max_batch * sizes[0], np.float32)
-        self._q = self.device.allocate(self.max_batch * sizes[-1], np.float32)
+        self._params = alloc(self.layout.size, np.float32, "params")
+        self._obs = alloc(self.max_batch * sizes[0], np.float32, "obs")
+        self._q = alloc(self.max_batch * sizes[-1], np.float32, "q")
         self._stale = True
 
     @property
@@ -82,12 +85,16 @@ class FPGAQTrainer:
         self.device = _device(device)
         self.kernel = self.device.kernel("pearl_mlp_train_step", _limits(sizes, max_batch))
         n, b = self.layout.size, self.max_batch
-        alloc = self.device.allocate
-        self._sizes, self._hyper = alloc(len(sizes), np.int32), alloc(8, np.float64)
+        def alloc(count, dtype, arg):
+            return self.device.allocate(count, dtype, kernel=self.kernel, arg=arg)
+
+        self._sizes, self._hyper = alloc(len(sizes), np.int32, "sizes"), alloc(8, np.float64, "hyper")
         self._sizes.array[:] = sizes
-        self._params, self._m, self._v = alloc(n, np.float32), alloc(n, np.float32), alloc(n, np.float32)
-        self._obs, self._actions = alloc(b * sizes[0], np.float32), alloc(b, np.int32)
-        self._targets, self._weights, self._abs_td = alloc(b, np.float32), alloc(b, np.float32), alloc(b, np.float32)
+        self._params, self._m = alloc(n, np.float32, "params"), alloc(n, np.float32, "exp_avg")
+        self._v = alloc(n, np.float32, "exp_avg_sq")
+        self._obs, self._actions = alloc(b * sizes[0], np.float32, "obs"), alloc(b, np.int32, "actions")
+        self._targets, self._weights = alloc(b, np.float32, "targets"), alloc(b, np.float32, "weights")
+        self._abs_td = alloc(b, np.float32, "abs_td")
         self.steps = 0
         self._sizes.sync_to_device()
 

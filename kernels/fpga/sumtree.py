@@ -49,8 +49,7 @@ class FPGASumTree:
         defines = {"PEARL_SUMTREE_FANOUT": self.fanout, "PEARL_SUMTREE_DEPTH": self.depth,
                    "PEARL_SUMTREE_DOUBLE": self.dtype == np.float64}
         self.kernel = device.kernel("pearl_sumtree", defines)
-        self._indices, self._out_indices = device.allocate(8, np.int64), device.allocate(8, np.int64)
-        self._values, self._out_values = device.allocate(8, np.float64), device.allocate(8, np.float64)
+        self._allocate_buffers(8)
         self._call("info", 0, receive_values=4)
         fanout_hw, depth_hw, real_bytes, max_batch = (int(v) for v in self._out_values.array[:4])
         if fanout_hw != self.fanout or real_bytes != self.dtype.itemsize or fanout_hw ** depth_hw < self.capacity:
@@ -60,14 +59,19 @@ class FPGASumTree:
         # a kernel built deeper than this tree needs holds the same tree under a chain of
         # single-child ancestors: same sums, same descents
         self.kernel_depth, self.max_batch = depth_hw, max_batch
-        self._indices = device.allocate(max_batch, np.int64)
-        self._values = device.allocate(max_batch, np.float64)
-        self._out_indices = device.allocate(max_batch, np.int64)
-        self._out_values = device.allocate(max(8, max_batch), np.float64)
+        self._allocate_buffers(max(8, max_batch))
         self._call("clear", 0)
         self._total, self._min = 0.0, float("inf")
 
     # -- the kernel call ----------------------------------------------------------------------
+    def _allocate_buffers(self, count: int) -> None:
+        """One device buffer per pointer argument, in the memory bank of that argument."""
+        def allocate(arg, dtype):
+            return self.device.allocate(count, dtype, kernel=self.kernel, arg=arg)
+
+        self._indices, self._values = allocate("indices", np.int64), allocate("values", np.float64)
+        self._out_indices, self._out_values = allocate("out_indices", np.int64), allocate("out_values", np.float64)
+
     def _call(self, op: str, n: int, send_indices: bool = False, send_values: bool = False,
               receive_indices: bool = False, receive_values: int = 0) -> None:
         if send_indices:
