@@ -1,4 +1,5 @@
-"""OpenCL backend: the prioritized-replay sum tree and transition storage on an OpenCL device.
+"""OpenCL backend: the prioritized-replay sum tree, transition storage and Q-network inference
+on an OpenCL device.
 
 Importing this package does not import pyopencl; `available()` says whether it can run here.
 """
@@ -12,3 +13,4 @@ from pearl.kernels.opencl.sumtree import (  # noqa: F401
     parse_device_spec,
     sample_batch,
 )
+from pearl.kernels.opencl.mlp import OpenCLQPolicy, mlp_kernel_source  # noqa: F401,E402
