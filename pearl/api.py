@@ -77,6 +77,10 @@ class DQN:
         if self.plan.actors != 1:
             raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
         replay_device = self._replay_device()
+        learn_device = self.plan.device_of("learn")
+        if learn_device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner in the runtime yet "
+                              f"(learn runs on cpu or cuda)")
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)

@@ -120,3 +120,8 @@ def test_simulated_fpga_replay_learns_cartpole_like_the_cpu_tree(tmp_path):
     cpu_eval, _ = results["cpu"]
     assert fpga_summary["fpga"]["simulated"] is True
     assert fpga_eval >= min(475.0, cpu_eval - 25.0), (fpga_eval, cpu_eval)
+
+
+def test_learn_off_cpu_and_cuda_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="plan.devices.learn: fpga:0 has no learner"):
+        pearl.DQN("CartPole-v1", plan=pearl.Plan(devices={**pearl.Plan().devices, "learn": "fpga:0"}))

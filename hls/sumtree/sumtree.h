@@ -136,7 +136,9 @@ void update_leaves(Tree<R, K, D> &tree, const index_t indices[], const R priorit
 #pragma HLS BIND_STORAGE variable = lv.sum type = ram_2p impl = uram
 update_leaf:
     for (int i = 0; i < n; ++i) {
-#pragma HLS PIPELINE II = 1
+// II 3, not 1: the next update may read the sibling group this one writes, a read-after-write
+// through the level's memory (write + read latency); declared in hls/timing.json
+#pragma HLS PIPELINE II = 3
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
         const index_t leaf = indices[i];
         const R priority = priorities[i];
@@ -167,7 +169,7 @@ void update_level(Tree<R, K, D> &tree, hls::stream<NodeValue<R> > &in, hls::stre
 #pragma HLS ARRAY_PARTITION variable = lv.min cyclic factor = K
 update_node:
     for (int i = 0; i < n; ++i) {
-#pragma HLS PIPELINE II = 1
+#pragma HLS PIPELINE II = 3  // the same read-after-write as update_leaf
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4096
         const NodeValue<R> v = in.read();
         lv.sum[v.node] = v.sum;
