@@ -186,8 +186,11 @@ class DQN:
             self.plan.save(run_path / "plan.yaml")
         fpga = self.fpga_device()
         if fpga is not None and fpga.simulated:
+            fpga_start = fpga.report()  # the device may be shared: report this run's share
+
             def simulated_seconds(agent):
-                return {"fpga_simulated_s": None if agent is None else round(fpga.simulated_s, 6)}
+                return {"fpga_simulated_s": None if agent is None
+                        else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
 
             log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
                          label=fpga.label, extra=simulated_seconds)
@@ -217,7 +220,8 @@ class DQN:
         if time_tasks:
             summary["task_us"] = self.task_timer.mean_us()
         if fpga is not None:
-            summary["fpga"] = fpga.report() if fpga.simulated else {"simulated": False, "label": fpga.label}
+            summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated
+                               else {"simulated": False, "label": fpga.label})
         if run_path is not None:
             self.save(run_path / "checkpoint.npz")
             if self.config.log.plot and log.rows:

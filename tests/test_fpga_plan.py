@@ -71,6 +71,8 @@ def test_train_reports_simulated_device_time():
     # one insert per env step, one sample + get + priority update per learner update
     assert calls >= 1500 + 3 * summary["updates"]
     assert 0 < fpga["simulated_s"] and fpga["simulated_transfer_s"] < fpga["simulated_s"]
+    again = agent.train(500)["fpga"]  # a second call reports its own share of the shared device
+    assert again["simulated_s"] < fpga["simulated_s"] and again["kernel_calls"]["pearl_sumtree"] < calls
 
 
 def test_cli_run_is_labelled_simulated_everywhere(tmp_path):

@@ -165,11 +165,16 @@ class SimDevice(FPGADevice):
         self.kernel_calls[name] = self.kernel_calls.get(name, 0) + 1
         self.simulated_s += seconds
 
-    def report(self) -> dict:
-        """The simulated clock so far: every figure here is SIMULATED, not measured."""
+    def report(self, since: dict | None = None) -> dict:
+        """The simulated clock (since an earlier report, when given: the device may be shared by
+        several trees or runs in one process). Every figure here is SIMULATED, not measured."""
+        since = since or {}
+        before_s, before_calls = since.get("simulated_kernel_s", {}), since.get("kernel_calls", {})
         return {"simulated": True, "label": self.label, "description": self.description,
                 "platform": self.platform.name,
                 "device": self.profile.id, "clock_mhz": self.profile.clock_mhz,
-                "simulated_s": self.simulated_s, "simulated_transfer_s": self.transfer_s,
-                "transfer_bytes": self.transfer_bytes,
-                "simulated_kernel_s": dict(self.kernel_s), "kernel_calls": dict(self.kernel_calls)}
+                "simulated_s": self.simulated_s - since.get("simulated_s", 0.0),
+                "simulated_transfer_s": self.transfer_s - since.get("simulated_transfer_s", 0.0),
+                "transfer_bytes": self.transfer_bytes - since.get("transfer_bytes", 0),
+                "simulated_kernel_s": {k: v - before_s.get(k, 0.0) for k, v in self.kernel_s.items()},
+                "kernel_calls": {k: v - before_calls.get(k, 0) for k, v in self.kernel_calls.items()}}
