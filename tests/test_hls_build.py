@@ -76,3 +76,18 @@ def test_kernel_signatures_match_the_hls_tops():
         for arg, kind in SIGNATURES[kernel]:
             mode = "m_axi" if kind == POINTER else "s_axilite"
             assert re.search(rf"INTERFACE mode = {mode} port = {arg}\b", text), (kernel, arg)
+
+
+def test_operation_codes_agree_with_the_kernel():
+    from pearl.kernels.fpga.timing import SUMTREE_OPS
+
+    enum = re.search(r"enum Op \{([^}]*)\}", (HLS / "sumtree" / "sumtree.h").read_text()).group(1)
+    codes = {name.strip()[3:].lower(): int(value) for name, value in
+             (item.split("=") for item in enum.split(","))}
+    assert codes == SUMTREE_OPS
+
+
+def test_missing_compiler_is_a_one_line_user_error():
+    from pearl.errors import PearlError
+
+    assert issubclass(build.CompilerMissing, PearlError)

@@ -16,14 +16,16 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from pearl.errors import PearlError
+
 # -ffp-contract=off: no fused multiply-adds, so float results do not depend on the host's FMA
 # support and float64 sums keep numpy's rounding; -Wno-unknown-pragmas: g++ ignores #pragma HLS.
 CXXFLAGS = ("-O2", "-std=c++14", "-ffp-contract=off", "-Wno-unknown-pragmas", "-Wno-unused-label",
             "-Wno-maybe-uninitialized")
 
 
-class CompilerMissing(RuntimeError):
-    """No C++ compiler on this machine: the FPGA simulation cannot run."""
+class CompilerMissing(PearlError, RuntimeError):
+    """No C++ compiler on this machine: the FPGA simulation cannot run (the CLI prints one line)."""
 
 
 def hls_dir() -> Path:
