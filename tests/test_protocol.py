@@ -1,5 +1,6 @@
 """Tasks declare inputs, outputs and per-call costs; Plans round-trip through YAML."""
 import pytest
+import torch
 
 import pearl
 from pearl.errors import ConfigError
@@ -64,10 +65,18 @@ def test_plan_naming_a_device_without_kernels_is_refused():
 
 @pytest.mark.parametrize("devices,message", [
     ({"act": "opencl:0"}, "plan.devices.act: opencl:0 has no act kernel"),
-    ({"sample": "cuda:0", "insert": "cuda:0", "update_priorities": "cuda:0"}, "plan.devices.insert: cuda:0 has no insert kernel"),
+    ({"sample": "cuda:0", "insert": "cuda:0", "update_priorities": "cuda:0"},
+     "plan.devices.learn: a replay on cuda:0 feeds a learner on the same device" if torch.cuda.is_available()
+     else "plan.devices.sample: cuda:0 requested but torch sees no CUDA GPU"),
     ({"sample": "opencl:0"}, "plan.devices.insert: must be the sample device (opencl:0)"),
 ])
 def test_plan_replay_devices_are_checked(devices, message):
     plan = Plan(devices={**Plan().devices, **devices})
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         pearl.DQN("CartPole-v1", plan=plan, replay="prioritized")
+
+
+def test_amper_has_no_gpu_kernel():
+    gpu = {"sample": "cuda:0", "insert": "cuda:0", "update_priorities": "cuda:0", "learn": "cuda:0"}
+    with pytest.raises(ConfigError, match="plan.devices.insert: cuda:0 has no insert kernel for amper replay"):
+        pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, **gpu}), replay="amper")

@@ -9,11 +9,18 @@ from pearl.replay.uniform import UniformReplay  # noqa: F401
 def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1,
                 rate_limiter: RateLimiter | None = None, device: str = "cpu"):
     """The replay that `config` (a ReplayConfig) asks for; `device` 'opencl:N' puts a prioritized
-    replay's sum tree on that OpenCL device (storage stays in host memory)."""
+    replay's sum tree on that OpenCL device (storage stays in host memory); 'cuda:N' puts the
+    whole table (storage and tree) on that GPU (pearl/replay/device.py)."""
     import numpy as np
 
     kwargs = dict(capacity=config.capacity, obs_dim=obs_dim, rate_limiter=rate_limiter,
                   action_dtype=action_dtype or np.int64, action_shape=action_shape)
+    if device.startswith("cuda"):
+        from pearl.replay.device import DeviceReplay
+
+        return DeviceReplay(**kwargs, device=device, prioritized=config.kind == "prioritized",
+                            alpha=config.alpha, beta=config.beta, beta_final=config.beta_final,
+                            beta_steps=total_steps, priority_eps=config.priority_eps, fanout=config.fanout)
     if config.kind == "uniform":
         return UniformReplay(**kwargs)
     return PrioritizedReplay(**kwargs, alpha=config.alpha, beta=config.beta,

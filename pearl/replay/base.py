@@ -24,6 +24,24 @@ class Batch:
 FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 
 
+def admit_insert(rate_limiter: RateLimiter | None, count: int) -> None:
+    """Records an insert of `count` with the table's rate limiter, or raises if it refuses."""
+    if rate_limiter is not None:
+        if not rate_limiter.can_insert(count):
+            raise RateLimitExceeded(f"insert of {count} refused: the learner is behind "
+                                    f"(samples/insert {rate_limiter.samples_per_insert})")
+        rate_limiter.record_insert(count)
+
+
+def admit_sample(rate_limiter: RateLimiter | None, batch_size: int) -> None:
+    """Records a sample of `batch_size` with the table's rate limiter, or raises if it refuses."""
+    if rate_limiter is not None:
+        if not rate_limiter.can_sample(batch_size):
+            raise RateLimitExceeded(f"sample of {batch_size} refused: the learner is ahead "
+                                    f"(samples/insert {rate_limiter.samples_per_insert})")
+        rate_limiter.record_sample(batch_size)
+
+
 class Replay(ABC):
     """A ring of `capacity` transitions. Subclasses choose which indices `sample` returns.
 
@@ -57,11 +75,7 @@ class Replay(ABC):
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         """Inserts a batch; returns the slots written."""
         count = len(rewards)
-        if self.rate_limiter is not None:
-            if not self.rate_limiter.can_insert(count):
-                raise RateLimitExceeded(f"insert of {count} refused: the learner is behind "
-                                        f"(samples/insert {self.rate_limiter.samples_per_insert})")
-            self.rate_limiter.record_insert(count)
+        admit_insert(self.rate_limiter, count)
         start = self.cursor
         self._ring.insert(start, count, (obs, actions, rewards, next_obs, discounts))
         self.cursor = (self.cursor + count) % self.capacity
@@ -76,11 +90,7 @@ class Replay(ABC):
         """A batch of `batch_size` stored transitions, chosen by this replay's selector."""
         if not self.size:
             raise ValueError("cannot sample from an empty replay")
-        if self.rate_limiter is not None:
-            if not self.rate_limiter.can_sample(batch_size):
-                raise RateLimitExceeded(f"sample of {batch_size} refused: the learner is ahead "
-                                        f"(samples/insert {self.rate_limiter.samples_per_insert})")
-            self.rate_limiter.record_sample(batch_size)
+        admit_sample(self.rate_limiter, batch_size)
         return self._select(batch_size, rng)
 
     @abstractmethod

@@ -17,6 +17,11 @@ from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
 
 
+def annealed_beta(beta0: float, beta_final: float, steps: int, progress: int) -> float:
+    """The importance-sampling exponent, linear from beta0 to beta_final over `steps` env steps."""
+    return beta0 + min(1.0, progress / steps) * (beta_final - beta0)
+
+
 def make_priority_sampler(backend: str, capacity: int, fanout: int):
     """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference), 'amper',
     'opencl:N' (the exact tree on the N-th OpenCL device that `pearl devices` lists), or
@@ -74,8 +79,7 @@ class PrioritizedReplay(Replay):
 
     @property
     def beta(self) -> float:
-        fraction = min(1.0, self.progress / self.beta_steps)
-        return self.beta0 + fraction * (self.beta_final - self.beta0)
+        return annealed_beta(self.beta0, self.beta_final, self.beta_steps, self.progress)
 
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         start = self.cursor
