@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train an agent from an experiment config")
     train.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
-    train.add_argument("--algo", help="algorithm (dqn)")
+    train.add_argument("--algo", help="algorithm: dqn, ddpg, td3 or sac")
     train.add_argument("--env", help="Gymnasium environment id, e.g. CartPole-v1")
     train.add_argument("--steps", type=int, help="total environment steps")
     train.add_argument("--seed", type=int, help="random seed")
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
     devices = sub.add_parser("devices", help="list the CPU, CUDA GPUs and OpenCL devices found")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
+    devices.add_argument("--write", metavar="FILE", help="draft a platform profile of this machine (YAML) to FILE")
     return parser
 
 
@@ -68,9 +69,9 @@ def _train(args) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.log.run_dir) / f"{config.env}-{config.algo}-s{config.seed}-{stamp}"
 
-    from pearl.api import DQN  # torch is imported only once the inputs are known to be good
+    from pearl.api import make_agent  # torch is imported only once the inputs are known to be good
 
-    agent = DQN(config=config, plan=plan)
+    agent = make_agent(config, plan)
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
           f"replay {config.replay.kind} -> {run_dir}", file=sys.stderr)
@@ -102,6 +103,15 @@ def _train(args) -> int:
 def _devices(args) -> int:
     from pearl.devices import detect_devices
 
+    if args.write:
+        from pearl.devices import draft_profile
+
+        if not args.write.endswith((".yaml", ".yml")):
+            raise PearlError(f"--write {args.write}: expected a .yaml file name")
+        draft_profile(args.write)
+        print(f"pearl devices: wrote {args.write} (check the figures marked 'assumed (draft)'; "
+              f"use it with `pearl autotune CONFIG --platform {args.write}`)", file=sys.stderr)
+        return 0
     found = detect_devices()
     if args.json:
         print(json.dumps(found, indent=2))

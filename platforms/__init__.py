@@ -16,6 +16,22 @@ from pearl.errors import ConfigError
 DEVICE_KINDS = ("cpu", "cuda", "opencl", "fpga")
 FPGA_DRIVERS = ("xrt", "pynq")
 
+# Keys each device kind accepts (beyond id, kind, name, power_w, launch_us, notes). The analytic
+# cost model needs the throughput figures (peak_gflops, memory_bandwidth_gb_s) of every device a
+# plan may put a task on, so they are required for cpu, cuda and opencl; FPGA time comes from the
+# HLS cycle model at clock_mhz, so the FPGA keeps the version-1 fields.
+_COMMON_KEYS = {"id", "kind", "name", "power_w", "launch_us", "notes"}
+_KIND_KEYS = {
+    "cpu": {"cores", "clock_mhz", "peak_gflops", "memory_bandwidth_gb_s", "call_overhead_us"},
+    "cuda": {"sms", "clock_mhz", "peak_gflops", "memory_bandwidth_gb_s", "memory_gib"},
+    "opencl": {"compute_units", "peak_gflops", "memory_bandwidth_gb_s", "host"},
+    "fpga": {"driver", "part", "vitis_platform", "clock_mhz", "resources", "bitstream",
+             "memory_bandwidth_gb_s"},
+}
+# cpu and cuda give power as datasheet idle / TDP watts; fpga as static / dynamic (version 1).
+_POWER_KEYS = {"cpu": ("idle", "tdp"), "cuda": ("idle", "tdp"), "opencl": ("idle", "tdp"),
+               "fpga": ("static", "dynamic")}
+
 
 @dataclass(frozen=True)
 class Link:
@@ -40,8 +56,17 @@ class Device:
     part: str = ""
     vitis_platform: str = ""
     resources: dict = field(default_factory=dict)
-    static_w: float = 0.0
-    dynamic_w: float = 0.0
+    static_w: float = 0.0  # idle power (cpu/cuda: the datasheet idle figure)
+    dynamic_w: float = 0.0  # added at full utilisation (cpu/cuda: TDP - idle)
+    cores: int = 0  # cpu
+    sms: int = 0  # cuda
+    compute_units: int = 0  # opencl
+    peak_gflops: float = 0.0  # float32, the whole device
+    memory_bandwidth_gb_s: float = 0.0  # DRAM / HBM
+    launch_us: float = 0.0  # fixed cost of one kernel call on the device (cuda launch, OpenCL enqueue)
+    call_overhead_us: float = 0.0  # cpu: interpreter cost of one task call (Python + numpy dispatch)
+    bitstream: str = ""  # fpga: the .xclbin / .bit, resolved against the profile's folder
+    host: str = ""  # opencl: "cpu" when the OpenCL device is the host CPU (PoCL): its power is the cpu's
 
     def power_w(self, utilisation: float) -> float:
         """static + dynamic x utilisation (utilisation clipped to [0, 1])."""
@@ -62,11 +87,22 @@ class Platform:
                 return device
         raise ConfigError(f"{self.source}: no device {device_id!r} (has {', '.join(d.id for d in self.devices)})")
 
+    def has_device(self, device_id: str) -> bool:
+        return any(device.id == device_id for device in self.devices)
+
     def link(self, a: str, b: str) -> Link:
         for link in self.links:
             if set(link.between) == {a, b}:
                 return link
         raise ConfigError(f"{self.source}: no link between {a} and {b}")
+
+    @property
+    def host(self) -> Device:
+        """The host CPU (the device `cpu` of every profile; Python and the environments run there)."""
+        for device in self.devices:
+            if device.kind == "cpu":
+                return device
+        raise ConfigError(f"{self.source}: no cpu device (every platform needs its host cpu)")
 
 
 def available_platforms() -> list[str]:
@@ -89,6 +125,59 @@ def _string(data: dict, key: str, at: str, default: str | None = None) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{at}.{key}: expected a non-empty string, got {value!r}")
     return value
+
+
+def _kind_figures(d: dict, kind: str, at: str, path: Path) -> dict:
+    """The kind-specific figures of one device entry, validated."""
+    if kind == "cpu":
+        cores = d.get("cores")
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+            raise ConfigError(f"{at}.cores: expected an integer >= 1, got {cores!r}")
+        return {"cores": cores, "peak_gflops": _number(d, "peak_gflops", at),
+                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at),
+                "call_overhead_us": _number(d, "call_overhead_us", at, positive=False, default=0.0)}
+    if kind == "cuda":
+        sms = d.get("sms")
+        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+            raise ConfigError(f"{at}.sms: expected an integer >= 1, got {sms!r}")
+        return {"sms": sms, "peak_gflops": _number(d, "peak_gflops", at),
+                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at)}
+    if kind == "opencl":
+        units = d.get("compute_units", 1)
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ConfigError(f"{at}.compute_units: expected an integer >= 1, got {units!r}")
+        host = d.get("host", "")
+        if host not in ("", "cpu"):
+            raise ConfigError(f"{at}.host: expected cpu (an OpenCL device on the host CPU) or nothing, got {host!r}")
+        return {"compute_units": units, "host": host, "peak_gflops": _number(d, "peak_gflops", at),
+                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at)}
+    figures = {}
+    if "memory_bandwidth_gb_s" in d:
+        figures["memory_bandwidth_gb_s"] = _number(d, "memory_bandwidth_gb_s", at)
+    if "bitstream" in d:
+        bitstream = _string(d, "bitstream", at)
+        resolved = Path(bitstream) if Path(bitstream).is_absolute() else path.parent / bitstream
+        if not resolved.is_file():
+            raise ConfigError(f"{at}.bitstream: {resolved} does not exist (build it with hls/Makefile, "
+                              f"or leave bitstream out to use PEARL_FPGA_BITSTREAM)")
+        figures["bitstream"] = str(resolved)
+    return figures
+
+
+def _power(power: dict, kind: str, at: str, required: bool) -> tuple[float, float]:
+    """(static, dynamic) watts; cpu/cuda/opencl profiles give datasheet idle and TDP figures."""
+    low, high = _POWER_KEYS[kind]
+    for key in power:
+        if key not in (low, high):
+            raise ConfigError(f"{at}.power_w.{key}: unknown key (expected {low} and {high})")
+    default = None if required else 0.0
+    first = _number(power, low, f"{at}.power_w", positive=False, default=default)
+    second = _number(power, high, f"{at}.power_w", positive=False, default=default)
+    if kind == "fpga":
+        return first, second
+    if second < first:
+        raise ConfigError(f"{at}.power_w.tdp: {second:g} W is below the idle figure ({first:g} W)")
+    return first, second - first
 
 
 def load_platform(name_or_path: str | Path) -> Platform:
@@ -124,22 +213,34 @@ def load_platform(name_or_path: str | Path) -> Platform:
         device_id = _string(d, "id", at)
         if device_id.split(":")[0] != kind:
             raise ConfigError(f"{at}.id: expected '{kind}' or '{kind}:N' for a {kind} device, got {device_id!r}")
+        unknown = set(d) - _COMMON_KEYS - _KIND_KEYS[kind]
+        if unknown:
+            raise ConfigError(f"{at}.{sorted(unknown)[0]}: unknown key for a {kind} device (expected one of "
+                              f"{', '.join(sorted(_COMMON_KEYS | _KIND_KEYS[kind]))})")
+        if device_id in {dev.id for dev in devices}:
+            raise ConfigError(f"{at}.id: {device_id} appears twice")
         power = d.get("power_w", {})
         if not isinstance(power, dict):
-            raise ConfigError(f"{at}.power_w: expected a mapping with static and dynamic")
+            raise ConfigError(f"{at}.power_w: expected a mapping with {' and '.join(_POWER_KEYS[kind])}")
         resources_ = d.get("resources", {})
         if not isinstance(resources_, dict):
             raise ConfigError(f"{at}.resources: expected a mapping")
         driver = d.get("driver", "")
         if kind == "fpga" and driver not in FPGA_DRIVERS:
             raise ConfigError(f"{at}.driver: expected one of {', '.join(FPGA_DRIVERS)}, got {driver!r}")
+        figures = _kind_figures(d, kind, at, path)
+        static_w, dynamic_w = _power(power, kind, at, required=kind in ("cpu", "cuda") or
+                                     (kind == "opencl" and figures.get("host") != "cpu"))
         devices.append(Device(
             id=device_id, kind=kind, name=_string(d, "name", at),
-            clock_mhz=_number(d, "clock_mhz", at) if kind == "fpga" else _number(d, "clock_mhz", at, default=0.0, positive=False),
+            clock_mhz=(_number(d, "clock_mhz", at) if kind in ("fpga", "cpu")
+                       else _number(d, "clock_mhz", at, default=0.0, positive=False)),
             driver=driver, part=str(d.get("part", "")), vitis_platform=str(d.get("vitis_platform", "")),
-            resources=dict(resources_),
-            static_w=_number(power, "static", f"{at}.power_w", positive=False, default=0.0),
-            dynamic_w=_number(power, "dynamic", f"{at}.power_w", positive=False, default=0.0)))
+            resources=dict(resources_), static_w=static_w, dynamic_w=dynamic_w,
+            launch_us=_number(d, "launch_us", at, positive=False, default=0.0), **figures))
+    if not any(dev.kind == "cpu" for dev in devices) and any(dev.kind != "fpga" for dev in devices):
+        # Version-1 FPGA profiles describe the board only; anything else runs Python on a host.
+        raise ConfigError(f"{source}: devices: expected a cpu device (the host that runs Python and the envs)")
     ids = {d.id for d in devices} | {"cpu"}
     links = []
     for i, link in enumerate(data.get("links") or []):
@@ -149,6 +250,8 @@ def load_platform(name_or_path: str | Path) -> Platform:
         between = link.get("between")
         if not isinstance(between, list) or len(between) != 2 or not all(b in ids for b in between):
             raise ConfigError(f"{at}.between: expected two device ids of this platform (or cpu), got {between!r}")
+        if {tuple(sorted(between))} & {tuple(sorted(link_.between)) for link_ in links}:
+            raise ConfigError(f"{at}.between: a second link between {between[0]} and {between[1]}")
         links.append(Link(between=tuple(between), kind=_string(link, "kind", at),
                           bandwidth_gb_s=_number(link, "bandwidth_gb_s", at),
                           latency_us=_number(link, "latency_us", at, positive=False),
