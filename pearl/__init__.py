@@ -8,7 +8,8 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DQN": "pearl.api", "load": "pearl.api",
+    "DQN": "pearl.api", "load": "pearl.api", "make_agent": "pearl.api",
+    "DDPG": "pearl.continuous", "TD3": "pearl.continuous", "SAC": "pearl.continuous",
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
     "Plan": "pearl.protocol", "load_plan": "pearl.protocol",

@@ -13,7 +13,7 @@ import yaml
 from pearl import runtime
 from pearl.algos.dqn import DQN as DQNAlgorithm
 from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
-from pearl.config import DQNConfig, ExperimentConfig, apply_overrides, parse_config
+from pearl.config import CONTINUOUS_ALGOS, ExperimentConfig, apply_overrides, parse_config
 from pearl.envs import discrete_spaces, make_env
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
@@ -25,18 +25,20 @@ from pearl.runtime.actor import Actor
 from pearl.runtime.learners import make_learner
 from pearl.runtime.sequential import TaskTimer
 
-_TOP_LEVEL = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"algo", "dqn", "replay"}
-_DQN_FIELDS = {f.name for f in dataclasses.fields(DQNConfig)}
+_SECTIONS = ("dqn", *CONTINUOUS_ALGOS)
+_TOP_LEVEL = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"algo", "replay", *_SECTIONS}
+_SECTION_FIELDS = {name: {f.name for f in dataclasses.fields(type(getattr(ExperimentConfig(), name)))}
+                   for name in _SECTIONS}
 
 
-def _overrides(kwargs: dict) -> dict:
+def _overrides(kwargs: dict, algo: str = "dqn") -> dict:
     """Maps keyword arguments (lr=..., replay='prioritized', device='cuda') to dotted config keys."""
     out = {}
     for key, value in kwargs.items():
         if key in _TOP_LEVEL:
             out[key] = value
-        elif key in _DQN_FIELDS:
-            out[f"dqn.{key}"] = value
+        elif key in _SECTION_FIELDS[algo]:
+            out[f"{algo}.{key}"] = value
         elif key == "replay":
             out["replay.kind"] = value
         elif key in ("capacity", "buffer_size"):
@@ -44,66 +46,42 @@ def _overrides(kwargs: dict) -> dict:
         elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
             out[f"runtime.{key}"] = value
         else:
-            raise ConfigError(f"{key}: unknown DQN option")
+            raise ConfigError(f"{key}: unknown {algo.upper()} option")
     return out
 
 
-class DQN:
-    """A DQN agent on a Gymnasium environment with a discrete action space.
+def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, options: dict,
+                   default_env: str) -> ExperimentConfig:
+    """The validated config of an agent built as `Agent(env, config=..., **options)`."""
+    if config is None:
+        config = ExperimentConfig(algo=algo, env=default_env)
+    elif config.algo != algo:
+        raise ConfigError(f"algo: the config is for {config.algo}, not {algo} (pearl.make_agent(config) builds the agent a config names)")
+    if env is not None:
+        options["env"] = env
+    if options:
+        return apply_overrides(config, _overrides(options, algo))
+    return parse_config(config.to_dict())
 
-    >>> agent = pearl.DQN(env="CartPole-v1", seed=1)
-    >>> agent.train(50_000)
-    >>> agent.evaluate(10)
-    """
 
-    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
-                 plan: Plan | None = None, **options):
-        config = config if config is not None else ExperimentConfig()
-        if env is not None:
-            options["env"] = env
-        if options:
-            config = apply_overrides(config, _overrides(options))
-        else:
-            config = parse_config(config.to_dict())
-        self.config = config
-        probe = make_env(config.env)
-        self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
-        probe.close()
-        self.plan = plan if plan is not None else Plan(
-            devices={**Plan().devices, "learn": config.runtime.device},
-            envs_per_actor=config.runtime.envs_per_actor, batch_size=config.dqn.batch_size,
-            learner_kernel=config.runtime.learner_kernel)
-        self.plan.check()
-        if self.plan.actors != 1:
-            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
-        replay_device = self._replay_device()
-        learn_device = self.plan.device_of("learn")
-        if learn_device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner in the runtime yet "
-                              f"(learn runs on cpu or cuda)")
+def default_plan(config: ExperimentConfig) -> Plan:
+    return Plan(devices={**Plan().devices, "learn": config.runtime.device},
+                envs_per_actor=config.runtime.envs_per_actor, batch_size=config.algo_config.batch_size,
+                learner_kernel=config.runtime.learner_kernel)
 
-        torch.set_num_threads(config.runtime.torch_threads)
-        self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
-        self.learner = make_learner(self.algo, self.plan.device_of("learn"), self.plan.learner_kernel)
-        hidden = config.dqn.hidden
-        layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.dqn.dueling
-                  else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
-        self.policy = QPolicy(layout)
-        self.policy.load(self.learner.policy_weights())
-        replay_config = config.replay
-        if replay_device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
-            replay_config = dataclasses.replace(replay_config, backend=replay_device)
-        self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
-                                  rate_limiter=self._rate_limiter(), device=replay_device)
-        self.rng = np.random.default_rng(config.seed)
-        self._actor: Actor | None = None
+
+class Agent:
+    """What every agent shares: the runtime's bookkeeping and the user's verbs (train, evaluate,
+    save; `pearl.load`). A subclass builds config, plan, algo, learner, policy, replay and the
+    actor, and says how it acts greedily (`_greedy_actor`)."""
+
+    def _start_counters(self) -> None:
+        self.rng = np.random.default_rng(self.config.seed)
+        self._actor = None
         self.env_steps = self.updates = self.episodes = 0
         self.recent_returns: deque = deque(maxlen=100)
         self._loss_sum, self._loss_count = 0.0, 0
         self.task_timer = TaskTimer()
-        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
-                                 self.plan.batch_size, config.dqn.updates_per_step,
-                                 self.plan.envs_per_actor, self.plan.sync_interval)
 
     def _replay_device(self) -> str:
         """Where the priority structure lives: the plan's `sample` device. The tree is one object,
@@ -134,20 +112,11 @@ class DQN:
     def _rate_limiter(self) -> RateLimiter:
         """Samples per insert = updates per step x batch, with slack for one round of the runtime:
         the n-step lag of inserts and one act round's worth of updates."""
-        cfg, batch = self.config.dqn, self.plan.batch_size
+        cfg, batch = self.config.algo_config, self.plan.batch_size
         ratio = cfg.updates_per_step * batch
         slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
         return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - cfg.n_step),
                            error_buffer=slack)
-
-    # -- parts the runtime drives --------------------------------------------------------------
-    @property
-    def actor(self) -> Actor:
-        if self._actor is None:
-            cfg = self.config
-            self._actor = Actor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
-                                self.n_actions, cfg.dqn.n_step, cfg.dqn.gamma)
-        return self._actor
 
     def record_episodes(self, finished: list[tuple[float, int]]) -> None:
         for episode_return, _ in finished:
@@ -233,33 +202,19 @@ class DQN:
         """Greedy returns over `episodes` fresh episodes on a separate env (the training env is untouched)."""
         episodes = episodes or self.config.eval.episodes
         base_seed = (self.config.seed + 1_000_003) if seed is None else seed
-        policy = QPolicy(self.policy.layout)
-        policy.load(self.learner.policy_weights())
         env = make_env(self.config.env, base_seed)
-        start = int(getattr(env.action_space, "start", 0))
+        greedy = self._greedy_actor(env)
         returns = []
         for episode in range(episodes):
             obs, _ = env.reset(seed=base_seed + episode)
             total, done = 0.0, False
             while not done:
-                action = int(policy.greedy(np.asarray(obs, dtype=np.float32)[None])[0]) + start
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = env.step(greedy(np.asarray(obs, dtype=np.float32)))
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
         env.close()
         return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
-
-    def act(self, obs, deterministic: bool = True) -> int | np.ndarray:
-        """The agent's action for one observation (or a batch); exploring with epsilon_final if not deterministic."""
-        obs = np.asarray(obs, dtype=np.float32)
-        batch = obs.reshape(-1, self.obs_dim)
-        self.policy.load(self.learner.policy_weights())
-        actions = self.policy.greedy(batch)
-        if not deterministic:
-            explore = self.rng.random(len(actions)) < self.config.dqn.exploration.final
-            actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
-        return int(actions[0]) if obs.ndim == 1 else actions
 
     def save(self, path: str | Path) -> None:
         """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz."""
@@ -281,7 +236,90 @@ class DQN:
                                                        counters["episodes"])
 
 
-def load(path: str | Path, plan: Plan | None = None) -> DQN:
+class DQN(Agent):
+    """A DQN agent on a Gymnasium environment with a discrete action space.
+
+    >>> agent = pearl.DQN(env="CartPole-v1", seed=1)
+    >>> agent.train(50_000)
+    >>> agent.evaluate(10)
+    """
+
+    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
+                 plan: Plan | None = None, **options):
+        self.config = config = resolve_config("dqn", env, config, options, "CartPole-v1")
+        probe = make_env(config.env)
+        self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
+        probe.close()
+        self.plan = plan if plan is not None else default_plan(config)
+        self.plan.check()
+        if self.plan.actors != 1:
+            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
+        replay_device = self._replay_device()
+        learn_device = self.plan.device_of("learn")
+        if learn_device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner in the runtime yet "
+                              f"(learn runs on cpu or cuda)")
+
+        torch.set_num_threads(config.runtime.torch_threads)
+        self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
+        self.learner = make_learner(self.algo, self.plan.device_of("learn"), self.plan.learner_kernel)
+        hidden = config.dqn.hidden
+        layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.dqn.dueling
+                  else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
+        self.policy = QPolicy(layout)
+        self.policy.load(self.learner.policy_weights())
+        replay_config = config.replay
+        if replay_device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
+            replay_config = dataclasses.replace(replay_config, backend=replay_device)
+        self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
+                                  rate_limiter=self._rate_limiter(), device=replay_device)
+        self._start_counters()
+        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
+                                 self.plan.batch_size, config.dqn.updates_per_step,
+                                 self.plan.envs_per_actor, self.plan.sync_interval)
+
+    # -- parts the runtime drives --------------------------------------------------------------
+    @property
+    def actor(self) -> Actor:
+        if self._actor is None:
+            cfg = self.config
+            self._actor = Actor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
+                                self.n_actions, cfg.dqn.n_step, cfg.dqn.gamma)
+        return self._actor
+
+    def _greedy_actor(self, env):
+        """obs -> the env's action for the greedy policy, on a copy of the current weights."""
+        policy = QPolicy(self.policy.layout)
+        policy.load(self.learner.policy_weights())
+        start = int(getattr(env.action_space, "start", 0))
+        return lambda obs: int(policy.greedy(obs[None])[0]) + start
+
+    def act(self, obs, deterministic: bool = True) -> int | np.ndarray:
+        """The agent's action for one observation (or a batch); exploring with epsilon_final if not deterministic."""
+        obs = np.asarray(obs, dtype=np.float32)
+        batch = obs.reshape(-1, self.obs_dim)
+        self.policy.load(self.learner.policy_weights())
+        actions = self.policy.greedy(batch)
+        if not deterministic:
+            explore = self.rng.random(len(actions)) < self.config.dqn.exploration.final
+            actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
+        return int(actions[0]) if obs.ndim == 1 else actions
+
+
+def agent_class(algo: str) -> type[Agent]:
+    if algo == "dqn":
+        return DQN
+    from pearl import continuous
+
+    return {"ddpg": continuous.DDPG, "td3": continuous.TD3, "sac": continuous.SAC}[algo]
+
+
+def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
+    """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config`."""
+    return agent_class(config.algo)(config=config, plan=plan)
+
+
+def load(path: str | Path, plan: Plan | None = None) -> Agent:
     """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz)."""
     path = Path(path)
     if path.is_dir():
@@ -290,6 +328,6 @@ def load(path: str | Path, plan: Plan | None = None) -> DQN:
     config = parse_config(header["config"], str(path))
     if plan is None:
         plan = Plan.from_data({"plan": header["plan"]}, str(path))
-    agent = DQN(config=config, plan=plan)
+    agent = make_agent(config, plan)
     agent._load_state(header, arrays)
     return agent

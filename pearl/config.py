@@ -65,6 +65,71 @@ class DQNConfig:
 
 
 @dataclass
+class ContinuousConfig:
+    """What DDPG, TD3 and SAC share. Defaults are Stable-Baselines3 2.9's for DDPG and TD3."""
+    hidden: list[int] = field(default_factory=lambda: [400, 300])  # actor and critic widths
+    lr: float = 1e-3  # Adam, actor and critic alike
+    gamma: float = 0.99
+    tau: float = 0.005  # Polyak factor of the target networks, applied at every target update
+    batch_size: int = 256
+    learning_starts: int = 100  # env steps of uniformly random actions before learning starts
+    updates_per_step: float = 1.0  # the replay ratio: gradient updates per env step
+    n_step: int = 1
+
+    def check(self, at: str) -> None:
+        if not self.hidden:
+            raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
+        for i, width in enumerate(self.hidden):
+            _at_least(f"{at}.hidden[{i}]", width, 1)
+        _positive(at + ".lr", self.lr)
+        _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {self.tau}")
+        _at_least(at + ".batch_size", self.batch_size, 1)
+        _at_least(at + ".learning_starts", self.learning_starts, 0)
+        _positive(at + ".updates_per_step", self.updates_per_step)
+        _at_least(at + ".n_step", self.n_step, 1)
+
+
+@dataclass
+class DDPGConfig(ContinuousConfig):
+    action_noise: float = 0.1  # std of the Gaussian exploration noise, in units of half the action range
+
+    def check(self, at: str) -> None:
+        super().check(at)
+        _in_range(at + ".action_noise", self.action_noise, 0.0, 10.0)
+
+
+@dataclass
+class TD3Config(DDPGConfig):
+    policy_delay: int = 2  # critic updates per actor (and target) update
+    target_policy_noise: float = 0.2  # std of the target policy smoothing noise
+    target_noise_clip: float = 0.5
+
+    def check(self, at: str) -> None:
+        super().check(at)
+        _at_least(at + ".policy_delay", self.policy_delay, 1)
+        _in_range(at + ".target_policy_noise", self.target_policy_noise, 0.0, 10.0)
+        _in_range(at + ".target_noise_clip", self.target_noise_clip, 0.0, 10.0)
+
+
+@dataclass
+class SACConfig(ContinuousConfig):
+    hidden: list[int] = field(default_factory=lambda: [256, 256])  # SB3's SAC defaults
+    lr: float = 3e-4
+    init_ent_coef: float = 1.0  # the entropy coefficient alpha at the start (or throughout, if not autotune)
+    autotune: bool = True  # learn alpha so that the policy's entropy tracks target_entropy
+    target_entropy: float | None = None  # None: -(action dimensions)
+
+    def check(self, at: str) -> None:
+        super().check(at)
+        _positive(at + ".init_ent_coef", self.init_ent_coef)
+
+
+CONTINUOUS_ALGOS = ("ddpg", "td3", "sac")
+
+
+@dataclass
 class ReplayConfig:
     kind: Literal["uniform", "prioritized", "amper"] = "uniform"  # amper: approximate PER
     capacity: int = 50_000
@@ -123,11 +188,14 @@ class LogConfig:
 
 @dataclass
 class ExperimentConfig:
-    algo: Literal["dqn"] = "dqn"
+    algo: Literal["dqn", "ddpg", "td3", "sac"] = "dqn"
     env: str = "CartPole-v1"
     seed: int = 0
     total_steps: int = 100_000
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
+    td3: TD3Config = field(default_factory=TD3Config)
+    sac: SACConfig = field(default_factory=SACConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -138,12 +206,25 @@ class ExperimentConfig:
         _at_least(_join(at, "total_steps"), self.total_steps, 1)
         if not self.env:
             raise ConfigError(f"{_join(at, 'env')}: expected a Gymnasium environment id")
-        for name in ("dqn", "replay", "runtime", "eval", "log"):
+        for name in ("dqn", *CONTINUOUS_ALGOS, "replay", "runtime", "eval", "log"):
             getattr(self, name).check(_join(at, name))
-        if self.dqn.batch_size > self.replay.capacity:
+        batch_size = self.algo_config.batch_size
+        if batch_size > self.replay.capacity:
             raise ConfigError(
-                f"dqn.batch_size: expected at most replay.capacity ({self.replay.capacity}), "
-                f"got {self.dqn.batch_size}")
+                f"{self.algo}.batch_size: expected at most replay.capacity ({self.replay.capacity}), "
+                f"got {batch_size}")
+        if self.algo in CONTINUOUS_ALGOS:
+            if self.replay.kind != "uniform":
+                raise ConfigError(f"replay.kind: {self.algo} samples its replay uniformly; expected "
+                                  f"'uniform', got {self.replay.kind!r}")
+            if self.runtime.learner_kernel == "fused":
+                raise ConfigError(f"runtime.learner_kernel: the fused kernel runs DQN's Q-networks; "
+                                  f"{self.algo} runs on 'torch' (or 'auto')")
+
+    @property
+    def algo_config(self):
+        """The section of the chosen algorithm (dqn, ddpg, td3 or sac)."""
+        return getattr(self, self.algo)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

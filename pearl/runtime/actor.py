@@ -43,6 +43,10 @@ class Actor:
             actions[explore] = (draws[n:][explore] * self.n_actions).astype(np.int64)
         return actions
 
+    def env_actions(self, actions: np.ndarray) -> list:
+        """What each env's `step` receives for the chosen actions (Discrete spaces may start at n)."""
+        return [int(a) + self.action_start for a in actions]
+
     def step(self, epsilon: float):
         """Steps every env once. Returns (transition arrays, [(episode return, length), ...]).
 
@@ -50,11 +54,12 @@ class Actor:
         env is still gathering its first n steps.
         """
         actions = self.choose(epsilon)
+        env_actions = self.env_actions(actions)
         next_obs, rewards = self._next_obs, self._rewards
         terminated, truncated = self._terminated, self._truncated
         finished = []
         for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(int(actions[i]) + self.action_start)
+            obs, reward, term, trunc, _ = env.step(env_actions[i])
             next_obs[i] = obs
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
             self.episode_return[i] += reward

@@ -89,28 +89,38 @@ class TorchLearner:
         """The algorithm's networks are the learner's own: nothing to copy."""
 
     def state_dict(self) -> dict:
-        params = list(self.algo.online.parameters())
-        state = self.algo.optimizer.state
-        flat = self.algo.flat_weights
-
-        def moment(name):
-            return np.concatenate([state[p][name].detach().reshape(-1).cpu().numpy() if p in state
-                                   else np.zeros(p.numel(), np.float32) for p in params])
-        steps = int(state[params[0]]["step"]) if params[0] in state else 0
-        return {"online": flat(self.algo.online), "target": flat(self.algo.target),
-                "exp_avg": moment("exp_avg"), "exp_avg_sq": moment("exp_avg_sq"), "steps": steps}
+        return {"online": self.algo.flat_weights(self.algo.online),
+                "target": self.algo.flat_weights(self.algo.target), **optimizer_state(self.algo.optimizer)}
 
     def load_state_dict(self, state: dict) -> None:
         self.algo.load_flat_weights(self.algo.online, state["online"])
         self.algo.load_flat_weights(self.algo.target, state["target"])
         self._policy_stale = True
-        self.algo.optimizer.state.clear()
-        if not state["steps"]:
-            return
-        offset = 0
-        for p in self.algo.online.parameters():
+        load_optimizer_state(self.algo.optimizer, state)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """Adam's moments as flat float32 vectors in parameter order, and its step count."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    state = optimizer.state
+
+    def moment(name):
+        return np.concatenate([state[p][name].detach().reshape(-1).cpu().numpy() if p in state
+                               else np.zeros(p.numel(), np.float32) for p in params])
+    steps = int(state[params[0]]["step"]) if params[0] in state else 0
+    return {"exp_avg": moment("exp_avg"), "exp_avg_sq": moment("exp_avg_sq"), "steps": steps}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """The inverse of `optimizer_state`."""
+    optimizer.state.clear()
+    if not state["steps"]:
+        return
+    offset = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
             n = p.numel()
-            self.algo.optimizer.state[p] = {
+            optimizer.state[p] = {
                 "step": torch.tensor(float(state["steps"])),
                 "exp_avg": torch.from_numpy(state["exp_avg"][offset:offset + n].copy()).view_as(p).to(p.device),
                 "exp_avg_sq": torch.from_numpy(state["exp_avg_sq"][offset:offset + n].copy()).view_as(p).to(p.device),
@@ -118,11 +128,15 @@ class TorchLearner:
             offset += n
 
 
-def make_learner(algo, device: str, kernel: str):
-    """The learner for the Plan's learn device and kernel choice ('auto', 'fused' or 'torch')."""
+def check_cuda(device: str) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"plan.devices.learn: {device} requested but torch sees no CUDA GPU "
                           f"(run `pearl devices`)")
+
+
+def make_learner(algo, device: str, kernel: str):
+    """The learner for the Plan's learn device and kernel choice ('auto', 'fused' or 'torch')."""
+    check_cuda(device)
     fused_ok = device == "cpu" and not algo.config.dueling
     if kernel == "fused" and not fused_ok:
         why = "the dueling head" if algo.config.dueling else f"device {device}"

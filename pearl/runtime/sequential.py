@@ -27,7 +27,7 @@ class TaskTimer:
 
 def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     """Advances `agent` by `steps` env steps. `on_progress(agent)` is called after each act round."""
-    cfg = agent.config.dqn
+    cfg = agent.config.algo_config
     actor, replay, learner, plan = agent.actor, agent.replay, agent.learner, agent.plan
     rng = agent.rng
     timer = agent.task_timer if time_tasks else None
@@ -70,8 +70,10 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
                 if replay.prioritized:
                     timer.add("update_priorities", t3 - t2)
 
-        interval = cfg.target_update_interval
-        if agent.env_steps // interval > previous // interval:
+        # DDPG, TD3 and SAC have no interval: their targets move inside each update (TD3's every
+        # policy_delay-th), as part of the algorithm.
+        interval = getattr(cfg, "target_update_interval", None)
+        if interval and agent.env_steps // interval > previous // interval:
             learner.update_target()
         if on_progress is not None:
             on_progress(agent)

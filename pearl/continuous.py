@@ -1,0 +1,134 @@
+"""Agents for continuous actions: `pearl.DDPG`, `pearl.TD3`, `pearl.SAC` (Gymnasium Box actions).
+
+They share everything but the algorithm with the DQN agent (pearl/api.py: train, evaluate, save,
+`pearl.load`, run directories, the sequential runtime); what differs is here: Box spaces, the
+actor's numpy policy with exploration noise, actions scaled to the env's bounds, the torch learner.
+
+>>> agent = pearl.TD3(env="Pendulum-v1", seed=1, total_steps=20_000)
+>>> agent.train(progress=True)
+>>> agent.evaluate(10)["mean"]
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from pearl.algos.ddpg import DDPG as DDPGAlgorithm
+from pearl.algos.sac import SAC as SACAlgorithm
+from pearl.algos.td3 import TD3 as TD3Algorithm
+from pearl.api import Agent, default_plan, resolve_config
+from pearl.config import ExperimentConfig
+from pearl.envs import make_env
+from pearl.errors import ConfigError
+from pearl.protocol import Plan, build_tasks
+from pearl.replay import make_replay
+from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
+
+
+def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int, ActionScaler]:
+    """(observation size, action size, scaler) for a flat-Box-observation, Box-action environment."""
+    obs_space, action_space = env.observation_space, env.action_space
+    name = algo.upper()
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; {name} needs a flat Box")
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
+    return int(obs_space.shape[0]), int(action_space.shape[0]), ActionScaler(action_space.low, action_space.high)
+
+
+class ContinuousAgent(Agent):
+    """An off-policy actor-critic agent on a Box action space; subclasses name the algorithm."""
+
+    algo_name = ""
+    algorithm_class: type = DDPGAlgorithm
+
+    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
+                 plan: Plan | None = None, **options):
+        self.config = config = resolve_config(self.algo_name, env, config, options, "Pendulum-v1")
+        cfg = config.algo_config
+        probe = make_env(config.env)
+        self.obs_dim, self.action_dim, self.scaler = box_spaces(probe, config.env, self.algo_name)
+        probe.close()
+        self.plan = plan if plan is not None else default_plan(config)
+        self.plan.check()
+        if self.plan.actors != 1:
+            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
+        if self.plan.learner_kernel == "fused":
+            raise ConfigError(f"plan.learner_kernel: the fused kernel runs DQN's Q-networks; "
+                              f"{self.algo_name} runs on 'torch' (or 'auto')")
+        replay_device = self._replay_device()
+        learn_device = self.plan.device_of("learn")
+        if learn_device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"plan.devices.learn: {learn_device} has no {self.algo_name} learner "
+                              f"(learn runs on cpu or cuda)")
+
+        torch.set_num_threads(config.runtime.torch_threads)
+        self.algo = self.algorithm_class(self.obs_dim, self.action_dim, cfg, config.seed)
+        self.learner = ContinuousLearner(self.algo, learn_device)
+        self.policy = self._new_policy()
+        self.policy.load(self.learner.policy_weights())
+        self.replay = make_replay(config.replay, self.obs_dim, action_dtype=np.float32,
+                                  action_shape=(self.action_dim,), total_steps=config.total_steps,
+                                  rate_limiter=self._rate_limiter(), device=replay_device)
+        self._start_counters()
+        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
+                                 self.plan.batch_size, cfg.updates_per_step,
+                                 self.plan.envs_per_actor, self.plan.sync_interval)
+
+    def _new_policy(self) -> ContinuousPolicy:
+        kind = "squashed_gaussian" if isinstance(self.algo, SACAlgorithm) else "deterministic"
+        noise = 0.0 if kind == "squashed_gaussian" else self.algo.exploration_noise()
+        return ContinuousPolicy(self.algo.policy_sizes(), self.action_dim, kind, noise)
+
+    # -- parts the runtime drives --------------------------------------------------------------
+    @property
+    def actor(self) -> ContinuousActor:
+        if self._actor is None:
+            cfg = self.config
+            self._actor = ContinuousActor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
+                                          self.scaler, cfg.algo_config.n_step, cfg.algo_config.gamma)
+        return self._actor
+
+    def _greedy_actor(self, env):
+        """obs -> the env's action for the deterministic policy (SAC: tanh of the mean), on a copy
+        of the current weights."""
+        policy = self._new_policy()
+        policy.load(self.learner.policy_weights())
+        return lambda obs: self.scaler.to_env(policy.mean_action(obs[None])[0])
+
+    # -- the user's verbs ----------------------------------------------------------------------
+    def act(self, obs, deterministic: bool = True) -> np.ndarray:
+        """The action, in the env's bounds, for one observation (d values) or a batch (n x d);
+        with the policy's exploration noise if not deterministic."""
+        obs = np.asarray(obs, dtype=np.float32)
+        batch = obs.reshape(-1, self.obs_dim)
+        self.policy.load(self.learner.policy_weights())
+        actions = self.policy.mean_action(batch) if deterministic else self.policy.explore(batch, self.rng)
+        actions = self.scaler.to_env(actions)
+        return actions[0] if obs.ndim == 1 else actions
+
+
+class DDPG(ContinuousAgent):
+    """DDPG (pearl/algos/ddpg.py); defaults are Stable-Baselines3's: 400x300 actor and critic,
+    batch 256, 1 update per env step, tau 0.005, lr 1e-3, Gaussian action noise 0.1."""
+
+    algo_name = "ddpg"
+    algorithm_class = DDPGAlgorithm
+
+
+class TD3(ContinuousAgent):
+    """TD3 (pearl/algos/td3.py): DDPG's defaults plus policy delay 2 and target smoothing 0.2 / 0.5."""
+
+    algo_name = "td3"
+    algorithm_class = TD3Algorithm
+
+
+class SAC(ContinuousAgent):
+    """SAC (pearl/algos/sac.py); defaults are Stable-Baselines3's: 256x256, lr 3e-4, batch 256,
+    1 update per env step, automatic entropy coefficient starting at 1."""
+
+    algo_name = "sac"
+    algorithm_class = SACAlgorithm
