@@ -52,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
     p.add_argument("--learner-kernel", choices=["auto", "fused", "torch"], default="auto",
                    help="PEARL's learner kernel (default: auto)")
+    p.add_argument("--runtime", choices=["sequential", "threaded"], default="sequential",
+                   help="PEARL's runtime: the sequential loop or a learner thread beside the actor")
     p.add_argument("--quick", action="store_true", help="smoke test: 5000 steps, 1 seed")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     args = p.parse_args(argv)
@@ -64,9 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str) -> dict:
+def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str,
+              runtime: str = "sequential") -> dict:
     import pearl
     import torch
+    from pearl.protocol import Plan
 
     agent = pearl.DQN(
         env=ENV_ID, seed=seed, total_steps=steps,
@@ -75,7 +79,7 @@ def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: st
         double=False, dueling=False, n_step=1, max_grad_norm=MAX_GRAD_NORM,
         exploration={"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
         replay="uniform", capacity=BUFFER, device="cpu", learner_kernel=learner_kernel,
-        envs_per_actor=1, torch_threads=threads)
+        envs_per_actor=1, torch_threads=threads, plan=Plan(batch_size=BATCH, learner_kernel=learner_kernel, runtime=runtime))
     torch.set_num_threads(threads)
     _ = agent.actor  # the training env is built lazily; build it outside the timed region
     started = time.perf_counter()
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
         rows = {}
         for name in order:
             if name == "pearl":
-                rows[name] = run_pearl(seed, args.steps, args.lr, args.threads, args.learner_kernel)
+                rows[name] = run_pearl(seed, args.steps, args.lr, args.threads, args.learner_kernel, args.runtime)
             else:
                 rows[name] = run_sb3(seed, args.steps, args.lr, args.threads)
         rows["order"] = order
@@ -215,7 +219,7 @@ def main(argv=None) -> int:
                       "target_update_interval": TARGET_UPDATE, "tau": 1.0, "gamma": GAMMA, "double": False,
                       "exploration": {"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
                       "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": EVAL_EPISODES,
-                      "pearl_learner_kernel": args.learner_kernel},
+                      "pearl_learner_kernel": args.learner_kernel, "pearl_runtime": args.runtime},
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__},
             "machine": {"platform": platform.platform(), "processor": platform.processor()},

@@ -1,2 +1,10 @@
-"""Runtimes execute a Plan. `sequential` is the reference every parallel runtime must match."""
-from pearl.runtime import sequential  # noqa: F401
+"""Runtimes execute a Plan. `sequential` is the reference every parallel runtime must match;
+`threaded` runs the learner on a thread beside the actor."""
+from pearl.runtime import sequential, threaded
+
+RUNTIMES = {"sequential": sequential.run, "threaded": threaded.run}
+
+
+def run(name: str, agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
+    """Advances `agent` by `steps` env steps with the runtime `name` (the Plan's `runtime`)."""
+    RUNTIMES[name](agent, steps, on_progress, time_tasks)
