@@ -91,16 +91,25 @@ class Agent:
             device = devices[task]
             if device == "cpu":
                 continue
-            if (task == "act" or not device.startswith(("opencl", "fpga"))
-                    or self.config.replay.kind != "prioritized"):
+            kind = self.config.replay.kind
+            whole_table_on_gpu = device.startswith("cuda") and kind in ("uniform", "prioritized")
+            if task == "act" or not (whole_table_on_gpu or (device.startswith(("opencl", "fpga"))
+                                                            and kind == "prioritized")):
                 raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
-                                  f"{self.config.replay.kind} replay (prioritized replay runs on cpu, "
-                                  f"opencl:N or fpga:N; act runs on cpu)")
+                                  f"{kind} replay (prioritized replay runs on cpu, opencl:N, fpga:N "
+                                  f"or cuda:N, uniform replay on cpu or cuda:N; act runs on cpu)")
         sample = devices["sample"]
         for task in ("insert", "update_priorities"):
             if devices[task] != sample:
                 raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
                                   f"where the priority tree lives; got {devices[task]}")
+        if sample.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ConfigError(f"plan.devices.sample: {sample} requested but torch sees no CUDA GPU "
+                                  f"(run `pearl devices`)")
+            if devices["learn"] != sample:  # the batch is a set of tensors on that GPU
+                raise ConfigError(f"plan.devices.learn: a replay on {sample} feeds a learner on the "
+                                  f"same device; got {devices['learn']}")
         if sample.startswith("fpga") and self.plan.platform:
             return f"{sample}@{self.plan.platform}"  # the sampler's backend name carries the profile
         return sample
@@ -115,6 +124,8 @@ class Agent:
         cfg, batch = self.config.algo_config, self.plan.batch_size
         ratio = cfg.updates_per_step * batch
         slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
+        if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
+            slack += batch * runtime.threaded.MAX_LAG
         return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - cfg.n_step),
                            error_buffer=slack)
 
@@ -176,7 +187,7 @@ class Agent:
         start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
         try:
             with cpu_kernel_mode():
-                runtime.sequential.run(self, steps, on_progress, time_tasks)
+                runtime.run(self.plan.runtime, self, steps, on_progress, time_tasks)
         finally:
             log.close()
         wall = time.perf_counter() - started

@@ -63,6 +63,8 @@ class TorchLearner:
         self._policy_stale = True
 
     def _tensor(self, array, dtype=None):
+        if isinstance(array, torch.Tensor):  # a batch from a device replay table: already there
+            return array.to(self.device) if dtype is None else array.to(self.device, dtype)
         tensor = torch.from_numpy(array)
         if self.device.type == "cuda":
             tensor = tensor.pin_memory().to(self.device, non_blocking=True)
@@ -74,7 +76,8 @@ class TorchLearner:
                                         self._tensor(batch.rewards), self._tensor(batch.next_obs),
                                         self._tensor(batch.discounts), weights)
         self._policy_stale = True
-        return loss, abs_td.cpu().numpy()
+        # |TD| stays on the device for a device replay's priority update (no host round trip)
+        return loss, abs_td if isinstance(batch.obs, torch.Tensor) else abs_td.cpu().numpy()
 
     def update_target(self) -> None:
         self.algo.update_target()
