@@ -217,9 +217,9 @@ class ExperimentConfig:
             if self.replay.kind != "uniform":
                 raise ConfigError(f"replay.kind: {self.algo} samples its replay uniformly; expected "
                                   f"'uniform', got {self.replay.kind!r}")
-            if self.runtime.learner_kernel == "fused":
-                raise ConfigError(f"runtime.learner_kernel: the fused kernel runs DQN's Q-networks; "
-                                  f"{self.algo} runs on 'torch' (or 'auto')")
+            if self.runtime.learner_kernel == "fused" and self.algo == "sac":
+                raise ConfigError("runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3; "
+                                  "sac runs on 'torch' (or 'auto')")
 
     @property
     def algo_config(self):

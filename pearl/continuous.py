@@ -24,6 +24,7 @@ from pearl.errors import ConfigError
 from pearl.protocol import Plan, build_tasks
 from pearl.replay import make_replay
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
+from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
 
 
 def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int, ActionScaler]:
@@ -56,9 +57,6 @@ class ContinuousAgent(Agent):
         self.plan.check()
         if self.plan.actors != 1:
             raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
-        if self.plan.learner_kernel == "fused":
-            raise ConfigError(f"plan.learner_kernel: the fused kernel runs DQN's Q-networks; "
-                              f"{self.algo_name} runs on 'torch' (or 'auto')")
         replay_device = self._replay_device()
         learn_device = self.plan.device_of("learn")
         if learn_device.split(":")[0] not in ("cpu", "cuda"):
@@ -67,7 +65,7 @@ class ContinuousAgent(Agent):
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = self.algorithm_class(self.obs_dim, self.action_dim, cfg, config.seed)
-        self.learner = ContinuousLearner(self.algo, learn_device)
+        self.learner = self._make_learner(learn_device, self.plan.learner_kernel)
         self.policy = self._new_policy()
         self.policy.load(self.learner.policy_weights())
         self.replay = make_replay(config.replay, self.obs_dim, action_dtype=np.float32,
@@ -77,6 +75,17 @@ class ContinuousAgent(Agent):
         self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
                                  self.plan.batch_size, cfg.updates_per_step,
                                  self.plan.envs_per_actor, self.plan.sync_interval)
+
+    def _make_learner(self, device: str, kernel: str):
+        """'auto': the fused CPU kernel where one exists (DDPG, TD3 on the cpu), else autograd."""
+        fused_ok = device == "cpu" and self.algo_name in ("ddpg", "td3")
+        if kernel == "fused" and not fused_ok:
+            why = f"device {device}" if self.algo_name != "sac" else "sac"
+            raise ConfigError(f"runtime.learner_kernel: the fused kernel runs DDPG and TD3 on the cpu, "
+                              f"not {why}; use 'torch' or 'auto'")
+        if kernel == "fused" or (kernel == "auto" and fused_ok):
+            return FusedActorCriticLearner(self.algo)
+        return ContinuousLearner(self.algo, device)
 
     def _new_policy(self) -> ContinuousPolicy:
         kind = "squashed_gaussian" if isinstance(self.algo, SACAlgorithm) else "deterministic"

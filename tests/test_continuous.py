@@ -325,7 +325,7 @@ BAD = [
     ("algo: sac\nsac: {hidden: []}", "sac.hidden: expected a non-empty list"),
     ("algo: sac\nsac: {batch_size: 300}\nreplay: {capacity: 100}", "sac.batch_size: expected at most replay.capacity (100)"),
     ("algo: ddpg\nreplay: {kind: prioritized}", "replay.kind: ddpg samples its replay uniformly"),
-    ("algo: td3\nruntime: {learner_kernel: fused}", "runtime.learner_kernel: the fused kernel runs DQN"),
+    ("algo: sac\nruntime: {learner_kernel: fused}", "runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3"),
     ("algo: a2c", "algo: expected one of 'dqn', 'ddpg', 'td3', 'sac'"),
 ]
 
@@ -355,7 +355,7 @@ def run_cli(*args, cwd=None):
     ("algo: td3\nenv: CartPole-v1\n", [], "env: CartPole-v1 has actions Discrete(2); TD3 needs Box actions"),
     ("algo: sac\nsac: {lr: -1}\n", [], "sac.lr: expected a positive number"),
     ("algo: ddpg\nenv: Pendulum-v1\n", ["--replay", "amper"], "replay.kind: ddpg samples its replay uniformly"),
-    ("algo: ddpg\nenv: Pendulum-v1\n", ["--learner-kernel", "fused"], "runtime.learner_kernel"),
+    ("algo: sac\nenv: Pendulum-v1\n", ["--learner-kernel", "fused"], "runtime.learner_kernel"),
 ])
 def test_cli_bad_input_one_line_exit_2(tmp_path, text, extra, message):
     config = tmp_path / "exp.yaml"
@@ -387,3 +387,50 @@ def test_cli_trains_td3_with_progress_and_run_dir(tmp_path):
     assert result_json["algo"] == "td3" and result_json["updates"] == 400
     assert load_config(run / "config.yaml").td3.hidden == [32, 32]
     assert type(pearl.load(run)) is pearl.TD3
+
+
+# -- the fused CPU learner ---------------------------------------------------------------------------
+@pytest.mark.parametrize("algo_class,config", [(DDPG, DDPGConfig(hidden=[24, 16], lr=3e-3)),
+                                               (TD3, TD3Config(hidden=[24, 16], lr=3e-3))])
+def test_fused_learner_follows_the_autograd_update(algo_class, config):
+    from pearl.replay import Batch
+    from pearl.runtime.continuous import ContinuousLearner
+    from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
+
+    reference = ContinuousLearner(algo_class(OBS, ACT, config, seed=2), "cpu")
+    fused = FusedActorCriticLearner(algo_class(OBS, ACT, config, seed=2))
+    for step_ in range(6):
+        arrays = tiny_batch(seed=step_)
+        batch = Batch(*arrays, indices=np.arange(B))
+        torch.manual_seed(step_)  # the same TD3 smoothing noise for both
+        loss_ref, _ = reference.update(batch)
+        torch.manual_seed(step_)
+        loss_fused, _ = fused.update(batch)
+        assert loss_fused == pytest.approx(loss_ref, rel=1e-5)
+    ref_state, fused_state = reference.state_dict(), fused.state_dict()
+    assert fused_state["updates"] == ref_state["updates"] == 6
+    for name in ("actor", "critic", "actor_target", "critic_target"):
+        np.testing.assert_allclose(fused_state[name], ref_state[name], rtol=1e-4, atol=1e-6)
+    assert not np.allclose(fused_state["actor"], ContinuousLearner(algo_class(OBS, ACT, config, seed=2), "cpu")
+                           .state_dict()["actor"])  # it did train
+    for name in ("actor", "critic"):
+        np.testing.assert_allclose(fused_state["optimizers"][name]["exp_avg"],
+                                   ref_state["optimizers"][name]["exp_avg"], rtol=1e-3, atol=1e-7)
+    # the torch modules see the fused weights (evaluation and checkpoints read them)
+    np.testing.assert_array_equal(fused.policy_weights(),
+                                  torch.cat([p.detach().reshape(-1) for p in fused.algo.actor.parameters()]).numpy())
+
+
+def test_fused_and_torch_learner_checkpoints_interchange(tmp_path):
+    agent = pearl.TD3("Pendulum-v1", **FAST)
+    assert agent.learner.kernel == "fused"
+    agent.train(300)
+    agent.save(tmp_path / "fused.npz")
+    from pearl.checkpoint import load_checkpoint
+    header, _ = load_checkpoint(tmp_path / "fused.npz")
+    header["plan"]["learner_kernel"] = "torch"
+    restored = pearl.load(tmp_path / "fused.npz", plan=pearl.Plan(**header["plan"]))
+    assert restored.learner.kernel == "torch"
+    np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
+    assert restored.evaluate(1)["returns"] == agent.evaluate(1)["returns"]
+    restored.train(50)

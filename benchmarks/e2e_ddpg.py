@@ -1,0 +1,353 @@
+"""End-to-end DDPG benchmark: PEARL vs Stable-Baselines3 on Pendulum-v1, identical setup, one process.
+
+Both agents train with Stable-Baselines3's default DDPG setup:
+
+    Pendulum-v1, 1 env, actor and critic MLPs 400x300 ReLU (tanh actor output), replay buffer 1M,
+    batch 256, learning_starts 100 (uniformly random actions before), 1 gradient update per env
+    step (SB3: train_freq=1, gradient_steps=1), tau 0.005, gamma 0.99, Adam lr 1e-3 for both
+    networks, Gaussian action noise N(0, 0.1^2) on the [-1, 1]-scaled action, MSE critic loss.
+
+For each seed the wall time of `train()` / `learn()` alone is measured (construction and
+evaluation excluded), giving env steps/s and learner updates/s; then each trained agent is
+evaluated greedily over 10 episodes. The order alternates per seed (PEARL first on even seeds).
+
+At 400x300 and batch 256 an update is ~600 MFLOP of matrix products, so the learner's arithmetic
+bounds both libraries. The script therefore also measures, in the same process and with the same
+thread count: the matrix products one update of each library executes (captured from a real update
+and replayed alone, back to back: the time the arithmetic takes on this machine's BLAS), and a
+large-GEMM peak for reference. Reported: each library's env steps/s as a fraction of its own
+arithmetic bound (1 / time of its products per update). Target (issue 6): PEARL >= 1.5x SB3's env
+steps/s, or >= 95% of the arithmetic bound.
+
+    python benchmarks/e2e_ddpg.py                  # 3 seeds x 5000 steps (~10 min on 2 cores)
+    python benchmarks/e2e_ddpg.py --quick          # smoke test: 1 seed x 1500 steps
+    python benchmarks/e2e_ddpg.py --threads 2 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ENV_ID = "Pendulum-v1"
+HIDDEN = [400, 300]
+BUFFER = 1_000_000
+BATCH = 256
+LEARNING_STARTS = 100
+TAU = 0.005
+GAMMA = 0.99
+LR = 1e-3
+ACTION_NOISE = 0.1
+EVAL_EPISODES = 10
+TARGET_SPEEDUP = 1.5
+TARGET_BOUND_FRACTION = 0.95
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
+    p.add_argument("--steps", type=int, default=5000, help="env steps per run (default: 5000)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
+    p.add_argument("--learner-kernel", choices=["auto", "torch", "fused"], default="auto",
+                   help="PEARL's learner kernel (default: auto)")
+    p.add_argument("--quick", action="store_true", help="smoke test: 1500 steps, 1 seed")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.seeds = 1500, args.seeds[:1]
+    if args.steps <= LEARNING_STARTS:
+        p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
+    if args.threads < 1:
+        p.error(f"--threads: expected >= 1, got {args.threads}")
+    return args
+
+
+def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str):
+    import pearl
+
+    return pearl.DDPG(
+        env=ENV_ID, seed=seed, total_steps=steps, hidden=list(HIDDEN), lr=LR, gamma=GAMMA, tau=TAU,
+        batch_size=BATCH, learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1,
+        action_noise=ACTION_NOISE, replay="uniform", capacity=BUFFER, device="cpu",
+        learner_kernel=learner_kernel, envs_per_actor=1, torch_threads=threads)
+
+
+def make_sb3(seed: int, threads: int):
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from stable_baselines3 import DDPG
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    torch.set_num_threads(threads)
+    env = gym.make(ENV_ID)
+    dim = env.action_space.shape[0]
+    model = DDPG("MlpPolicy", env, learning_rate=LR, buffer_size=BUFFER, learning_starts=LEARNING_STARTS,
+                 batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
+                 action_noise=NormalActionNoise(np.zeros(dim), ACTION_NOISE * np.ones(dim)),
+                 policy_kwargs={"net_arch": list(HIDDEN)}, verbose=0, seed=seed, device="cpu")
+    torch.set_num_threads(threads)
+    return model
+
+
+def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str) -> dict:
+    import torch
+
+    agent = make_pearl(seed, steps, threads, learner_kernel)
+    torch.set_num_threads(threads)
+    _ = agent.actor  # the training env is built lazily; build it outside the timed region
+    started = time.perf_counter()
+    summary = agent.train(steps, time_tasks=True)
+    wall = time.perf_counter() - started
+    evaluation = agent.evaluate(EVAL_EPISODES)
+    return {
+        "impl": "pearl", "seed": seed, "env_steps": summary["env_steps"], "updates": summary["updates"],
+        "wall_s": wall, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
+        "eval_mean": evaluation["mean"], "eval_std": evaluation["std"], "eval_returns": evaluation["returns"],
+        "train_mean_return_100": summary["mean_return_100"], "learner_kernel": summary["learner_kernel"],
+        "task_us": summary.get("task_us"),
+    }
+
+
+def run_sb3(seed: int, steps: int, threads: int) -> dict:
+    import gymnasium as gym
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    model = make_sb3(seed, threads)
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps, progress_bar=False)
+    wall = time.perf_counter() - started
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID))])
+    eval_env.seed(seed + 1_000_003)
+    returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
+                                 return_episode_rewards=True)
+    eval_env.close()
+    env_steps, updates = int(model.num_timesteps), int(model._n_updates)
+    recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
+    return {
+        "impl": "sb3", "seed": seed, "env_steps": env_steps, "updates": updates,
+        "wall_s": wall, "steps_per_s": env_steps / wall, "updates_per_s": updates / wall,
+        "eval_mean": float(statistics.fmean(returns)), "eval_std": float(statistics.pstdev(returns)),
+        "eval_returns": [float(r) for r in returns],
+        "train_mean_return_100": float(statistics.fmean(recent)) if recent else None,
+    }
+
+
+# -- the arithmetic bound ------------------------------------------------------------------------------
+def capture_matmuls(update) -> list:
+    """The matrix products (aten mm / addmm, forward and backward) that one call of `update` runs,
+    with copies of their operands (same shapes and strides, so transposes are kept)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    products = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+    class Capture(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in products:
+                copies = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+                self.calls.append((func, copies, dict(kwargs)))
+            return func(*args, **kwargs)
+
+    with Capture() as capture:
+        update()
+    return capture.calls
+
+
+def matmul_flops(calls) -> float:
+    import torch
+
+    total = 0.0
+    for func, args, _ in calls:
+        a, b = (args[0], args[1]) if func is torch.ops.aten.mm.default else (args[1], args[2])
+        total += 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+    return total
+
+
+def replay_seconds(calls, repeats: int = 30) -> float:
+    """Median wall time of running the captured products alone, back to back."""
+    def run():
+        for func, args, kwargs in calls:
+            func(*args, **kwargs)
+    for _ in range(3):
+        run()
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def gemm_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        a @ b
+        samples.append(time.perf_counter() - started)
+    return 2.0 * n ** 3 / statistics.median(samples)
+
+
+def arithmetic_bound(threads: int, learner_kernel: str) -> dict:
+    """FLOPs of one update of each library and how long its products take alone on this machine."""
+    import torch
+
+    from pearl.kernels.cpu import cpu_kernel_mode
+
+    agent = make_pearl(0, 10_000, threads, learner_kernel)
+    agent.train(LEARNING_STARTS + 300)  # a filled replay and warm optimizer state
+    batch = agent.replay.sample(BATCH, agent.rng)
+    torch.set_num_threads(threads)
+    with cpu_kernel_mode():
+        ours = capture_matmuls(lambda: agent.learner.update(batch))
+
+    model = make_sb3(0, threads)
+    model.learn(LEARNING_STARTS + 300)
+    torch.set_num_threads(threads)
+    theirs = capture_matmuls(lambda: model.train(gradient_steps=1, batch_size=BATCH))
+
+    torch.set_num_threads(threads)
+    with cpu_kernel_mode():
+        ours_s = replay_seconds(ours)
+    theirs_s = replay_seconds(theirs)
+    return {
+        "pearl": {"matmuls": len(ours), "gflop_per_update": matmul_flops(ours) / 1e9, "matmul_s": ours_s,
+                  "matmul_gflops": matmul_flops(ours) / ours_s / 1e9, "bound_updates_per_s": 1.0 / ours_s},
+        "sb3": {"matmuls": len(theirs), "gflop_per_update": matmul_flops(theirs) / 1e9, "matmul_s": theirs_s,
+                "matmul_gflops": matmul_flops(theirs) / theirs_s / 1e9, "bound_updates_per_s": 1.0 / theirs_s},
+        "gemm_1024_gflops": gemm_peak(threads) / 1e9,
+    }
+
+
+# -- report ----------------------------------------------------------------------------------------------
+def print_seed_table(seed: int, order: list[str], rows: dict[str, dict]) -> None:
+    print(f"\nseed {seed} (ran {' then '.join(order)})")
+    print(f"  {'impl':<6} {'env steps':>9} {'updates':>8} {'wall s':>8} {'steps/s':>9} {'updates/s':>9} "
+          f"{'eval return':>16}")
+    for name in ("pearl", "sb3"):
+        r = rows[name]
+        print(f"  {name:<6} {r['env_steps']:>9d} {r['updates']:>8d} {r['wall_s']:>8.2f} {r['steps_per_s']:>9.1f} "
+              f"{r['updates_per_s']:>9.1f} {r['eval_mean']:>8.1f} +- {r['eval_std']:<5.1f}")
+    tasks = ", ".join(f"{t} {us:.0f}" for t, us in (rows["pearl"].get("task_us") or {}).items())
+    print(f"  speedup (steps/s): {rows['pearl']['steps_per_s'] / rows['sb3']['steps_per_s']:.2f}x"
+          f"   pearl learner kernel: {rows['pearl']['learner_kernel']}; us per task call: {tasks}")
+    sys.stdout.flush()
+
+
+def summarize(results: list[dict], bound: dict) -> dict:
+    def median(impl, key):
+        return float(statistics.median(r[impl][key] for r in results))
+
+    ours_sps, sb3_sps = median("pearl", "steps_per_s"), median("sb3", "steps_per_s")
+    ratio = ours_sps / sb3_sps
+    ours_ret, sb3_ret = median("pearl", "eval_mean"), median("sb3", "eval_mean")
+    ours_fraction = median("pearl", "updates_per_s") / bound["pearl"]["bound_updates_per_s"]
+    sb3_fraction = median("sb3", "updates_per_s") / bound["sb3"]["bound_updates_per_s"]
+    speed_ok = ratio >= TARGET_SPEEDUP
+    bound_ok = ours_fraction >= TARGET_BOUND_FRACTION
+    return {
+        "median_steps_per_s_pearl": ours_sps, "median_steps_per_s_sb3": sb3_sps, "ratio_steps_per_s": ratio,
+        "ratios_per_seed": [r["pearl"]["steps_per_s"] / r["sb3"]["steps_per_s"] for r in results],
+        "median_final_return_pearl": ours_ret, "median_final_return_sb3": sb3_ret,
+        "pearl_fraction_of_bound": ours_fraction, "sb3_fraction_of_bound": sb3_fraction,
+        "speed_ok": speed_ok, "bound_ok": bound_ok, "passed": speed_ok or bound_ok,
+    }
+
+
+def print_bound(bound: dict, threads: int) -> None:
+    print(f"\narithmetic bound ({threads} torch thread(s); a large 1024^3 GEMM runs at "
+          f"{bound['gemm_1024_gflops']:.0f} GFLOP/s here)")
+    for name in ("pearl", "sb3"):
+        b = bound[name]
+        print(f"  {name:<6} {b['matmuls']:>3} matrix products per update, {b['gflop_per_update'] * 1e3:6.1f} MFLOP, "
+              f"alone {b['matmul_s'] * 1e3:6.2f} ms ({b['matmul_gflops']:.0f} GFLOP/s) -> bound "
+              f"{b['bound_updates_per_s']:6.1f} updates/s")
+
+
+def print_summary(s: dict, n_seeds: int, steps: int) -> None:
+    print(f"\nsummary over {n_seeds} seed(s), {steps} env steps each (medians)")
+    print(f"  env steps/s   pearl {s['median_steps_per_s_pearl']:9.1f}   sb3 {s['median_steps_per_s_sb3']:9.1f}"
+          f"   ratio pearl/sb3 {s['ratio_steps_per_s']:.2f}x (per seed: "
+          + ", ".join(f"{r:.2f}x" for r in s["ratios_per_seed"]) + ")")
+    print(f"  of own arithmetic bound   pearl {100 * s['pearl_fraction_of_bound']:5.1f}%   "
+          f"sb3 {100 * s['sb3_fraction_of_bound']:5.1f}%")
+    print(f"  final return  pearl {s['median_final_return_pearl']:9.1f}   sb3 {s['median_final_return_sb3']:9.1f}"
+          f"   (greedy, {EVAL_EPISODES} episodes)")
+    verdict = "PASS" if s["passed"] else "FAIL"
+    print(f"{verdict}: target pearl >= {TARGET_SPEEDUP:g}x sb3 env steps/s ({s['ratio_steps_per_s']:.2f}x: "
+          f"{'ok' if s['speed_ok'] else 'no'}) or >= {100 * TARGET_BOUND_FRACTION:.0f}% of the arithmetic bound "
+          f"({100 * s['pearl_fraction_of_bound']:.1f}%: {'ok' if s['bound_ok'] else 'no'})")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        import stable_baselines3
+    except ImportError:
+        print("e2e_ddpg: stable_baselines3 is not installed; run `pip install -e .[bench]`", file=sys.stderr)
+        return 2
+    import gymnasium
+    import torch
+
+    import pearl  # noqa: F401  (fail early, before any timing)
+
+    print(f"PEARL vs SB3 {stable_baselines3.__version__} DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
+          f"torch {torch.__version__} with {args.threads} thread(s), gymnasium {gymnasium.__version__}")
+    results = []
+    for seed in args.seeds:
+        order = ["pearl", "sb3"] if seed % 2 == 0 else ["sb3", "pearl"]
+        rows = {}
+        for name in order:
+            if name == "pearl":
+                rows[name] = run_pearl(seed, args.steps, args.threads, args.learner_kernel)
+            else:
+                rows[name] = run_sb3(seed, args.steps, args.threads)
+        rows["order"] = order
+        results.append(rows)
+        print_seed_table(seed, order, rows)
+
+    bound = arithmetic_bound(args.threads, args.learner_kernel)
+    print_bound(bound, args.threads)
+    summary = summarize(results, bound)
+    print_summary(summary, len(args.seeds), args.steps)
+
+    if args.json:
+        out = {
+            "benchmark": "e2e_ddpg", "env": ENV_ID,
+            "setup": {"steps": args.steps, "seeds": args.seeds, "threads": args.threads, "hidden": HIDDEN,
+                      "buffer": BUFFER, "batch_size": BATCH, "learning_starts": LEARNING_STARTS,
+                      "updates_per_step": 1.0, "tau": TAU, "gamma": GAMMA, "lr": LR,
+                      "action_noise": ACTION_NOISE, "eval_episodes": EVAL_EPISODES,
+                      "pearl_learner_kernel": args.learner_kernel},
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__},
+            "machine": {"platform": platform.platform(), "processor": platform.processor()},
+            "per_seed": results, "arithmetic_bound": bound, "summary": summary,
+        }
+        path = Path(args.json)
+        if path.parent != Path(""):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
