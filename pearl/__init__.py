@@ -13,6 +13,7 @@ _EXPORTS = {
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
     "Plan": "pearl.protocol", "load_plan": "pearl.protocol",
+    "autotune": "pearl.tune",
 }
 __all__ = sorted(_EXPORTS)
 

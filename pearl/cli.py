@@ -1,4 +1,5 @@
-"""The `pearl` command: `pearl train [CONFIG.yaml] [--env ... --steps ...]`, `pearl devices`.
+"""The `pearl` command: `pearl train [CONFIG.yaml] [--env ... --steps ...]`, `pearl devices`,
+`pearl profile [CONFIG]`, `pearl autotune [CONFIG] --platform P --metric M [-o plan.yaml] [--measure K]`.
 
 User mistakes (bad config, missing file, unknown env, a device that is not there) end with one
 line on stderr and exit code 2; no traceback.
@@ -42,7 +43,109 @@ def _parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="list the CPU, CUDA GPUs and OpenCL devices found")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
     devices.add_argument("--write", metavar="FILE", help="draft a platform profile of this machine (YAML) to FILE")
+
+    tune = sub.add_parser("autotune", help="rank the plans of a platform for a config and pick one by a metric")
+    tune.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
+    tune.add_argument("--platform", default="ci_2core", help="a platforms/ profile name or a .yaml path (default ci_2core)")
+    tune.add_argument("--metric", default="throughput", help="throughput, efficiency (samples/J) or power_cap")
+    tune.add_argument("--power-cap", type=float, help="watts; with --metric power_cap")
+    tune.add_argument("-o", "--output", help="write the chosen plan (Plan YAML + why) to this file")
+    tune.add_argument("--measure", type=int, default=0, metavar="K",
+                      help="run the top K plans this machine can run and print predicted vs measured")
+    tune.add_argument("--seconds", type=float, default=3.0, help="measuring budget per plan (default 3)")
+    tune.add_argument("--replay-kinds", help="replay kinds to consider, e.g. uniform,prioritized,amper "
+                                             "(default: the config's, plus amper for prioritized)")
+    tune.add_argument("--envs", help="envs per actor to consider (default 1,2,4,8,16)")
+    tune.add_argument("--batch-sizes", help="batch sizes to consider (default: the config's)")
+    tune.add_argument("--schedule", default="sequential", help="sequential (the runtime here) or overlapped")
+    tune.add_argument("--top", type=int, default=15, help="rows of the ranked table (default 15)")
+
+    prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
+    prof.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
+    prof.add_argument("--replays", default="uniform,prioritized,amper",
+                      help="replay kind[@device] list, e.g. uniform,prioritized@opencl:0 (default uniform,prioritized,amper)")
+    prof.add_argument("--envs", default="1,4,16", help="envs per actor (default 1,4,16)")
+    prof.add_argument("--batch-sizes", default="64", help="batch sizes (default 64)")
+    prof.add_argument("--kernels", default="fused,torch", help="learner kernels on the cpu (default fused,torch)")
+    prof.add_argument("--seconds", type=float, default=1.5, help="timed seconds per profile run (default 1.5)")
+    prof.add_argument("--force", action="store_true", help="measure again even if the cache has the table")
     return parser
+
+
+def _int_list(text: str | None, flag: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise PearlError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise PearlError(f"{flag}: expected integers >= 1, got {text!r}")
+    return values
+
+
+def _autotune(args) -> int:
+    from pearl.tune import autotune, format_table, load_average, measure_top
+    from pearl.config import default_config_path
+    from pearl.estimator.workload import REPLAY_KINDS
+
+    kinds = None
+    if args.replay_kinds:
+        kinds = [k.strip() for k in args.replay_kinds.split(",")]
+        for kind in kinds:
+            if kind not in REPLAY_KINDS:
+                raise PearlError(f"--replay-kinds: {kind!r} is not a replay kind (expected {', '.join(REPLAY_KINDS)})")
+    if args.schedule not in ("sequential", "overlapped"):
+        raise PearlError(f"--schedule: expected sequential or overlapped, got {args.schedule!r}")
+    if args.measure < 0 or args.seconds <= 0:
+        raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
+    result = autotune(args.config or default_config_path(), args.platform, args.metric,
+                      power_cap_w=args.power_cap, replay_kinds=kinds, envs=_int_list(args.envs, "--envs"),
+                      batches=_int_list(args.batch_sizes, "--batch-sizes"), schedule=args.schedule)
+    ranking = result.ranking
+    print(f"pearl autotune: {result.config.env}, platform {result.platform.name}, metric {args.metric}, "
+          f"{len(ranking.predictions)} plans ranked ({ranking.pruned} interchangeable devices pruned"
+          + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "") + f"), schedule {args.schedule}")
+    print("costs per task (act, insert, sample, learn, update_priorities, sync_weights): M measured by "
+          "`pearl profile` here, A analytic, S simulated FPGA")
+    print(result.table(args.top))
+    print(f"chosen: {ranking.best.candidate.label()}\nwhy: {result.reason}")
+    if args.output:
+        result.save(args.output)
+        print(f"plan written to {args.output}" + (f" (train with --replay {result.replay_kind})"
+                                                  if result.replay_kind != result.config.replay.kind else ""))
+    if args.measure:
+        print(f"measuring the top {args.measure} plans this machine runs, {args.seconds:g} s each "
+              f"(load average {load_average():.2f})", file=sys.stderr)
+        rows = measure_top(result, args.measure, args.seconds,
+                           log=lambda line: print(line, file=sys.stderr))
+        measured = {p.candidate: m for p, m, _ in rows if m}
+        print("predicted vs measured (env steps/s):")
+        print(format_table([p for p, _, _ in rows], measured))
+        for p, m, note in rows:
+            if note:
+                print(f"  {p.candidate.label()}: not measured ({note})")
+    return 0
+
+
+def _profile(args) -> int:
+    from pearl.config import default_config_path, load_config
+    from pearl.profile import cache_path, parse_replays, profile
+
+    config = load_config(args.config or default_config_path())
+    kernels = [k.strip() for k in args.kernels.split(",")]
+    for kernel in kernels:
+        if kernel not in ("fused", "torch"):
+            raise PearlError(f"--kernels: expected fused and/or torch, got {kernel!r}")
+    if args.seconds <= 0:
+        raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
+    tables = profile(config, parse_replays(args.replays), _int_list(args.envs, "--envs"),
+                     _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
+                     log=lambda line: print(line, file=sys.stderr), use_cache=not args.force)
+    for name, cells in sorted(tables.items()):
+        print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
+    print(f"cached in {cache_path()}")
+    return 0
 
 
 def _train(args) -> int:
@@ -125,7 +228,8 @@ def _devices(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train, "devices": _devices}[args.command](args)
+        return {"train": _train, "devices": _devices, "autotune": _autotune,
+                "profile": _profile}[args.command](args)
     except PearlError as err:
         print(f"pearl: error: {err}", file=sys.stderr)
         return EXIT_USAGE

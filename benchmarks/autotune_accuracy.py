@@ -1,0 +1,109 @@
+"""Predicted vs measured env steps/s on this machine (issue 5 acceptance).
+
+    python benchmarks/autotune_accuracy.py [--seconds 3] [--profile-seconds 1.5] [--json out.json]
+
+One process, back to back: `pearl profile` measures the task costs (the covering grid below),
+autotune ranks every plan of the ci_2core profile on that grid by throughput, then the chosen
+plan and a fixed, diverse set of plans (replay kinds, replay on cpu / opencl:0, envs, batch
+sizes, fused / torch learner) each train for `--seconds` after a warm-up, and the table sets
+prediction against measurement. Prints a markdown table, the median absolute error and whether
+autotune's pick measures within 10% of the best measured plan.
+
+The config is configs/cartpole_dqn.yaml with n_step 1: with n_step 3 and more than 3 envs per
+actor the runtime's rate limiter refuses the first sample (pearl/api.py `_rate_limiter`: the
+minimum size is learning_starts - n_step, but E envs lag (n_step - 1) x E inserts behind).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from pearl.tune import autotune
+from pearl.config import apply_overrides, default_config_path, load_config
+from pearl.estimator.model import Candidate
+from pearl.profile import measure, profile
+
+REPLAYS = [("uniform", "cpu"), ("prioritized", "cpu"), ("amper", "cpu"), ("prioritized", "opencl:0")]
+ENVS, BATCHES = (1, 4, 16), (64, 256)
+# Plans measured besides autotune's pick: every replay kind / device, both learner kernels, both
+# batch sizes, three env counts.
+FIXED = [
+    Candidate("uniform", "cpu", "cpu", "fused", 1, 64),
+    Candidate("uniform", "cpu", "cpu", "fused", 16, 64),
+    Candidate("uniform", "cpu", "cpu", "fused", 4, 256),
+    Candidate("prioritized", "cpu", "cpu", "fused", 1, 64),
+    Candidate("prioritized", "cpu", "cpu", "fused", 16, 256),
+    Candidate("amper", "cpu", "cpu", "fused", 4, 64),
+    Candidate("amper", "cpu", "cpu", "fused", 16, 256),
+    Candidate("prioritized", "opencl:0", "cpu", "fused", 4, 64),
+    Candidate("prioritized", "opencl:0", "cpu", "fused", 16, 256),
+    Candidate("uniform", "cpu", "cpu", "torch", 1, 64),
+    Candidate("uniform", "cpu", "cpu", "torch", 16, 256),
+]
+
+
+def acceptance_config():
+    return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
+
+
+def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
+        fixed=FIXED, kernels=("fused", "torch"), log=None) -> dict:
+    config = acceptance_config()
+    load_before = os.getloadavg()[0]
+    started = time.time()
+    profile(config, replays, envs, batches, kernels, profile_seconds, log=log, use_cache=False)
+    result = autotune(config, platform="ci_2core", metric="throughput",
+                      replay_kinds=sorted({k for k, _ in replays}), envs=envs, batches=batches, use_profile=True)
+    by_cand = {p.candidate: p for p in result.ranking.predictions}
+    pick = result.best.candidate
+    plans = [pick] + [c for c in fixed if c != pick and c in by_cand]
+    rows = []
+    for cand in plans:
+        measured = measure(config, cand, seconds)["steps_per_s"]
+        predicted = by_cand[cand].steps_per_s
+        rows.append({"plan": cand.label(), "predicted": predicted, "measured": measured,
+                     "error": (predicted - measured) / measured, "bottleneck": by_cand[cand].bottleneck,
+                     "watts": by_cand[cand].watts, "pick": cand == pick})
+        if log:
+            log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
+    best = max(r["measured"] for r in rows)
+    return {"rows": rows, "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
+            "pick_vs_best": rows[0]["measured"] / best, "load_before": load_before,
+            "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def markdown(report: dict) -> str:
+    lines = ["| plan | predicted steps/s | measured steps/s | error | bottleneck (model) |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for r in report["rows"]:
+        lines.append(f"| {'**pick** ' if r['pick'] else ''}{r['plan']} | {r['predicted']:,.0f} | "
+                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['bottleneck']} |")
+    lines.append(f"\nmedian |error| {100 * report['median_abs_error']:.1f}% over {len(report['rows'])} plans; "
+                 f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured plan; "
+                 f"load average {report['load_before']:.2f} before, {report['load_after']:.2f} after; "
+                 f"{report['wall_s']:.0f} s; {report['when']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--profile-seconds", type=float, default=1.5)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr))
+    print(markdown(report))
+    if args.json:
+        from pearl.io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""The cost of one task call on one device: measured, analytic or simulated.
+
+`Costs(platform, workload, measured)` answers `task_seconds(task, candidate)`:
+- measured: the table `pearl profile` wrote for this machine (pearl/profile.py) has the task for
+  this (replay kind, device, learner kernel) at this envs / batch size — or at neighbouring sizes,
+  between which it interpolates linearly (and extrapolates from the two nearest). A measured call
+  already includes the copies the runtime makes inside it, so the model adds no transfer for it.
+- simulated (fpga:N): `estimator.fpga.task_cost`, the HLS cycle model + the profile's link
+  (launch, transfers included). No FPGA produced these figures.
+- analytic (anything else): a roofline — max(FLOPs / peak, bytes / bandwidth) — plus a fixed
+  cost per call: on a cpu the interpreter's `call_overhead_us` per Python-level kernel call, on
+  cuda / opencl the device's `launch_us` per kernel launch. The call counts below are this
+  runtime's, read off its code (why: with 4-64-64-2 networks every task is overhead-bound, so the
+  counts matter more than the FLOPs). Env steps are not FLOPs: an analytic act costs
+  REFERENCE_ENV_STEP_US per env step, scaled by the host's clock.
+"""
+from __future__ import annotations
+
+import bisect
+
+from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost,
+                                        sum_tree_cost)
+
+# CartPole-v1's step + the actor's per-env bookkeeping, measured by `pearl profile` on the 2.6 GHz
+# CI machine (act at 16 envs / 16); an analytic act scales it by clock. Other envs cost more:
+# profile them on the machine.
+REFERENCE_ENV_STEP_US = 9.0
+REFERENCE_CLOCK_MHZ = 2600.0
+
+# Python-level kernel calls (cpu) or device kernel launches (cuda, opencl) per task call.
+CALLS = {
+    ("cpu", "act"): 4, ("cpu", "insert"): 4, ("cpu", "sample"): 4, ("cpu", "update_priorities"): 3,
+    ("cpu", "learn", "fused"): 20, ("cpu", "learn", "torch"): 150, ("cpu", "sync_weights"): 1,
+    ("cuda", "act"): 8, ("cuda", "insert"): 6, ("cuda", "sample"): 12, ("cuda", "update_priorities"): 10,
+    ("cuda", "learn", "torch"): 70, ("cuda", "sync_weights"): 2,
+    ("opencl", "act"): 3, ("opencl", "insert"): 2, ("opencl", "sample"): 3, ("opencl", "update_priorities"): 2,
+}
+LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
+LOOP_CALLS_PER_UPDATE = 2
+
+
+class Costs:
+    def __init__(self, platform, workload, measured: dict | None = None):
+        self.platform, self.workload = platform, workload
+        self.measured = measured or {}
+
+    # -- measured -------------------------------------------------------------------------------
+    def _lookup(self, name: str, size: int) -> float | None:
+        """Seconds from the profile's table `name` ({size: us}), interpolated between sizes."""
+        table = self.measured.get(name)
+        if not table:
+            return None
+        points = sorted((int(k), float(v)) for k, v in table.items())
+        xs = [x for x, _ in points]
+        if size in xs:
+            return points[xs.index(size)][1] * 1e-6
+        if len(points) == 1:
+            return None  # one point says nothing about another size
+        i = min(max(bisect.bisect_left(xs, size), 1), len(xs) - 1)
+        (x0, y0), (x1, y1) = points[i - 1], points[i]
+        return max(0.0, y0 + (y1 - y0) * (size - x0) / (x1 - x0)) * 1e-6
+
+    @staticmethod
+    def measured_name(task: str, cand) -> tuple[str, int]:
+        """The profile table holding `task` of `cand`, and the size it is indexed by."""
+        replay = f"{cand.replay_kind}@{cand.replay_device}"
+        if task == "act":
+            return f"act@{cand.act_device}", cand.envs
+        if task == "insert":
+            return f"insert|{replay}", cand.envs
+        if task in ("sample", "update_priorities"):
+            return f"{task}|{replay}", cand.batch
+        if task == "learn":
+            return f"learn|{cand.learner_kernel}@{cand.learn_device}", cand.batch
+        return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
+
+    def is_measured(self, task: str, cand) -> bool:
+        return self._lookup(*self.measured_name(task, cand)) is not None
+
+    # -- the answer -----------------------------------------------------------------------------
+    def task_seconds(self, task: str, cand) -> tuple[float, str]:
+        seconds = self._lookup(*self.measured_name(task, cand))
+        if seconds is not None:
+            return seconds, "measured"
+        device = self.platform.device(cand.device_of(task))
+        if device.kind == "fpga":
+            from pearl.estimator.fpga import task_cost
+
+            w = self.workload
+            cost = task_cost(task, self.platform, device.id, batch=cand.batch, capacity=w.capacity,
+                             fanout=w.fanout, envs=cand.envs, sizes=w.sizes)
+            return cost.seconds, "simulated"
+        return self.analytic_seconds(task, cand, device), "analytic"
+
+    def active_seconds(self, task: str, cand) -> float:
+        """The part of a call the device spends computing (what its dynamic power scales with):
+        the whole call when measured or on a cpu; the roofline part on cuda / opencl (a launch
+        keeps the host busy, not the device); the kernel cycles on an FPGA."""
+        seconds, source = self.task_seconds(task, cand)
+        device = self.platform.device(cand.device_of(task))
+        if source == "measured" or device.kind == "cpu":
+            return seconds
+        if device.kind == "fpga":
+            from pearl.estimator.fpga import task_cost
+
+            w = self.workload
+            return task_cost(task, self.platform, device.id, batch=cand.batch, capacity=w.capacity,
+                             fanout=w.fanout, envs=cand.envs, sizes=w.sizes).kernel_s
+        sig = self.signature(task, cand)
+        return max(sig.flops / (device.peak_gflops * 1e9), sig.bytes / (device.memory_bandwidth_gb_s * 1e9))
+
+    def signature(self, task: str, cand) -> Cost:
+        """FLOPs and bytes of one call (estimator/signatures.py), as the protocol's tasks count them."""
+        w = self.workload
+        prioritized = cand.replay_kind != "uniform"
+        tree = sum_tree_cost(w.capacity, cand.batch, w.fanout) if prioritized else Cost()
+        if task == "act":
+            return mlp_forward_cost(w.sizes, cand.envs)
+        if task == "insert":
+            return Cost(flops=cand.envs * (20 if prioritized else 0), bytes=cand.envs * w.transition_bytes)
+        if task == "sample":
+            return Cost(flops=tree.flops, bytes=cand.batch * w.transition_bytes + tree.bytes)
+        if task == "update_priorities":
+            return tree
+        if task == "learn":
+            forwards = 3 if w.double else 2
+            return (mlp_forward_cost(w.sizes, cand.batch) * forwards + mlp_backward_cost(w.sizes, cand.batch)
+                    + adam_cost(w.n_params))
+        return Cost(bytes=2 * w.n_params * 4)  # sync_weights: read + write the flat vector
+
+    def analytic_seconds(self, task: str, cand, device) -> float:
+        sig = self.signature(task, cand)
+        kind = device.kind
+        if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
+            peak = device.peak_gflops / device.cores * 1e9
+            bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
+            calls = CALLS.get(("cpu", task, cand.learner_kernel), CALLS.get(("cpu", task), 1))
+            fixed = calls * device.call_overhead_us * 1e-6
+        else:
+            peak, bandwidth = device.peak_gflops * 1e9, device.memory_bandwidth_gb_s * 1e9
+            calls = CALLS.get((kind, task, cand.learner_kernel), CALLS.get((kind, task), 1))
+            fixed = calls * device.launch_us * 1e-6
+        seconds = fixed + max(sig.flops / peak, sig.bytes / bandwidth)
+        if task == "act":  # the envs step on the host whatever runs the inference
+            host = self.platform.host
+            seconds += cand.envs * REFERENCE_ENV_STEP_US * 1e-6 * REFERENCE_CLOCK_MHZ / host.clock_mhz
+        return seconds
+
+    def overhead_us(self, cand) -> float:
+        """The runtime loop's own time per env step, outside any task."""
+        u = self.workload.updates_per_step
+        per_round = self._lookup("overhead|round", 0)
+        per_update = self._lookup("overhead|update", 0)
+        if per_round is None or per_update is None:
+            host = self.platform.host
+            per_round = LOOP_CALLS_PER_ROUND * host.call_overhead_us * 1e-6
+            per_update = LOOP_CALLS_PER_UPDATE * host.call_overhead_us * 1e-6
+        return 1e6 * (per_round / cand.envs + per_update * u)
+
+    # -- transfers --------------------------------------------------------------------------------
+    def transfers(self, cand) -> dict[tuple[str, str], float]:
+        """Seconds per env step moving data between the devices of consecutive tasks.
+
+        Edges of the task graph: act -> insert (E transitions), sample -> learn (the batch, its
+        indices and weights), learn -> update_priorities (|td| and indices), learn -> act
+        (sync_weights: the flat weights). An edge costs latency + bytes / bandwidth over the
+        link between its devices (through the host when neither is the host), unless either end
+        is measured (the runtime's copy is inside the measured call) or an FPGA (the FPGA model
+        counts its own transfers)."""
+        w, u = self.workload, self.workload.updates_per_step
+        edges = [("act", "insert", cand.envs * w.transition_bytes, 1.0 / cand.envs),
+                 ("sample", "learn", cand.batch * (w.transition_bytes + 16), u),
+                 ("learn", "sync_weights", 0, 0.0)]
+        if cand.replay_kind != "uniform":
+            edges.append(("learn", "update_priorities", cand.batch * 12, u))
+        edges.append(("sync_weights", "act", w.n_params * 4, u / cand.sync_interval))
+        out: dict[tuple[str, str], float] = {}
+        for src, dst, nbytes, per_step in edges:
+            a, b = cand.device_of(src), cand.device_of(dst)
+            if a == b or per_step == 0 or nbytes == 0:
+                continue
+            if self.is_measured(src, cand) or self.is_measured(dst, cand):
+                continue
+            if "fpga" in (a.split(":")[0], b.split(":")[0]):
+                continue
+            seconds = sum(self.platform.link(x, y).transfer_s(nbytes)
+                          for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
+            out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
+        return out

@@ -1,0 +1,92 @@
+"""The mapper: enumerate the plans a platform allows for a workload, predict each, rank them by
+the user's metric.
+
+Search space: replay kind (those the caller allows) x where the replay table lives x where the
+learner runs and with which kernel x envs per actor x batch size. Only placements the runtime
+accepts are generated (pearl/api.py: act on the cpu; prioritized replay on cpu, opencl:N, fpga:N
+or cuda:N, uniform on cpu or cuda:N, amper on the cpu; a replay on cuda:N feeds a learner on the
+same GPU; the fused learner is cpu-only and has no dueling head), so every ranked plan is one
+`pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
+node's eight GPUs give one set of plans, not eight); under a power cap, plans over the cap are
+dropped. The space is small (hundreds of plans), so the rest is exhaustive.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from pearl.errors import ConfigError
+from pearl.estimator.model import Candidate, Prediction, predict
+
+METRICS = ("throughput", "efficiency", "power_cap")
+DEFAULT_ENVS = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class Ranking:
+    metric: str
+    predictions: list[Prediction]  # best first
+    pruned: int  # candidates dropped before prediction (interchangeable devices)
+    over_cap: int  # predicted but over the power cap
+
+    @property
+    def best(self) -> Prediction:
+        return self.predictions[0]
+
+
+def _distinct(devices) -> list:
+    """One device of each set of interchangeable ones (same kind and figures)."""
+    seen, out = set(), []
+    for device in devices:
+        key = (device.kind, device.name, device.peak_gflops, device.memory_bandwidth_gb_s,
+               device.static_w, device.dynamic_w, device.launch_us, device.clock_mhz, device.host)
+        if key not in seen:
+            seen.add(key)
+            out.append(device)
+    return out
+
+
+def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
+               sync_intervals=(1,)) -> tuple[list[Candidate], int]:
+    """(the plans to predict, how many were pruned as interchangeable)."""
+    kinds = list(replay_kinds or [workload.replay_kind])
+    batches = list(batches or [64])
+    distinct = _distinct(platform.devices)
+    pruned = len(platform.devices) - len(distinct)
+    out = []
+    for kind in kinds:
+        replay_devices = ["cpu"]
+        for device in distinct:
+            if device.kind in ("opencl", "fpga") and kind == "prioritized":
+                replay_devices.append(device.id)
+            if device.kind == "cuda" and kind in ("uniform", "prioritized"):
+                replay_devices.append(device.id)
+        learners = [] if workload.dueling else [("cpu", "fused")]
+        learners += [("cpu", "torch")] + [(d.id, "torch") for d in distinct if d.kind == "cuda"]
+        for replay, (learn, kernel), e, b, s in itertools.product(replay_devices, learners, envs, batches,
+                                                                  sync_intervals):
+            if replay.startswith("cuda") and learn != replay:
+                continue
+            out.append(Candidate(kind, replay, learn, kernel, e, b, s))
+    return out, pruned
+
+
+def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, replay_kinds=None,
+         envs=DEFAULT_ENVS, batches=None, schedule: str = "sequential") -> Ranking:
+    if metric not in METRICS:
+        raise ConfigError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+    if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
+        raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
+    cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches)
+    predictions = [predict(c, costs, schedule) for c in cands]
+    over_cap = 0
+    if metric == "power_cap":
+        kept = [p for p in predictions if p.watts <= power_cap_w]
+        over_cap = len(predictions) - len(kept)
+        if not kept:
+            lowest = min(p.watts for p in predictions)
+            raise ConfigError(f"power_cap: no plan fits under {power_cap_w:g} W (the lowest predicted is {lowest:.1f} W)")
+        predictions = kept
+    key = (lambda p: p.samples_per_j) if metric == "efficiency" else (lambda p: p.steps_per_s)
+    predictions.sort(key=key, reverse=True)
+    return Ranking(metric, predictions, pruned, over_cap)

@@ -1,0 +1,165 @@
+"""The plan model: a plan's env steps/s, bottleneck task, power (W) and samples/J.
+
+A *candidate* fixes everything the model needs about a plan: where the replay table (insert,
+sample, update_priorities) and the learner live, the learner kernel, envs per actor, batch size,
+sync interval and replay kind. Each task's per-call time comes from `estimator.costs.Costs`
+(measured by `pearl profile` where this machine has the device, analytic otherwise); the model
+multiplies by how often the runtime calls the task per env step and schedules the result.
+
+Schedules:
+- "sequential" — what pearl/runtime/sequential.py runs (docs/ARCHITECTURE.md, reference
+  semantics): one thread; per act round `act` + `insert` (E env steps), then updates_per_step x E
+  rounds of sample -> learn -> update_priorities, sync_weights every sync_interval updates.
+  T_step = the sum of every task's time per env step + the loop's own overhead.
+- "overlapped" — devices run concurrently and sampling stays on the critical path:
+  T_step = S + max over devices d of (busy_d - S_d), with S the sampling time per env step and
+  busy_d the time device d is busy per env step. With the replay on one device and the learner on
+  another this is the PEARL paper's T_iter = T_sample + max(T_update + T_insert, T_learn); with
+  everything on one device it collapses to the sequential sum. No runtime here runs it yet; the
+  mapper uses it only when asked (`schedule="overlapped"`).
+
+Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
+utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
+plus the extra cores an OpenCL-on-host kernel occupies). An OpenCL device on the host (PoCL) has
+no power of its own. "Samples" are env steps: samples/J = env steps/s / W.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pearl.protocol.plan import Plan
+
+REPLAY_TASKS = ("insert", "sample", "update_priorities")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    replay_kind: str
+    replay_device: str
+    learn_device: str
+    learner_kernel: str  # fused | torch
+    envs: int
+    batch: int
+    sync_interval: int = 1
+    act_device: str = "cpu"
+
+    def device_of(self, task: str) -> str:
+        if task in REPLAY_TASKS:
+            return self.replay_device
+        if task in ("learn", "sync_weights"):
+            return self.learn_device
+        return self.act_device
+
+    def label(self) -> str:
+        return (f"{self.replay_kind}@{self.replay_device} learn {self.learner_kernel}@{self.learn_device} "
+                f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else ""))
+
+    def to_plan(self, platform: str = "") -> Plan:
+        from pearl.protocol.tasks import TASK_NAMES
+
+        devices = {task: self.device_of(task) for task in TASK_NAMES}
+        uses_fpga = any(d.startswith("fpga") for d in devices.values())
+        return Plan(devices=devices, envs_per_actor=self.envs, batch_size=self.batch,
+                    sync_interval=self.sync_interval, learner_kernel=self.learner_kernel,
+                    platform=platform if uses_fpga else "")
+
+
+@dataclass
+class Prediction:
+    candidate: Candidate
+    steps_per_s: float
+    updates_per_s: float
+    watts: float
+    samples_per_j: float
+    bottleneck: str
+    call_us: dict[str, float]  # per call, per task
+    step_us: dict[str, float]  # per env step: tasks, transfers, overhead
+    utilisation: dict[str, float]
+    device_w: dict[str, float]
+    sources: dict[str, str]  # task -> measured | analytic | simulated
+    schedule: str = "sequential"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def simulated(self) -> bool:
+        return "simulated" in self.sources.values()
+
+    def summary(self) -> dict:
+        return {"steps_per_s": round(self.steps_per_s, 1), "updates_per_s": round(self.updates_per_s, 1),
+                "watts": round(self.watts, 2), "samples_per_j": round(self.samples_per_j, 2),
+                "bottleneck": self.bottleneck, "schedule": self.schedule,
+                "step_us": {k: round(v, 3) for k, v in self.step_us.items()},
+                "sources": dict(self.sources), "simulated": self.simulated}
+
+
+def calls_per_step(task: str, cand: Candidate, updates_per_step: float) -> float:
+    """How often the sequential runtime calls `task` per env step (steady state, past learning_starts)."""
+    if task in ("act", "insert"):
+        return 1.0 / cand.envs
+    if task == "update_priorities":
+        return updates_per_step if cand.replay_kind != "uniform" else 0.0
+    if task == "sync_weights":
+        return updates_per_step / cand.sync_interval
+    return updates_per_step  # sample, learn
+
+
+def predict(cand: Candidate, costs, schedule: str = "sequential") -> Prediction:
+    """The model's figures for `cand` under `costs` (an estimator.costs.Costs)."""
+    from pearl.protocol.tasks import TASK_NAMES
+
+    if schedule not in ("sequential", "overlapped"):
+        raise ValueError(f"schedule: expected sequential or overlapped, got {schedule!r}")
+    workload, platform = costs.workload, costs.platform
+    u = workload.updates_per_step
+    call_us, step_us, sources = {}, {}, {}
+    busy: dict[str, float] = {}  # device -> us busy per env step (its timeline, launches included)
+    active: dict[str, float] = {}  # device -> us computing per env step (what dynamic power scales with)
+    for task in TASK_NAMES:
+        n = calls_per_step(task, cand, u)
+        if n == 0:
+            continue
+        seconds, source = costs.task_seconds(task, cand)
+        call_us[task], sources[task] = seconds * 1e6, source
+        step_us[task] = seconds * 1e6 * n
+        device = cand.device_of(task)
+        busy[device] = busy.get(device, 0.0) + step_us[task]
+        active[device] = active.get(device, 0.0) + costs.active_seconds(task, cand) * 1e6 * n
+    for (a, b), seconds in costs.transfers(cand).items():
+        key = f"transfer {a}->{b}"
+        step_us[key] = step_us.get(key, 0.0) + seconds * 1e6
+        busy[b] = busy.get(b, 0.0) + seconds * 1e6  # the consumer waits for its input
+    overhead = costs.overhead_us(cand) 
+    step_us["overhead"] = overhead
+    busy["cpu"] = busy.get("cpu", 0.0) + overhead
+
+    if schedule == "sequential":
+        total = sum(step_us.values())
+        bottleneck = max((k for k in step_us if k in call_us), key=step_us.get)
+    else:
+        sample = step_us.get("sample", 0.0)
+        replay = cand.replay_device
+        rest = {d: b - (sample if d == replay else 0.0) for d, b in busy.items()}
+        limiting = max(rest, key=rest.get)
+        total = sample + rest[limiting]
+        tasks_on = [t for t in call_us if cand.device_of(t) == limiting and not (t == "sample")]
+        bottleneck = max(tasks_on, key=step_us.get) if tasks_on else "sample"
+
+    utilisation, device_w = {}, {}
+    host = platform.host
+    host_busy_cores = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
+    for device_id, us in busy.items():
+        if device_id == "cpu":
+            continue
+        device = platform.device(device_id)
+        util = min(1.0, active.get(device_id, 0.0) / total)
+        utilisation[device_id] = util
+        if device.kind == "opencl" and device.host == "cpu":  # PoCL: its kernels run on the host's cores
+            host_busy_cores += util * max(0, min(device.compute_units, host.cores) - 1)
+            continue
+        device_w[device_id] = device.power_w(util)
+    utilisation["cpu"] = min(1.0, host_busy_cores / host.cores)
+    device_w["cpu"] = host.power_w(utilisation["cpu"])
+    watts = sum(device_w.values())
+    steps_per_s = 1e6 / total
+    return Prediction(cand, steps_per_s, steps_per_s * u, watts, steps_per_s / watts if watts else 0.0,
+                      bottleneck, call_us, step_us, utilisation, device_w, sources, schedule)

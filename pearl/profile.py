@@ -1,0 +1,223 @@
+"""`pearl profile`: measure each task kernel of a workload on this machine and cache the table.
+
+Every figure comes from the runtime's own code path: an agent is built for a plan exactly as
+`pearl train --plan` builds it (pearl/api.py: Actor, the replay table on the plan's device, the
+learner kernel), trained past `learning_starts`, then trained for a few seconds with
+`time_tasks=True` (pearl/runtime/sequential.py TaskTimer: wall time of each task call inside the
+real loop). What the loop spends outside the tasks (counters, episode records, the progress hook)
+is the run's wall time minus the tasks' time; a least-squares fit over all profile runs splits it
+into a cost per act round and a cost per update.
+
+The grid is a covering design, not the full product: act and insert depend on envs per actor,
+sample and update_priorities on (replay kind, device, batch), learn on (kernel, batch) — so one
+run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one per
+torch batch size cover every table, and the model combines tables for any plan on the grid.
+
+The table is cached per machine (~/.cache/pearl/profile-<fingerprint>.json, or $PEARL_CACHE_DIR),
+keyed by the workload (estimator.workload.Workload.key) and written atomically.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform as _platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pearl.errors import ConfigError
+from pearl.io import atomic_write_text
+
+PROFILE_VERSION = 1
+
+
+def machine_fingerprint() -> str:
+    """What changes task costs: CPU model and cores, memory, Python / numpy / torch versions,
+    the OpenCL devices. A different machine (or a software upgrade) gets a fresh table."""
+    import torch
+
+    from pearl import __version__
+    from pearl.devices import cpu_devices, opencl_devices
+
+    cpu = cpu_devices()[0]
+    parts = [cpu["name"], str(cpu["cores"]), str(cpu["memory_gib"]), _platform.python_version(),
+             np.__version__, torch.__version__, __version__,
+             *sorted(d["name"] for d in opencl_devices())]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cache_path() -> Path:
+    root = os.environ.get("PEARL_CACHE_DIR") or Path.home() / ".cache" / "pearl"
+    return Path(root) / f"profile-{machine_fingerprint()}.json"
+
+
+def load_cached(workload_key: str) -> dict | None:
+    path = cache_path()
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # a damaged cache is re-measured, not trusted
+    if data.get("version") != PROFILE_VERSION:
+        return None
+    return data.get("workloads", {}).get(workload_key)
+
+
+def _store(workload_key: str, entry: dict) -> Path:
+    path = cache_path()
+    data = {"version": PROFILE_VERSION, "fingerprint": machine_fingerprint(), "workloads": {}}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+            if old.get("version") == PROFILE_VERSION:
+                data["workloads"] = old.get("workloads", {})
+        except (OSError, json.JSONDecodeError):
+            pass
+    data["workloads"][workload_key] = entry
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+    return path
+
+
+# -- running a candidate on this machine ---------------------------------------------------------
+def runnable_here(cand) -> bool:
+    """Whether this machine has every device the candidate names."""
+    from pearl.devices import detect_devices
+
+    present = {d["id"] for d in detect_devices()}
+    return all(device in present for device in {cand.replay_device, cand.learn_device, cand.act_device}
+               if not device.startswith("fpga"))  # fpga:N runs simulated without a board
+
+
+def _agent(config, cand, warmup_steps: int, total_steps: int):
+    """An agent for `cand` whose epsilon has reached its final value by the end of the warm-up,
+    so timed steps run the policy's inference as a long run would."""
+    from pearl.api import DQN
+    from pearl.config import apply_overrides
+
+    cfg = apply_overrides(config, {
+        "replay.kind": cand.replay_kind, "total_steps": total_steps, "eval.interval": 0,
+        "log.plot": False, "dqn.exploration.fraction": min(1.0, warmup_steps / total_steps)})
+    agent = DQN(config=cfg, plan=cand.to_plan())
+    agent.train(warmup_steps)
+    return agent
+
+
+def _timed_run(agent, seconds: float, time_tasks: bool) -> dict:
+    """Trains in chunks until `seconds` of wall time; env steps, updates, rounds and wall."""
+    from pearl.runtime.sequential import TaskTimer
+
+    envs = agent.plan.envs_per_actor
+    chunk = max(envs, 200 * envs)
+    agent.task_timer = TaskTimer()
+    steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
+    while wall < seconds:
+        wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
+    steps = agent.env_steps - steps0
+    return {"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs, "wall_s": wall,
+            "steps_per_s": steps / wall}
+
+
+def measure(config, cand, seconds: float = 3.0, warmup_steps: int | None = None) -> dict:
+    """Measured env steps/s of `cand` on this machine: warm-up past learning_starts, then
+    `seconds` of training with no task timers (the plain runtime's speed)."""
+    warmup = warmup_steps if warmup_steps is not None else config.dqn.learning_starts + 500
+    agent = _agent(config, cand, warmup, warmup + 10_000_000)
+    return _timed_run(agent, seconds, time_tasks=False)
+
+
+def _profile_run(config, cand, seconds: float) -> tuple[dict, dict]:
+    warmup = config.dqn.learning_starts + 500
+    agent = _agent(config, cand, warmup, warmup + 10_000_000)
+    run = _timed_run(agent, seconds, time_tasks=True)
+    timer = agent.task_timer
+    run["task_s"] = sum(timer.seconds.values())
+    return timer.mean_us(), run
+
+
+def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=("fused", "torch"),
+            seconds: float = 1.5, log=None, use_cache: bool = True) -> dict:
+    """The measured cost table of `config`'s workload on this machine (see the module doc)."""
+    from pearl.estimator.workload import workload_from_config
+
+    workload = workload_from_config(config)
+    wanted = _grid(replays, envs, batches, kernels)
+    if use_cache:
+        cached = load_cached(workload.key())
+        if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
+                          for name, size in _tables_of(wanted)):
+            return cached["tables"]
+    tables: dict = {}
+    fit_rows, fit_y = [], []
+    for i, cand in enumerate(wanted):
+        started = time.perf_counter()
+        means, run = _profile_run(config, cand, seconds)
+        for task, us in means.items():
+            name, size = _table_of(task, cand)
+            # A (table, size) cell several runs measure (act at 1 env, ...) keeps their mean.
+            cell = tables.setdefault(name, {})
+            cell.setdefault(str(size), []).append(us)
+        fit_rows.append([run["rounds"], run["updates"]])
+        fit_y.append(max(0.0, run["wall_s"] - run["task_s"]))
+        if log:
+            log(f"[{i + 1}/{len(wanted)}] {cand.label()}: {run['steps_per_s']:,.0f} steps/s, "
+                f"{', '.join(f'{t} {us:.1f}' for t, us in means.items())} us "
+                f"({time.perf_counter() - started:.1f} s)")
+    tables = {name: {size: round(float(np.mean(v)), 3) for size, v in cells.items()}
+              for name, cells in tables.items()}
+    per_round, per_update = np.linalg.lstsq(np.array(fit_rows, float), np.array(fit_y), rcond=None)[0]
+    tables["overhead|round"] = {"0": round(float(max(0.0, per_round)) * 1e6, 3)}
+    tables["overhead|update"] = {"0": round(float(max(0.0, per_update)) * 1e6, 3)}
+    _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
+    return tables
+
+
+def _grid(replays, envs, batches, kernels) -> list:
+    from pearl.estimator.model import Candidate
+
+    envs, batches = list(envs), list(batches)
+    out = []
+    for kind, device in replays:
+        for b in batches:
+            out.append(Candidate(kind, device, "cpu", kernels[0], envs[0], b))
+        for e in envs[1:]:
+            out.append(Candidate(kind, device, "cpu", kernels[0], e, batches[0]))
+    kind, device = replays[0]
+    for kernel in kernels[1:]:
+        for b in batches:
+            out.append(Candidate(kind, device, "cpu", kernel, envs[0], b))
+    return out
+
+
+def _table_of(task: str, cand) -> tuple[str, int]:
+    from pearl.estimator.costs import Costs
+
+    return Costs.measured_name(task, cand)
+
+
+def _tables_of(cands) -> set:
+    from pearl.estimator.model import calls_per_step
+
+    out = set()
+    for cand in cands:
+        for task in ("act", "insert", "sample", "learn", "update_priorities", "sync_weights"):
+            if calls_per_step(task, cand, 1.0):
+                out.add(_table_of(task, cand))
+    return out
+
+
+def parse_replays(text: str) -> list[tuple[str, str]]:
+    """'uniform,prioritized@opencl:0,amper' -> [(kind, device), ...]."""
+    from pearl.estimator.workload import REPLAY_KINDS
+
+    out = []
+    for item in text.split(","):
+        kind, _, device = item.strip().partition("@")
+        if kind not in REPLAY_KINDS:
+            raise ConfigError(f"--replays: {kind!r} is not a replay kind (expected {', '.join(REPLAY_KINDS)}, "
+                              f"optionally @device, e.g. prioritized@opencl:0)")
+        out.append((kind, device or "cpu"))
+    return out

@@ -1,0 +1,187 @@
+"""Autotune: pick the plan for a config on a platform by the user's metric, say why, and (for
+plans this machine can run) set predictions against measurements.
+
+    result = pearl.autotune("configs/cartpole_dqn.yaml", platform="ci_2core", metric="efficiency")
+    result.plan.save("plan.yaml")      # pearl train --plan plan.yaml (--replay result.replay_kind)
+
+Costs come from this machine's `pearl profile` table when the platform describes this machine
+(same core count, and every cuda / opencl device it names is present) and the table exists;
+otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from pearl.errors import ConfigError, PearlError
+from pearl.io import atomic_write_text
+
+SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
+
+
+@dataclass
+class AutotuneResult:
+    config: object
+    platform: object
+    metric: str
+    ranking: object  # estimator.mapper.Ranking
+    costs: object
+    reason: str
+    measured: list = field(default_factory=list)  # [(Prediction, measured dict)]
+
+    @property
+    def best(self):
+        return self.ranking.best
+
+    @property
+    def plan(self):
+        return self.best.candidate.to_plan(self.platform.source if self.platform.name not in
+                                           _shipped() else self.platform.name)
+
+    @property
+    def replay_kind(self) -> str:
+        return self.best.candidate.replay_kind
+
+    def to_yaml(self) -> str:
+        best = self.best
+        doc = {"plan": self.plan.to_dict(),
+               "autotune": {"platform": self.platform.name, "metric": self.metric,
+                            "replay_kind": best.candidate.replay_kind,
+                            "predicted": best.summary(), "why": self.reason,
+                            "note": ("train with --replay " + best.candidate.replay_kind
+                                     if best.candidate.replay_kind != self.config.replay.kind else "")}}
+        return yaml.safe_dump(doc, sort_keys=False)
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_text(path, self.to_yaml())
+
+    def table(self, top: int = 10) -> str:
+        return format_table(self.ranking.predictions[:top])
+
+
+def _shipped() -> list[str]:
+    from pearl.platforms import available_platforms
+
+    return available_platforms()
+
+
+def _config_of(agent_or_config):
+    from pearl.config import ExperimentConfig, load_config
+
+    if isinstance(agent_or_config, ExperimentConfig):
+        return agent_or_config
+    if isinstance(agent_or_config, (str, Path)):
+        return load_config(agent_or_config)
+    config = getattr(agent_or_config, "config", None)
+    if isinstance(config, ExperimentConfig):
+        return config
+    raise ConfigError(f"autotune: expected an agent, an ExperimentConfig or a config path, got {type(agent_or_config).__name__}")
+
+
+def describes_this_machine(platform) -> bool:
+    from pearl.devices import cpu_devices, cuda_devices, opencl_devices
+
+    local = {d["id"] for d in cuda_devices() + opencl_devices()}
+    return (platform.host.cores == cpu_devices()[0]["cores"]
+            and all(d.id in local for d in platform.devices if d.kind in ("cuda", "opencl")))
+
+
+def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
+             power_cap_w: float | None = None, replay_kinds=None, envs=None, batches=None,
+             use_profile: bool | None = None, schedule: str = "sequential") -> AutotuneResult:
+    """Ranks the plans of `platform` for the config's workload; see the module doc."""
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.mapper import DEFAULT_ENVS, rank
+    from pearl.estimator.workload import workload_from_config
+    from pearl.platforms import load_platform
+    from pearl.profile import load_cached
+
+    config = _config_of(agent_or_config)
+    profile_ = load_platform(platform) if not hasattr(platform, "devices") else platform
+    workload = workload_from_config(config)
+    measured = None
+    if use_profile or (use_profile is None and describes_this_machine(profile_)):
+        cached = load_cached(workload.key())
+        measured = cached["tables"] if cached else None
+    costs = Costs(profile_, workload, measured)
+    kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
+                             else [workload.replay_kind])
+    ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
+                   batches or [config.dqn.batch_size], schedule)
+    return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w))
+
+
+def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
+    """Why the first plan: its figure on the metric, the runner-up with a different placement,
+    and where its time goes."""
+    best = ranking.best
+    value = (lambda p: p.samples_per_j) if metric == "efficiency" else (lambda p: p.steps_per_s)
+    unit = "samples/J" if metric == "efficiency" else "env steps/s"
+    placement = lambda p: (p.candidate.replay_kind, p.candidate.replay_device, p.candidate.learn_device,
+                           p.candidate.learner_kernel)
+    rival = next((p for p in ranking.predictions[1:] if placement(p) != placement(best)), None)
+    what = {"throughput": "the highest predicted env steps/s",
+            "efficiency": "the most env steps per joule",
+            "power_cap": f"the highest predicted env steps/s under {power_cap_w or 0:g} W"}[metric]
+    parts = [f"{best.candidate.label()} has {what} ({value(best):,.1f} {unit}, {best.watts:.1f} W)"]
+    if rival is not None:
+        ratio = value(best) / value(rival) if value(rival) else float("inf")
+        parts.append(f"{ratio:.2f}x the best other placement, {rival.candidate.label()} "
+                     f"({value(rival):,.1f} {unit}, {rival.steps_per_s:,.0f} steps/s at {rival.watts:.1f} W)")
+    total = sum(best.step_us.values())
+    share = best.step_us[best.bottleneck] / total
+    parts.append(f"its bottleneck is {best.bottleneck} ({best.call_us[best.bottleneck]:.1f} us a call, "
+                 f"{share:.0%} of the {total:.1f} us per env step)")
+    if best.simulated:
+        parts.append("FPGA costs are SIMULATED (HLS cycle model), not measured")
+    return "; ".join(parts)
+
+
+def format_table(predictions, measured: dict | None = None) -> str:
+    """Ranked plans: predicted steps/s, W, samples/J, bottleneck, cost sources (M measured,
+    A analytic, S simulated per task), and measured steps/s where given."""
+    head = (f"{'#':>3}  {'plan':<46} {'steps/s':>9} {'W':>7} {'samples/J':>10}  {'bottleneck':<17} {'costs':<7}")
+    if measured is not None:
+        head += f" {'measured':>9} {'error':>7}"
+    lines = [head]
+    for i, p in enumerate(predictions, 1):
+        letters = "".join(SOURCE_LETTER[p.sources[t]] for t in p.sources)
+        line = (f"{i:>3}  {p.candidate.label():<46} {p.steps_per_s:>9,.0f} {p.watts:>7.1f} "
+                f"{p.samples_per_j:>10,.1f}  {p.bottleneck:<17} {letters:<7}")
+        if measured is not None:
+            m = measured.get(p.candidate)
+            if m is not None:
+                line += f" {m:>9,.0f} {100 * (p.steps_per_s - m) / m:>+6.1f}%"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None) -> list:
+    """Runs the top `k` plans this machine can run for `seconds` each (after a warm-up past
+    learning_starts); returns [(Prediction, measured steps/s or None, note)]."""
+    from pearl.profile import measure, runnable_here
+
+    out = []
+    for prediction in result.ranking.predictions:
+        if len(out) >= k:
+            break
+        cand = prediction.candidate
+        if not runnable_here(cand) or cand.replay_device.startswith("fpga"):
+            continue  # a simulated FPGA's wall time is not the board's: nothing to compare
+        try:
+            run = measure(result.config, cand, seconds)
+            out.append((prediction, run["steps_per_s"], ""))
+        except (PearlError, RuntimeError) as err:  # the runtime refused the plan (a ConfigError, a rate
+            # limiter's RateLimitExceeded): report it and keep measuring the rest
+            out.append((prediction, None, f"{type(err).__name__}: {str(err).splitlines()[0]}"))
+        if log:
+            log(f"measured {cand.label()}: " + (f"{out[-1][1]:,.0f} steps/s" if out[-1][1] else out[-1][2]))
+    result.measured = out
+    return out
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]

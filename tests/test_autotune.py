@@ -1,0 +1,108 @@
+"""`pearl profile` (cache per machine), `pearl autotune` (table, chosen plan, Plan YAML,
+--measure) and `pearl.autotune` from Python; bad input ends in one line and exit code 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import pearl
+from pearl.cli import main
+from pearl.config import apply_overrides, default_config_path, load_config
+from pearl.protocol import load_plan
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEARL_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def small_config():
+    return apply_overrides(load_config(default_config_path()),
+                           {"dqn.n_step": 1, "dqn.learning_starts": 200, "replay.capacity": 5000})
+
+
+def test_profile_measures_the_real_loop_and_caches_per_machine(cache, monkeypatch):
+    from pearl import profile as prof
+    from pearl.estimator.workload import workload_from_config
+
+    config = small_config()
+    tables = prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",),
+                          seconds=0.2)
+    for name in ("act@cpu", "insert|prioritized@cpu", "sample|prioritized@cpu", "learn|fused@cpu",
+                 "update_priorities|prioritized@cpu", "sync_weights|fused@cpu", "overhead|round"):
+        assert name in tables, name
+    assert set(tables["act@cpu"]) == {"1", "2"} and all(v > 0 for v in tables["act@cpu"].values())
+    path = prof.cache_path()
+    assert path.parent == cache and prof.machine_fingerprint() in path.name
+    stored = json.loads(path.read_text())
+    assert stored["workloads"][workload_from_config(config).key()]["tables"] == tables
+    assert not list(cache.glob(".*.tmp"))  # atomic write left no temporary behind
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("the cached table should have been used")
+
+    monkeypatch.setattr(prof, "_profile_run", no_measuring)
+    assert prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",)) == tables
+    with pytest.raises(AssertionError):  # a cell the cache lacks is measured
+        prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(64,), kernels=("fused",))
+    # A damaged cache is not trusted.
+    path.write_text("{not json")
+    assert prof.load_cached(workload_from_config(config).key()) is None
+
+
+def test_autotune_cli_prints_the_ranking_and_writes_a_plan_the_runtime_loads(cache, tmp_path, capsys):
+    out = tmp_path / "plan.yaml"
+    assert main(["autotune", "--platform", "cpu_gpu_fpga", "--metric", "efficiency", "-o", str(out),
+                 "--replay-kinds", "prioritized", "--top", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "samples/J" in text and "bottleneck" in text and "chosen:" in text and "why:" in text
+    plan = load_plan(out)
+    doc = yaml.safe_load(out.read_text())
+    assert doc["autotune"]["metric"] == "efficiency" and doc["autotune"]["predicted"]["samples_per_j"] > 0
+    assert plan.devices["sample"] == "cpu"  # tests/test_estimator_mapper.py explains why
+
+
+def test_autotune_measure_sets_prediction_against_measurement(cache, tmp_path, capsys):
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text(yaml.safe_dump(small_config().to_dict()))
+    assert main(["profile", str(config_path), "--replays", "uniform", "--envs", "1,4", "--batch-sizes", "32",
+                 "--kernels", "fused", "--seconds", "0.2"]) == 0
+    capsys.readouterr()
+    assert main(["autotune", str(config_path), "--platform", "ci_2core", "--envs", "1,4",
+                 "--batch-sizes", "32", "--measure", "1", "--seconds", "0.3"]) == 0
+    text = capsys.readouterr().out
+    assert "MMMMM" in text  # every task's cost came from the profile of this machine
+    compared = text.split("predicted vs measured")[1].splitlines()[2]
+    assert "%" in compared  # predicted, measured and the error on one row
+
+
+def test_python_api_takes_an_agent_or_a_config(cache):
+    agent = pearl.DQN(env="CartPole-v1", replay="prioritized")
+    result = pearl.autotune(agent, platform="cpu_gpu_fpga", metric="throughput")
+    assert result.best.steps_per_s > 0 and result.plan.devices["sample"] == result.best.candidate.replay_device
+    assert result.replay_kind in ("prioritized", "amper")
+    frugal = pearl.autotune(agent.config, platform="cpu_gpu_fpga", metric="efficiency")
+    assert frugal.best.samples_per_j >= result.best.samples_per_j
+    with pytest.raises(pearl.ConfigError, match="expected an agent"):
+        pearl.autotune(42)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["autotune", "--platform", "nowhere"], "platform 'nowhere': no such profile"),
+    (["autotune", "--metric", "speed"], "metric: expected one of throughput, efficiency, power_cap"),
+    (["autotune", "--metric", "power_cap"], "needs a positive cap"),
+    (["autotune", "--envs", "1,x"], "--envs: expected comma-separated integers"),
+    (["autotune", "--batch-sizes", "0"], "--batch-sizes: expected integers >= 1"),
+    (["autotune", "--replay-kinds", "fifo"], "--replay-kinds: 'fifo' is not a replay kind"),
+    (["autotune", "--schedule", "async"], "--schedule: expected sequential or overlapped"),
+    (["autotune", "missing.yaml"], "missing.yaml: no such config file"),
+    (["profile", "--replays", "heap"], "--replays: 'heap' is not a replay kind"),
+    (["profile", "--kernels", "cuda"], "--kernels: expected fused and/or torch"),
+])
+def test_bad_autotune_input_is_one_line_and_exit_2(cache, capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err

@@ -1,0 +1,83 @@
+"""The mapper (estimator/mapper.py): placements the runtime accepts, pruning, the metrics, and a
+CPU+GPU+FPGA platform where throughput and efficiency pick different plans (analytic model)."""
+from __future__ import annotations
+
+import pytest
+
+from pearl.errors import ConfigError
+from pearl.estimator.costs import Costs
+from pearl.estimator.mapper import candidates, rank
+from pearl.estimator.workload import Workload
+from pearl.platforms import load_platform
+
+CARTPOLE = Workload("CartPole-v1", 4, 2, (64, 64), "prioritized", 100_000, 16, 0.25, 1000)
+
+
+def test_candidates_are_placements_the_runtime_accepts():
+    mixed = load_platform("cpu_gpu_fpga")
+    cands, _ = candidates(mixed, CARTPOLE, ["uniform", "prioritized", "amper"], (1, 4), (64,))
+    for c in cands:
+        plan = c.to_plan("cpu_gpu_fpga")
+        plan.check()
+        assert c.act_device == "cpu"
+        if c.replay_kind == "amper":
+            assert c.replay_device == "cpu"
+        if c.replay_kind == "uniform":
+            assert not c.replay_device.startswith(("fpga", "opencl"))
+        if c.replay_device.startswith("cuda"):
+            assert c.learn_device == c.replay_device
+        if c.learner_kernel == "fused":
+            assert c.learn_device == "cpu"
+    placements = {(c.replay_kind, c.replay_device, c.learn_device, c.learner_kernel) for c in cands}
+    assert ("prioritized", "fpga:0", "cuda:0", "torch") in placements
+    assert ("prioritized", "cuda:0", "cuda:0", "torch") in placements
+    assert ("uniform", "cuda:0", "cpu", "fused") not in placements
+    # A dueling head has no fused kernel.
+    dueling = Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 1000, 16, 0.25, 100, dueling=True)
+    assert all(c.learner_kernel == "torch" for c in candidates(mixed, dueling)[0])
+
+
+def test_interchangeable_gpus_are_pruned():
+    node = load_platform("h100_node")
+    cands, pruned = candidates(node, CARTPOLE, ["prioritized"], (1,), (64,))
+    assert pruned == 7
+    assert {c.learn_device for c in cands} == {"cpu", "cuda:0"}
+
+
+def test_throughput_and_efficiency_choose_different_plans_on_cpu_gpu_fpga():
+    """CartPole-sized DQN, prioritized replay, analytic + simulated FPGA costs. The FPGA sum tree
+    shortens each step a little (the tree walks leave the CPU's interpreter), so throughput puts
+    the replay on fpga:0; but the card's static watts cost more than those steps/s earn, so
+    efficiency keeps everything on the CPU. Neither uses the A100: 70 kernel launches per update
+    make a 4-64-64-2 learner slower there than the fused CPU kernel."""
+    costs = Costs(load_platform("cpu_gpu_fpga"), CARTPOLE)
+    fast = rank(costs, "throughput", replay_kinds=["prioritized"], batches=[64])
+    frugal = rank(costs, "efficiency", replay_kinds=["prioritized"], batches=[64])
+    assert fast.best.candidate != frugal.best.candidate
+    assert fast.best.candidate.replay_device == "fpga:0" and fast.best.simulated
+    assert frugal.best.candidate.replay_device == "cpu"
+    assert fast.best.steps_per_s > frugal.best.steps_per_s
+    assert frugal.best.samples_per_j > fast.best.samples_per_j
+    assert fast.best.watts > frugal.best.watts
+    assert "fpga:0" in fast.best.device_w and "fpga:0" not in frugal.best.device_w
+    assert all(p.candidate.learn_device == "cpu" for p in (fast.best, frugal.best))
+
+
+def test_bigger_networks_move_the_learner_to_the_gpu():
+    wide = Workload("CartPole-v1", 4, 2, (512, 512), "prioritized", 100_000, 16, 0.25, 1000)
+    best = rank(Costs(load_platform("cpu_gpu_fpga"), wide), "throughput", batches=[512]).best
+    assert best.candidate.learn_device == "cuda:0" and best.bottleneck == "learn"
+
+
+def test_power_cap_keeps_plans_under_the_cap_and_refuses_an_impossible_one():
+    costs = Costs(load_platform("cpu_gpu_fpga"), CARTPOLE)
+    unlimited = rank(costs, "throughput", replay_kinds=["prioritized"])
+    capped = rank(costs, "power_cap", 60.0, replay_kinds=["prioritized"])
+    assert all(p.watts <= 60.0 for p in capped.predictions) and capped.over_cap > 0
+    assert capped.best.steps_per_s <= unlimited.best.steps_per_s
+    with pytest.raises(ConfigError, match="no plan fits under 5 W"):
+        rank(costs, "power_cap", 5.0)
+    with pytest.raises(ConfigError, match="needs a positive cap"):
+        rank(costs, "power_cap")
+    with pytest.raises(ConfigError, match="metric: expected one of"):
+        rank(costs, "speed")
