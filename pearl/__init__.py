@@ -8,7 +8,7 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DQN": "pearl.api", "load": "pearl.api", "make_agent": "pearl.api",
+    "DQN": "pearl.api", "load": "pearl.api", "make_agent": "pearl.api", "resume": "pearl.api",
     "DDPG": "pearl.continuous", "TD3": "pearl.continuous", "SAC": "pearl.continuous",
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",

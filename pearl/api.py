@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import signal
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +19,7 @@ from pearl.algos.dqn import DQN as DQNAlgorithm
 from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
 from pearl.config import CONTINUOUS_ALGOS, ExperimentConfig, apply_overrides, parse_config
 from pearl.envs import discrete_spaces, make_env
-from pearl.errors import ConfigError
+from pearl.errors import ConfigError, TrainingDiverged
 from pearl.io import atomic_write_text
 from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
 from pearl.protocol import Plan, build_tasks
@@ -43,6 +47,8 @@ def _overrides(kwargs: dict, algo: str = "dqn") -> dict:
             out["replay.kind"] = value
         elif key in ("capacity", "buffer_size"):
             out["replay.capacity"] = value
+        elif key == "checkpoint_interval":
+            out["log.checkpoint_interval"] = value
         elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
             out[f"runtime.{key}"] = value
         else:
@@ -70,6 +76,27 @@ def default_plan(config: ExperimentConfig) -> Plan:
                 learner_kernel=config.runtime.learner_kernel)
 
 
+@contextmanager
+def _stop_on_interrupt(agent):
+    """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
+    checkpoint is consistent), a second one interrupts at once. Only the main thread can take
+    signals; elsewhere Ctrl-C keeps its default behaviour."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if agent.stop_requested:
+            raise KeyboardInterrupt
+        agent.stop_requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Agent:
     """What every agent shares: the runtime's bookkeeping and the user's verbs (train, evaluate,
     save; `pearl.load`). A subclass builds config, plan, algo, learner, policy, replay and the
@@ -82,6 +109,8 @@ class Agent:
         self.recent_returns: deque = deque(maxlen=100)
         self._loss_sum, self._loss_count = 0.0, 0
         self.task_timer = TaskTimer()
+        self.stop_requested = False  # set by Ctrl-C during train(); the runtimes stop at a round's end
+        self._actor_rng_state = None  # from a checkpoint, applied when the actor is built
 
     def _replay_device(self) -> str:
         """Where the priority structure lives: the plan's `sample` device. The tree is one object,
@@ -135,6 +164,10 @@ class Agent:
             self.episodes += 1
 
     def record_loss(self, loss: float) -> None:
+        if not math.isfinite(loss):
+            raise TrainingDiverged(f"loss became {loss} at update {self.updates + 1} (env step "
+                                   f"{self.env_steps}): training stopped; the run's last checkpoint "
+                                   f"is from before it")
         self._loss_sum += loss
         self._loss_count += 1
 
@@ -150,15 +183,23 @@ class Agent:
 
     # -- the user's verbs ----------------------------------------------------------------------
     def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
-              time_tasks: bool = False) -> dict:
+              time_tasks: bool = False, resume: bool = False) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
         With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
-        learning_curve.png there. Returns a summary (steps/s, updates, final training return).
+        learning_curve.png there, the checkpoint also every `log.checkpoint_interval` env steps
+        (atomically; never one with non-finite weights). `resume`: continue that run directory's
+        metrics.csv instead of starting it afresh (`pearl.resume`). Ctrl-C stops at the end of the
+        current round, writes the checkpoint and returns (`summary["interrupted"]`); a second
+        Ctrl-C aborts at once. Returns a summary (steps/s, updates, final training return).
         """
         steps = self.config.total_steps - self.env_steps if steps is None else steps
         if steps < 1:
             raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
+        resume_after = self.env_steps if resume else None
+        if self._actor_rng_state is not None:  # a restored run's exploration stream goes on
+            self.actor.rng.bit_generator.state = self._actor_rng_state
+            self._actor_rng_state = None
         run_path = Path(run_dir) if run_dir is not None else None
         if run_path is not None:
             run_path.mkdir(parents=True, exist_ok=True)
@@ -173,20 +214,25 @@ class Agent:
                         else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
 
             log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
-                         label=fpga.label, extra=simulated_seconds)
+                         label=fpga.label, extra=simulated_seconds, resume_after=resume_after)
         else:
-            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress)
+            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
+                         resume_after=resume_after)
         eval_every = self.config.eval.interval
+        checkpoint_every = self.config.log.checkpoint_interval if run_path is not None else 0
 
         def on_progress(agent):
             if eval_every and agent.env_steps % eval_every < len(agent.actor.envs):
                 log(agent, eval_return=agent.evaluate(self.config.eval.episodes)["mean"])
             else:
                 log(agent)
+            if checkpoint_every and agent.env_steps % checkpoint_every < len(agent.actor.envs):
+                agent.checkpoint(run_path / "checkpoint.npz")
 
         start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
+        self.stop_requested = False
         try:
-            with cpu_kernel_mode():
+            with cpu_kernel_mode(), _stop_on_interrupt(self):
                 runtime.run(self.plan.runtime, self, steps, on_progress, time_tasks)
         finally:
             log.close()
@@ -196,6 +242,7 @@ class Agent:
             "wall_s": wall, "steps_per_s": (self.env_steps - start_steps) / wall,
             "updates_per_s": (self.updates - start_updates) / wall,
             "mean_return_100": self.mean_return(), "learner_kernel": self.learner.kernel,
+            "interrupted": self.stop_requested,
         }
         if time_tasks:
             summary["task_us"] = self.task_timer.mean_us()
@@ -203,7 +250,7 @@ class Agent:
             summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated
                                else {"simulated": False, "label": fpga.label})
         if run_path is not None:
-            self.save(run_path / "checkpoint.npz")
+            self.checkpoint(run_path / "checkpoint.npz")
             if self.config.log.plot and log.rows:
                 plot_learning_curve(log.rows, run_path / "learning_curve.png",
                                     f"{self.config.algo.upper()} on {self.config.env} (seed {self.config.seed})")
@@ -232,11 +279,22 @@ class Agent:
         self.learner.sync_to_algo()
         learner_plain, learner_arrays = split_state("learner", self.learner.state_dict())
         replay_plain, replay_arrays = split_state("replay", self.replay.state_dict())
+        actor_rng = getattr(self._actor, "rng", None)
         header = {"config": self.config.to_dict(), "plan": self.plan.to_dict(),
                   "learner": learner_plain, "replay": replay_plain,
                   "counters": {"env_steps": self.env_steps, "updates": self.updates,
-                               "episodes": self.episodes}}
+                               "episodes": self.episodes},
+                  "rng": {"agent": self.rng.bit_generator.state,
+                          "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
         save_checkpoint(path, header, {**learner_arrays, **replay_arrays})
+
+    def checkpoint(self, path: str | Path) -> bool:
+        """save(path) unless the weights went non-finite (then the previous checkpoint stays, and
+        False is returned): a run's checkpoint is always one it can resume from."""
+        if not np.isfinite(self.learner.policy_weights()).all():
+            return False
+        self.save(path)
+        return True
 
     def _load_state(self, header: dict, arrays: dict) -> None:
         counters = header["counters"]
@@ -245,6 +303,9 @@ class Agent:
         self.policy.load(self.learner.policy_weights())
         self.env_steps, self.updates, self.episodes = (counters["env_steps"], counters["updates"],
                                                        counters["episodes"])
+        if "rng" in header:  # checkpoints from before RNG states were saved have none
+            self.rng.bit_generator.state = header["rng"]["agent"]
+            self._actor_rng_state = header["rng"]["actor"]
 
 
 class DQN(Agent):
@@ -342,3 +403,18 @@ def load(path: str | Path, plan: Plan | None = None) -> Agent:
     agent = make_agent(config, plan)
     agent._load_state(header, arrays)
     return agent
+
+
+def resume(run_dir: str | Path, progress: bool = False, time_tasks: bool = False) -> tuple[Agent, dict]:
+    """Continues the run in `run_dir` (after a crash, kill -9 or Ctrl-C) from its checkpoint to
+    config.total_steps: weights, optimiser, replay contents, counters and RNG streams come back;
+    episodes that were in progress start afresh, as do n-step transitions not yet inserted.
+    Returns (agent, the train summary)."""
+    run_path = Path(run_dir)
+    if not (run_path / "checkpoint.npz").is_file():
+        raise ConfigError(f"{run_path}: no checkpoint.npz to resume from")
+    agent = load(run_path)
+    if agent.env_steps >= agent.config.total_steps:
+        raise ConfigError(f"{run_path}: the run already finished ({agent.env_steps} of "
+                          f"{agent.config.total_steps} env steps)")
+    return agent, agent.train(progress=progress, run_dir=run_path, time_tasks=time_tasks, resume=True)

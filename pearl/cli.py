@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from pearl.errors import PearlError
+from pearl.errors import PearlError, TrainingDiverged
 
 EXIT_USAGE = 2
 
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--plan", help="a Plan YAML (task -> device, actors, batch sizes)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "
                                          "(default: log.run_dir/<env>-<algo>-s<seed>-<time>)")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a stopped, interrupted or crashed run from its checkpoint")
     train.add_argument("--quiet", action="store_true", help="no progress lines")
 
     devices = sub.add_parser("devices", help="list the CPU, CUDA GPUs and OpenCL devices found")
@@ -151,9 +153,10 @@ def _profile(args) -> int:
 def _train(args) -> int:
     from pearl.config import apply_overrides, default_config_path, load_config
     from pearl.envs import check_env_id
-    from pearl.io import atomic_write_text
     from pearl.protocol import load_plan
 
+    if args.resume:
+        return _resume(args)
     config = load_config(args.config or default_config_path())
     overrides = {"algo": args.algo, "env": args.env, "total_steps": args.steps, "seed": args.seed,
                  "runtime.device": args.device, "replay.kind": args.replay,
@@ -167,7 +170,8 @@ def _train(args) -> int:
     if args.run_dir:
         run_dir = Path(args.run_dir)
         if (run_dir / "checkpoint.npz").exists():
-            raise PearlError(f"--run-dir {run_dir}: already holds a finished run; choose another directory")
+            raise PearlError(f"--run-dir {run_dir}: already holds a run; continue it with --resume {run_dir} "
+                             f"or choose another directory")
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.log.run_dir) / f"{config.env}-{config.algo}-s{config.seed}-{stamp}"
@@ -184,6 +188,42 @@ def _train(args) -> int:
               f"{getattr(fpga, 'description', fpga.label)}"
               + ("; every FPGA time below is SIMULATED, not measured" if fpga.simulated else ""), file=sys.stderr)
     summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True)
+    return _report(agent, summary, run_dir, fpga)
+
+
+def _resume(args) -> int:
+    given = [flag for flag, value in (("CONFIG", args.config), ("--algo", args.algo), ("--env", args.env),
+                                      ("--steps", args.steps), ("--seed", args.seed), ("--device", args.device),
+                                      ("--replay", args.replay), ("--learner-kernel", args.learner_kernel),
+                                      ("--plan", args.plan), ("--run-dir", args.run_dir)) if value]
+    if given:
+        raise PearlError(f"--resume: the run directory's config and plan are used; drop {', '.join(given)}")
+    run_dir = Path(args.resume)
+    if not (run_dir / "checkpoint.npz").is_file():
+        raise PearlError(f"--resume {run_dir}: no checkpoint.npz there (expected a pearl train run directory)")
+    from pearl.api import load  # torch is imported only once the inputs are known to be good
+
+    agent = load(run_dir)
+    config = agent.config
+    if agent.env_steps >= config.total_steps:
+        raise PearlError(f"--resume {run_dir}: the run already finished ({agent.env_steps:,} of "
+                         f"{config.total_steps:,} env steps)")
+    print(f"pearl train: resuming {config.algo} on {config.env} at step {agent.env_steps:,} of "
+          f"{config.total_steps:,} ({agent.updates:,} updates) in {run_dir}", file=sys.stderr)
+    summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True, resume=True)
+    return _report(agent, summary, run_dir, agent.fpga_device())
+
+
+def _report(agent, summary: dict, run_dir: Path, fpga) -> int:
+    """result.json and the closing lines of a training run (stopped early by Ctrl-C: no evaluation)."""
+    from pearl.io import atomic_write_text
+
+    config = agent.config
+    if summary["interrupted"]:
+        atomic_write_text(run_dir / "result.json", json.dumps({**summary, "run_dir": str(run_dir)}, indent=2))
+        print(f"pearl train: stopped at step {summary['env_steps']:,} (checkpoint written); continue "
+              f"with: pearl train --resume {run_dir}", file=sys.stderr)
+        return 130
     evaluation = agent.evaluate(config.eval.episodes)
     result = {**summary, "eval_mean": evaluation["mean"], "eval_std": evaluation["std"],
               "eval_returns": evaluation["returns"], "env": config.env, "algo": config.algo,
@@ -233,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     except PearlError as err:
         print(f"pearl: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except TrainingDiverged as err:
+        print(f"pearl: training diverged: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("pearl: interrupted", file=sys.stderr)
         return 130

@@ -179,11 +179,15 @@ class LogConfig:
     run_dir: str = "runs"
     interval: int = 1000  # env steps between metric rows
     plot: bool = True
+    # env steps between checkpoints in the run directory (0: only at the end); `pearl train
+    # --resume RUN_DIR` continues from the latest
+    checkpoint_interval: int = 20_000
 
     def check(self, at: str) -> None:
         if not self.run_dir:
             raise ConfigError(f"{at}.run_dir: expected a directory path")
         _at_least(at + ".interval", self.interval, 1)
+        _at_least(at + ".checkpoint_interval", self.checkpoint_interval, 0)
 
 
 @dataclass

@@ -14,9 +14,11 @@ class RunLog:
     """Collects metric rows every `interval` env steps; writes them to `run_dir`/metrics.csv."""
 
     def __init__(self, run_dir: Path | None, interval: int, total: int, progress: bool,
-                 label: str | None = None, extra=None):
+                 label: str | None = None, extra=None, resume_after: int | None = None):
         """`label` (e.g. "simulated FPGA ...") starts every progress line and fills a `label`
-        column of metrics.csv; `extra(agent) -> dict` adds columns (e.g. simulated device time)."""
+        column of metrics.csv; `extra(agent) -> dict` adds columns (e.g. simulated device time).
+        `resume_after`: continue run_dir's metrics.csv, keeping its rows up to that env step (the
+        resumed checkpoint's; later rows were logged after it and are logged again)."""
         self.run_dir, self.interval, self.total, self.progress = run_dir, interval, total, progress
         self.label, self.extra = label, extra
         self.rows: list[dict] = []
@@ -27,14 +29,18 @@ class RunLog:
         self._csv = None
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._file = open(run_dir / "metrics.csv", "w", newline="")
             columns = list(METRIC_COLUMNS)
             if extra is not None:
                 columns += list(extra(None))
             if label is not None:
                 columns.append("label")
-            self._csv = csv.DictWriter(self._file, fieldnames=columns)
+            if resume_after is not None:
+                self.rows = [row for row in _read_rows(run_dir / "metrics.csv")
+                             if row["env_steps"] <= resume_after]
+            self._file = open(run_dir / "metrics.csv", "w", newline="")
+            self._csv = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
             self._csv.writeheader()
+            self._csv.writerows(self.rows)
 
     def steps_per_s(self, env_steps: int) -> float:
         elapsed = time.perf_counter() - self.start
@@ -90,6 +96,15 @@ class RunLog:
             sys.stderr.write("\n")
         if self._csv is not None:
             self._file.close()
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """metrics.csv's rows with numbers as numbers (empty cells stay "")."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [{k: (v if v == "" or k == "label" else float(v)) for k, v in row.items()}
+                for row in csv.DictReader(f)]
 
 
 def _round(value, digits: int = 2):

@@ -33,7 +33,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     timer = agent.task_timer if time_tasks else None
     clock = time.perf_counter
     end = agent.env_steps + steps
-    while agent.env_steps < end:
+    while agent.env_steps < end and not agent.stop_requested:
         t0 = clock()
         transitions, finished = actor.step(agent.algo.epsilon(agent.env_steps))
         t1 = clock()

@@ -104,7 +104,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
     thread = threading.Thread(target=learner_loop, name="pearl-learner", daemon=True)
     thread.start()
     try:
-        while agent.env_steps < end:
+        while agent.env_steps < end and not agent.stop_requested:
             with state:
                 weights, shared["weights"] = shared["weights"], None
             if weights is not None:

@@ -1,0 +1,161 @@
+"""Run lifecycle: periodic atomic checkpoints, resume after kill -9, Ctrl-C that finishes
+cleanly, a diverged loss that stops the run with its last good checkpoint intact."""
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pearl
+from pearl.checkpoint import load_checkpoint
+from pearl.errors import ConfigError, TrainingDiverged
+
+FAST = dict(learning_starts=500, target_update_interval=200, hidden=[32, 32], replay="prioritized")
+
+
+def checkpoint_steps(run_dir: Path) -> int:
+    try:
+        header, _ = load_checkpoint(run_dir / "checkpoint.npz")
+    except Exception:  # not written yet
+        return -1
+    return header["counters"]["env_steps"]
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_periodic_checkpoints_and_rng_state(tmp_path):
+    agent = pearl.DQN("CartPole-v1", total_steps=3000, checkpoint_interval=1000, **FAST)
+    seen = []
+    original = agent.checkpoint
+
+    def spy(path):
+        seen.append(agent.env_steps)
+        return original(path)
+
+    agent.checkpoint = spy
+    agent.train(run_dir=tmp_path)
+    assert seen == [1000, 2000, 3000, 3000]  # periodic, then the end of the run
+    restored = pearl.load(tmp_path)
+    assert restored.rng.bit_generator.state == agent.rng.bit_generator.state
+    assert restored._actor_rng_state == agent.actor.rng.bit_generator.state
+
+
+SCRIPT = """
+import json, sys, pearl
+agent = pearl.DQN("CartPole-v1", total_steps={total}, checkpoint_interval=500, seed=2,
+                  learning_starts=500, target_update_interval=200, hidden=[32, 32], replay="prioritized")
+summary = agent.train(run_dir=sys.argv[1])
+print(json.dumps({{"env_steps": summary["env_steps"], "interrupted": summary["interrupted"]}}))
+"""
+
+
+def start_run(run_dir: Path, total: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-c", SCRIPT.format(total=total), str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while checkpoint_steps(run_dir) < at_least:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.05)
+
+
+def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
+    total = 20_000
+    proc = start_run(tmp_path, total)
+    wait_for_checkpoint(tmp_path, proc, 1500)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    at = checkpoint_steps(tmp_path)
+    assert 1500 <= at < total
+    saved = pearl.load(tmp_path)  # what the checkpoint holds: the replay contents among it
+    assert len(saved.replay) == at
+    resumed, summary = pearl.resume(tmp_path)
+    assert summary["env_steps"] == resumed.env_steps == total
+    assert resumed.updates == int((total - 500) * 0.25)  # the replay ratio over the whole run
+    assert resumed.replay.inserted == total
+    np.testing.assert_array_equal(resumed.replay.storage["obs"][:at], saved.replay.storage["obs"][:at])
+    steps = [int(float(r["env_steps"])) for r in metrics(tmp_path)]
+    assert steps == sorted(set(steps)) and steps[-1] == total  # no duplicated rows after the resume
+    with pytest.raises(ConfigError, match="already finished"):
+        pearl.resume(tmp_path)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        pearl.resume(tmp_path / "nothing-here")
+
+
+def test_ctrl_c_stops_cleanly_with_a_consistent_checkpoint(tmp_path):
+    proc = start_run(tmp_path, 200_000)
+    wait_for_checkpoint(tmp_path, proc, 1000)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["interrupted"] and summary["env_steps"] < 200_000
+    assert checkpoint_steps(tmp_path) == summary["env_steps"]  # written at the stop, not before
+    agent = pearl.load(tmp_path)
+    assert agent.updates == int((agent.env_steps - 500) * 0.25)
+
+
+def test_diverged_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    agent = pearl.DQN("CartPole-v1", total_steps=5000, checkpoint_interval=1000, **FAST)
+    update = agent.learner.update
+
+    def diverging(batch):
+        loss, abs_td = update(batch)
+        if agent.env_steps >= 2500:
+            agent.learner.policy_weights()[:] = np.nan  # what a blown-up step leaves behind
+            return math.nan, abs_td
+        return loss, abs_td
+
+    agent.learner.update = diverging
+    with pytest.raises(TrainingDiverged, match="loss became nan"):
+        agent.train(run_dir=tmp_path)
+    kept = pearl.load(tmp_path)
+    assert kept.env_steps == 2000  # the last periodic checkpoint before the divergence
+    assert np.isfinite(kept.learner.policy_weights()).all()
+    assert agent.checkpoint(tmp_path / "checkpoint.npz") is False  # non-finite weights: not written
+    assert pearl.load(tmp_path).env_steps == 2000
+
+
+def test_cli_kill_9_then_train_resume(tmp_path, capsys):
+    import yaml
+
+    from pearl.cli import main
+    from pearl.config import default_config_path
+
+    config = yaml.safe_load(default_config_path().read_text())
+    config["total_steps"] = 8000
+    config.setdefault("log", {})["checkpoint_interval"] = 1000
+    config.setdefault("eval", {})["episodes"] = 2
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pearl.cli", "train", str(path), "--run-dir", str(run_dir),
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(run_dir, proc, 2000)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert main(["train", str(path), "--run-dir", str(run_dir)]) == 2  # a run is there: resume it
+    assert "--resume" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run_dir), "--steps", "10"]) == 2
+    assert "drop --steps" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "missing")]) == 2
+    assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["env_steps"] == 8000 and not result["interrupted"]
+    assert main(["train", "--resume", str(run_dir)]) == 2  # finished
+    err = capsys.readouterr().err
+    assert "already finished" in err and "Traceback" not in err
