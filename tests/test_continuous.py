@@ -434,3 +434,18 @@ def test_fused_and_torch_learner_checkpoints_interchange(tmp_path):
     np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
     assert restored.evaluate(1)["returns"] == agent.evaluate(1)["returns"]
     restored.train(50)
+
+
+def test_mountain_car_continuous_trains():
+    agent = pearl.DDPG("MountainCarContinuous-v0", **FAST)
+    agent.train(200)
+    assert agent.updates == 100 and -1 <= agent.act(np.zeros(2))[0] <= 1
+
+
+def test_mujoco_task_trains():
+    pytest.importorskip("mujoco")
+    agent = pearl.SAC("HalfCheetah-v5", **{**FAST, "learning_starts": 50})
+    assert (agent.obs_dim, agent.action_dim) == (17, 6)
+    agent.train(150)
+    assert agent.updates == 100 and agent.replay.storage["actions"][:150].shape == (150, 6)
+    assert agent.act(np.zeros(17)).shape == (6,)
