@@ -6,7 +6,8 @@ One process, back to back: `pearl profile` measures the task costs (the covering
 autotune ranks every plan of the ci_2core profile on that grid by throughput, then the chosen
 plan and a fixed, diverse set of plans (replay kinds, replay on cpu / opencl:0, envs, batch
 sizes, fused / torch learner) each train for `--seconds` after a warm-up, and the table sets
-prediction against measurement. Prints a markdown table, the median absolute error and whether
+prediction against measurement (both take the least disturbed of 3 windows, pearl/profile.py
+WINDOWS: the machine is shared). Prints a markdown table, the median absolute error and whether
 autotune's pick measures within 10% of the best measured plan.
 
 The config is configs/cartpole_dqn.yaml with n_step 1: with n_step 3 and more than 3 envs per
@@ -63,9 +64,11 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
     plans = [pick] + [c for c in fixed if c != pick and c in by_cand]
     rows = []
     for cand in plans:
-        measured = measure(config, cand, seconds)["steps_per_s"]
+        run_ = measure(config, cand, seconds)
+        measured = run_["steps_per_s"]
         predicted = by_cand[cand].steps_per_s
         rows.append({"plan": cand.label(), "predicted": predicted, "measured": measured,
+                     "measured_mean": run_["mean_steps_per_s"],
                      "error": (predicted - measured) / measured, "bottleneck": by_cand[cand].bottleneck,
                      "watts": by_cand[cand].watts, "pick": cand == pick})
         if log:
@@ -78,11 +81,11 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
 
 
 def markdown(report: dict) -> str:
-    lines = ["| plan | predicted steps/s | measured steps/s | error | bottleneck (model) |",
-             "| --- | ---: | ---: | ---: | --- |"]
+    lines = ["| plan | predicted steps/s | measured steps/s (best window) | error | measured mean | "
+             "bottleneck (model) |", "| --- | ---: | ---: | ---: | ---: | --- |"]
     for r in report["rows"]:
         lines.append(f"| {'**pick** ' if r['pick'] else ''}{r['plan']} | {r['predicted']:,.0f} | "
-                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['bottleneck']} |")
+                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | {r['bottleneck']} |")
     lines.append(f"\nmedian |error| {100 * report['median_abs_error']:.1f}% over {len(report['rows'])} plans; "
                  f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured plan; "
                  f"load average {report['load_before']:.2f} before, {report['load_after']:.2f} after; "
