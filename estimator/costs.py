@@ -74,12 +74,19 @@ class Costs:
             return f"learn|{cand.learner_kernel}@{cand.learn_device}", cand.batch
         return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
 
+    def _measured(self, task: str, cand) -> float | None:
+        """A measured figure: first from the table of the candidate's replay context (act, learn and
+        sync_weights run slower beside some replays, pearl/profile.py), else the context-free one."""
+        name, size = self.measured_name(task, cand)
+        seconds = self._lookup(f"{name}|in {cand.replay_kind}@{cand.replay_device}", size)
+        return seconds if seconds is not None else self._lookup(name, size)
+
     def is_measured(self, task: str, cand) -> bool:
-        return self._lookup(*self.measured_name(task, cand)) is not None
+        return self._measured(task, cand) is not None
 
     # -- the answer -----------------------------------------------------------------------------
     def task_seconds(self, task: str, cand) -> tuple[float, str]:
-        seconds = self._lookup(*self.measured_name(task, cand))
+        seconds = self._measured(task, cand)
         if seconds is not None:
             return seconds, "measured"
         device = self.platform.device(cand.device_of(task))

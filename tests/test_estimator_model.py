@@ -137,3 +137,11 @@ def test_analytic_costs_roofline_launches_and_transfers(platform):
     s, source = Costs(mixed, W).task_seconds("sample", Candidate("prioritized", "fpga:0", "cpu", "fused", 1, 64))
     assert source == "simulated" and s > 0
     assert predict(Candidate("prioritized", "fpga:0", "cpu", "fused", 1, 64), Costs(mixed, W)).simulated
+
+
+def test_a_replay_context_table_wins_over_the_context_free_one(platform):
+    t = {**tables(), "act@cpu|in prioritized@opencl:1": {"1": 70.0, "4": 100.0}}
+    costs = Costs(platform, W, t)
+    beside_pocl = Candidate("prioritized", "opencl:1", "cpu", "fused", 1, 64)
+    assert costs.task_seconds("act", beside_pocl) == (pytest.approx(70e-6), "measured")
+    assert costs.task_seconds("act", Candidate("prioritized", "cpu", "cpu", "fused", 1, 64))[0] == pytest.approx(40e-6)
