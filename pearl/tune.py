@@ -126,11 +126,12 @@ def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
     what = {"throughput": "the highest predicted env steps/s",
             "efficiency": "the most env steps per joule",
             "power_cap": f"the highest predicted env steps/s under {power_cap_w or 0:g} W"}[metric]
-    parts = [f"{best.candidate.label()} has {what} ({value(best):,.1f} {unit}, {best.watts:.1f} W)"]
+    figures = lambda p: f"{p.steps_per_s:,.0f} steps/s, {p.watts:.1f} W, {p.samples_per_j:,.1f} samples/J"
+    parts = [f"{best.candidate.label()} has {what} ({figures(best)})"]
     if rival is not None:
         ratio = value(best) / value(rival) if value(rival) else float("inf")
-        parts.append(f"{ratio:.2f}x the best other placement, {rival.candidate.label()} "
-                     f"({value(rival):,.1f} {unit}, {rival.steps_per_s:,.0f} steps/s at {rival.watts:.1f} W)")
+        parts.append(f"{ratio:.2f}x the {unit} of the best other placement, {rival.candidate.label()} "
+                     f"({figures(rival)})")
     total = sum(best.step_us.values())
     share = best.step_us[best.bottleneck] / total
     parts.append(f"its bottleneck is {best.bottleneck} ({best.call_us[best.bottleneck]:.1f} us a call, "
