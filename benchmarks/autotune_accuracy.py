@@ -74,7 +74,7 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
         if log:
             log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
     best = max(r["measured"] for r in rows)
-    return {"rows": rows, "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
+    return {"pick_prediction": by_cand[pick], "rows": rows, "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
             "pick_vs_best": rows[0]["measured"] / best, "load_before": load_before,
             "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -98,13 +98,25 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--json")
+    parser.add_argument("--plots", help="folder for predicted_vs_measured.png and gantt_pick.png")
     args = parser.parse_args()
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr))
     print(markdown(report))
+    if args.plots:
+        from pathlib import Path
+
+        from pearl.tune import plot_gantt, plot_predicted_vs_measured
+
+        Path(args.plots).mkdir(parents=True, exist_ok=True)
+        plot_predicted_vs_measured(report["rows"], Path(args.plots) / "predicted_vs_measured.png",
+                                   f"ci_2core, {len(report['rows'])} plans: median |error| "
+                                   f"{100 * report['median_abs_error']:.1f}% (grey: +-15%)")
+        plot_gantt(report["pick_prediction"], Path(args.plots) / "gantt_pick.png")
     if args.json:
         from pearl.io import atomic_write_text
 
-        atomic_write_text(args.json, json.dumps(report, indent=1))
+        atomic_write_text(args.json, json.dumps({k: v for k, v in report.items() if k != "pick_prediction"},
+                                                indent=1))
     return 0
 
 

@@ -186,3 +186,101 @@ def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None) 
 
 def load_average() -> float:
     return os.getloadavg()[0]
+
+
+# -- plots ---------------------------------------------------------------------------------------
+def iteration_segments(prediction) -> list[tuple[str, str, float, float]]:
+    """One iteration of the sequential runtime for a prediction, as (device, task, start us,
+    length us): enough act rounds for one update at least (E envs x updates_per_step per round),
+    each round act + insert, then its updates (sample, learn, update_priorities, sync_weights every
+    sync_interval), transfers on the consuming device, then the loop's overhead."""
+    cand, calls = prediction.candidate, prediction.call_us
+    u = prediction.updates_per_s / prediction.steps_per_s
+    rounds = max(1, round(1 / (u * cand.envs))) if u * cand.envs < 1 else 1
+    updates = max(1, round(u * cand.envs * rounds))
+    per_update_transfer = {k: v / u for k, v in prediction.step_us.items() if k.startswith("transfer") and u}
+    segments, t = [], 0.0
+
+    def put(device, task, length):
+        nonlocal t
+        if length > 0:
+            segments.append((device, task, t, length))
+            t += length
+
+    for _ in range(rounds):
+        put(cand.device_of("act"), "act", calls.get("act", 0.0))
+        put(cand.device_of("insert"), "insert", calls.get("insert", 0.0))
+    for i in range(updates):
+        put(cand.device_of("sample"), "sample", calls.get("sample", 0.0))
+        for key, us in per_update_transfer.items():
+            put(key.split("->")[1], "transfer", us)
+        put(cand.device_of("learn"), "learn", calls.get("learn", 0.0))
+        put(cand.device_of("update_priorities"), "update_priorities", calls.get("update_priorities", 0.0))
+        if (i + 1) % cand.sync_interval == 0:
+            put(cand.device_of("sync_weights"), "sync_weights", calls.get("sync_weights", 0.0))
+    put("cpu", "overhead", prediction.step_us.get("overhead", 0.0) * cand.envs * rounds)
+    return segments
+
+
+def plot_gantt(prediction, path, title: str = "") -> None:
+    """PNG: one iteration of the plan per device (the sequential runtime runs one task at a time)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    segments = iteration_segments(prediction)
+    devices = list(dict.fromkeys(["cpu"] + [s[0] for s in segments]))
+    tasks = list(dict.fromkeys(s[1] for s in segments))
+    colours = dict(zip(tasks, plt.cm.tab10.colors))
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.6 * len(devices)))
+    for device, task, start, length in segments:
+        ax.broken_barh([(start, length)], (devices.index(device) - 0.35, 0.7), color=colours[task])
+    ax.set_yticks(range(len(devices)), devices)
+    ax.set_xlabel("us")
+    ax.invert_yaxis()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[t]) for t in tasks]
+    ax.legend(handles, tasks, ncol=len(tasks), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(devices)),
+              frameon=False)
+    label = "SIMULATED FPGA costs; " if prediction.simulated else ""
+    ax.set_title(title or f"{label}{prediction.candidate.label()}: one iteration", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
+    """PNG: predicted vs measured env steps/s (rows: dicts with plan, predicted, measured), the
+    y = x line and the +-15% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    lo = 0.8 * min(min(r["predicted"], r["measured"]) for r in rows)
+    hi = 1.2 * max(max(r["predicted"], r["measured"]) for r in rows)
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="0.9")
+    kinds = {}
+    for r in rows:
+        kind = r["plan"].split()[0] if not r["plan"].startswith("**") else r["plan"].split()[1]
+        kinds.setdefault(kind, []).append(r)
+    for kind, group in kinds.items():
+        ax.scatter([r["measured"] for r in group], [r["predicted"] for r in group], label=kind, s=25)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter, StrMethodFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers; log minor labels overlap on a short range
+        axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured env steps/s")
+    ax.set_ylabel("predicted env steps/s")
+    ax.legend(fontsize=7)
+    ax.set_title(title or "predicted vs measured (grey: +-15%)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -106,3 +106,19 @@ def test_bad_autotune_input_is_one_line_and_exit_2(cache, capsys, argv, message)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_one_iteration_timeline_adds_up_to_the_predicted_step_time_and_plots(cache, tmp_path):
+    from pearl.tune import autotune, iteration_segments, plot_gantt, plot_predicted_vs_measured
+
+    result = autotune(small_config(), platform="cpu_gpu_fpga", metric="throughput", replay_kinds=["prioritized"],
+                      envs=[4], use_profile=False)
+    best = result.best
+    segments = iteration_segments(best)
+    # 4 envs x 0.25 updates per step = one update per act round: the iteration is one round.
+    assert sum(length for *_, length in segments) == pytest.approx(4 * 1e6 / best.steps_per_s)
+    assert {device for device, *_ in segments} >= {"cpu", best.candidate.replay_device}
+    plot_gantt(best, tmp_path / "gantt.png")
+    plot_predicted_vs_measured([{"plan": "uniform@cpu x", "predicted": 90.0, "measured": 100.0},
+                                {"plan": "amper@cpu y", "predicted": 210.0, "measured": 200.0}], tmp_path / "s.png")
+    assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "s.png").stat().st_size > 1000
