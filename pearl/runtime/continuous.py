@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from pearl.algos.dqn import DQN
+from pearl.algos.sac import LOG_STD_MAX, LOG_STD_MIN
 from pearl.kernels.cpu import MLPLayout, QPolicy
 from pearl.replay import NStepBuffer
 from pearl.runtime.actor import Actor
@@ -17,7 +18,6 @@ from pearl.runtime.learners import check_cuda, load_optimizer_state, optimizer_s
 
 flat_weights, load_flat_weights = DQN.flat_weights, DQN.load_flat_weights  # one flat layout for all
 
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the clamp of pearl/algos/sac.py
 
 
 class ActionScaler:
@@ -45,10 +45,6 @@ class ContinuousPolicy:
     def __init__(self, sizes: list[int], action_dim: int, kind: str, noise: float = 0.0):
         self.net = QPolicy(MLPLayout(sizes))
         self.action_dim, self.kind, self.noise = action_dim, kind, noise
-
-    @property
-    def flat(self) -> np.ndarray:
-        return self.net.flat
 
     def load(self, flat: np.ndarray) -> None:
         self.net.load(flat)

@@ -98,7 +98,7 @@ class FusedActorCriticLearner:
         self.twin = algo.name == "td3"
         self.actor_sizes = algo.policy_sizes()
         self.critic_sizes = [algo.obs_dim + algo.action_dim, *cfg.hidden, 1]
-        critics = (["q1", "q2"] if self.twin else [None])
+        n_critics = 2 if self.twin else 1
         self.flat = {"actor": flatten_parameters(algo.actor), "actor_target": flatten_parameters(algo.actor_target)}
         for tag, module in (("critic", algo.critic), ("critic_target", algo.critic_target)):
             self.flat[tag] = flatten_parameters(module)
@@ -107,13 +107,13 @@ class FusedActorCriticLearner:
         self.layers = {name: layer_views(self.flat[name], self.actor_sizes) for name in ("actor", "actor_target")}
         for name in ("critic", "critic_target"):
             self.layers[name] = [layer_views(self.flat[name][i * critic_size:(i + 1) * critic_size], self.critic_sizes)
-                                 for i in range(len(critics))]
+                                 for i in range(n_critics)]
         self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
         self.flat["actor"].grad = self.grads["actor"]
         self.flat["critic"].grad = self.grads["critic"]
         self.grad_layers = {"actor": layer_views(self.grads["actor"], self.actor_sizes),
                             "critic": [layer_views(self.grads["critic"][i * critic_size:(i + 1) * critic_size],
-                                                   self.critic_sizes) for i in range(len(critics))]}
+                                                   self.critic_sizes) for i in range(n_critics)]}
         # the algorithm's optimizers are rebuilt over the flat tensors (same Adam, same state layout)
         algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
         algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
