@@ -44,6 +44,11 @@ FIXED = [
     Candidate("prioritized", "opencl:0", "cpu", "fused", 16, 256),
     Candidate("uniform", "cpu", "cpu", "torch", 1, 64),
     Candidate("uniform", "cpu", "cpu", "torch", 16, 256),
+    # the threaded runtime (its contention factor is measured once per kernel at E1 B64 uniform)
+    Candidate("uniform", "cpu", "cpu", "fused", 16, 64, runtime="threaded"),
+    Candidate("prioritized", "cpu", "cpu", "fused", 4, 256, runtime="threaded"),
+    Candidate("amper", "cpu", "cpu", "fused", 4, 64, runtime="threaded"),
+    Candidate("uniform", "cpu", "cpu", "torch", 16, 256, runtime="threaded"),
 ]
 
 
@@ -52,13 +57,14 @@ def acceptance_config():
 
 
 def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
-        fixed=FIXED, kernels=("fused", "torch"), log=None) -> dict:
+        fixed=FIXED, kernels=("fused", "torch"), log=None, runtimes=("sequential", "threaded")) -> dict:
     config = acceptance_config()
     load_before = os.getloadavg()[0]
     started = time.time()
-    profile(config, replays, envs, batches, kernels, profile_seconds, log=log, use_cache=False)
-    result = autotune(config, platform="ci_2core", metric="throughput",
-                      replay_kinds=sorted({k for k, _ in replays}), envs=envs, batches=batches, use_profile=True)
+    profile(config, replays, envs, batches, kernels, profile_seconds, log=log, use_cache=False,
+            threaded="threaded" in runtimes)
+    result = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=sorted({k for k, _ in replays}),
+                      envs=envs, batches=batches, use_profile=True, runtimes=runtimes)
     by_cand = {p.candidate: p for p in result.ranking.predictions}
     pick = result.best.candidate
     plans = [pick] + [c for c in fixed if c != pick and c in by_cand]

@@ -153,8 +153,18 @@ class Costs:
             seconds += cand.envs * REFERENCE_ENV_STEP_US * 1e-6 * REFERENCE_CLOCK_MHZ / host.clock_mhz
         return seconds
 
+    def threaded_factor(self, cand) -> float:
+        """The measured contention factor of the threaded runtime for the candidate's learner
+        kernel (pearl/profile.py `_threaded_factors`), or 0 (no contention) when not measured."""
+        seconds = self._lookup(f"threaded|{cand.learner_kernel}", 0)
+        return seconds * 1e6 if seconds is not None else 0.0
+
     def overhead_us(self, cand) -> float:
         """The runtime loop's own time per env step, outside any task."""
+        return sum(self.overhead_parts_us(cand))
+
+    def overhead_parts_us(self, cand) -> tuple[float, float]:
+        """(per env step: the loop's time per act round / E, its time per update x updates_per_step)."""
         u = self.workload.updates_per_step
         per_round = self._lookup("overhead|round", 0)
         per_update = self._lookup("overhead|update", 0)
@@ -162,7 +172,7 @@ class Costs:
             host = self.platform.host
             per_round = LOOP_CALLS_PER_ROUND * host.call_overhead_us * 1e-6
             per_update = LOOP_CALLS_PER_UPDATE * host.call_overhead_us * 1e-6
-        return 1e6 * (per_round / cand.envs + per_update * u)
+        return 1e6 * per_round / cand.envs, 1e6 * per_update * u
 
     # -- transfers --------------------------------------------------------------------------------
     def transfers(self, cand) -> dict[tuple[str, str], float]:

@@ -47,7 +47,7 @@ def _distinct(devices) -> list:
 
 
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
-               sync_intervals=(1,)) -> tuple[list[Candidate], int]:
+               sync_intervals=(1,), runtimes=("sequential",)) -> tuple[list[Candidate], int]:
     """(the plans to predict, how many were pruned as interchangeable)."""
     kinds = list(replay_kinds or [workload.replay_kind])
     batches = list(batches or [64])
@@ -63,21 +63,22 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
                 replay_devices.append(device.id)
         learners = [] if workload.dueling else [("cpu", "fused")]
         learners += [("cpu", "torch")] + [(d.id, "torch") for d in distinct if d.kind == "cuda"]
-        for replay, (learn, kernel), e, b, s in itertools.product(replay_devices, learners, envs, batches,
-                                                                  sync_intervals):
+        for replay, (learn, kernel), e, b, s, runtime in itertools.product(
+                replay_devices, learners, envs, batches, sync_intervals, runtimes):
             if replay.startswith("cuda") and learn != replay:
                 continue
-            out.append(Candidate(kind, replay, learn, kernel, e, b, s))
+            out.append(Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime))
     return out, pruned
 
 
 def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, replay_kinds=None,
-         envs=DEFAULT_ENVS, batches=None, schedule: str = "sequential") -> Ranking:
+         envs=DEFAULT_ENVS, batches=None, schedule: str | None = None,
+         runtimes=("sequential",)) -> Ranking:
     if metric not in METRICS:
         raise ConfigError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
-    cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches)
+    cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes)
     predictions = [predict(c, costs, schedule) for c in cands]
     over_cap = 0
     if metric == "power_cap":

@@ -17,6 +17,13 @@ Schedules:
   another this is the PEARL paper's T_iter = T_sample + max(T_update + T_insert, T_learn); with
   everything on one device it collapses to the sequential sum. No runtime here runs it yet; the
   mapper uses it only when asked (`schedule="overlapped"`).
+- "threaded" — pearl/runtime/threaded.py (a Plan's `runtime: threaded`): the calling thread acts
+  and inserts (and loads weight snapshots), a learner thread samples, learns and updates
+  priorities. T_step = max(actor, learner, c x (actor + learner)), each thread the sum of its
+  tasks per env step plus its share of the loop overhead, and c the contention factor `pearl
+  profile --threaded` measures per learner kernel (one threaded run's step time / its threads'
+  summed time): the threads share the GIL and, on a small machine, the cores. Without a measured
+  c the model takes c = 0, i.e. threads that never slow each other (an optimistic bound).
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
@@ -42,6 +49,7 @@ class Candidate:
     batch: int
     sync_interval: int = 1
     act_device: str = "cpu"
+    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -52,7 +60,8 @@ class Candidate:
 
     def label(self) -> str:
         return (f"{self.replay_kind}@{self.replay_device} learn {self.learner_kernel}@{self.learn_device} "
-                f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else ""))
+                f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else "")
+                + (f" {self.runtime}" if self.runtime != "sequential" else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         from pearl.protocol.tasks import TASK_NAMES
@@ -61,7 +70,8 @@ class Candidate:
         uses_fpga = any(d.startswith("fpga") for d in devices.values())
         return Plan(devices=devices, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel,
-                    platform=platform if uses_fpga else "")
+                    platform=platform if uses_fpga else "", **({"runtime": self.runtime}
+                                                                if self.runtime != "sequential" else {}))
 
 
 @dataclass
@@ -103,12 +113,18 @@ def calls_per_step(task: str, cand: Candidate, updates_per_step: float) -> float
     return updates_per_step  # sample, learn
 
 
-def predict(cand: Candidate, costs, schedule: str = "sequential") -> Prediction:
-    """The model's figures for `cand` under `costs` (an estimator.costs.Costs)."""
+SCHEDULES = ("sequential", "threaded", "overlapped")
+ACTOR_THREAD = ("act", "insert", "sync_weights")  # the threaded runtime's calling thread
+
+
+def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
+    """The model's figures for `cand` under `costs` (an estimator.costs.Costs); the schedule is
+    the candidate's runtime unless given."""
     from pearl.protocol.tasks import TASK_NAMES
 
-    if schedule not in ("sequential", "overlapped"):
-        raise ValueError(f"schedule: expected sequential or overlapped, got {schedule!r}")
+    schedule = schedule or cand.runtime
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
     workload, platform = costs.workload, costs.platform
     u = workload.updates_per_step
     call_us, step_us, sources = {}, {}, {}
@@ -128,13 +144,25 @@ def predict(cand: Candidate, costs, schedule: str = "sequential") -> Prediction:
         key = f"transfer {a}->{b}"
         step_us[key] = step_us.get(key, 0.0) + seconds * 1e6
         busy[b] = busy.get(b, 0.0) + seconds * 1e6  # the consumer waits for its input
-    overhead = costs.overhead_us(cand) 
+    overhead = costs.overhead_us(cand)
     step_us["overhead"] = overhead
     busy["cpu"] = busy.get("cpu", 0.0) + overhead
 
     if schedule == "sequential":
         total = sum(step_us.values())
         bottleneck = max((k for k in step_us if k in call_us), key=step_us.get)
+    elif schedule == "threaded":
+        per_round, per_update = costs.overhead_parts_us(cand)
+        threads = {"actor": per_round, "learner": per_update}
+        for key, us in step_us.items():
+            if key in call_us:
+                threads["actor" if key in ACTOR_THREAD else "learner"] += us
+            elif key.startswith("transfer"):
+                threads["learner"] += us
+        factor = costs.threaded_factor(cand)
+        limiting = max(threads, key=threads.get)
+        total = max(threads[limiting], factor * (threads["actor"] + threads["learner"]))
+        bottleneck = max((t for t in call_us if (t in ACTOR_THREAD) == (limiting == "actor")), key=step_us.get)
     else:
         sample = step_us.get("sample", 0.0)
         replay = cand.replay_device

@@ -59,7 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                                              "(default: the config's, plus amper for prioritized)")
     tune.add_argument("--envs", help="envs per actor to consider (default 1,2,4,8,16)")
     tune.add_argument("--batch-sizes", help="batch sizes to consider (default: the config's)")
-    tune.add_argument("--schedule", default="sequential", help="sequential (the runtime here) or overlapped")
+    tune.add_argument("--runtimes", default="sequential",
+                      help="runtimes to consider: sequential and/or threaded (default sequential)")
+    tune.add_argument("--schedule", help="model every plan as sequential, threaded or overlapped (the paper's "
+                                         "T_iter; no runtime runs it yet) instead of by its runtime")
     tune.add_argument("--top", type=int, default=15, help="rows of the ranked table (default 15)")
 
     prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
@@ -71,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--kernels", default="fused,torch", help="learner kernels on the cpu (default fused,torch)")
     prof.add_argument("--seconds", type=float, default=1.5, help="timed seconds per profile run (default 1.5)")
     prof.add_argument("--force", action="store_true", help="measure again even if the cache has the table")
+    prof.add_argument("--threaded", action="store_true",
+                      help="also measure the threaded runtime's contention factor per learner kernel")
     return parser
 
 
@@ -97,17 +102,22 @@ def _autotune(args) -> int:
         for kind in kinds:
             if kind not in REPLAY_KINDS:
                 raise PearlError(f"--replay-kinds: {kind!r} is not a replay kind (expected {', '.join(REPLAY_KINDS)})")
-    if args.schedule not in ("sequential", "overlapped"):
-        raise PearlError(f"--schedule: expected sequential or overlapped, got {args.schedule!r}")
+    if args.schedule is not None and args.schedule not in ("sequential", "threaded", "overlapped"):
+        raise PearlError(f"--schedule: expected sequential, threaded or overlapped, got {args.schedule!r}")
+    runtimes = [r.strip() for r in args.runtimes.split(",")]
+    for name in runtimes:
+        if name not in ("sequential", "threaded"):
+            raise PearlError(f"--runtimes: expected sequential and/or threaded, got {name!r}")
     if args.measure < 0 or args.seconds <= 0:
         raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
     result = autotune(args.config or default_config_path(), args.platform, args.metric,
                       power_cap_w=args.power_cap, replay_kinds=kinds, envs=_int_list(args.envs, "--envs"),
-                      batches=_int_list(args.batch_sizes, "--batch-sizes"), schedule=args.schedule)
+                      batches=_int_list(args.batch_sizes, "--batch-sizes"), schedule=args.schedule,
+                      runtimes=runtimes)
     ranking = result.ranking
     print(f"pearl autotune: {result.config.env}, platform {result.platform.name}, metric {args.metric}, "
           f"{len(ranking.predictions)} plans ranked ({ranking.pruned} interchangeable devices pruned"
-          + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "") + f"), schedule {args.schedule}")
+          + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "") + f"), schedule: {args.schedule or 'each plan by its runtime'}")
     print("costs per task (act, insert, sample, learn, update_priorities, sync_weights): M measured by "
           "`pearl profile` here, A analytic, S simulated FPGA")
     print(result.table(args.top))
@@ -143,7 +153,8 @@ def _profile(args) -> int:
         raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
     tables = profile(config, parse_replays(args.replays), _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
-                     log=lambda line: print(line, file=sys.stderr), use_cache=not args.force)
+                     log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
+                     threaded=args.threaded)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

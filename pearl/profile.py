@@ -158,7 +158,7 @@ def _profile_run(config, cand, seconds: float) -> tuple[dict, dict]:
 
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=("fused", "torch"),
-            seconds: float = 1.5, log=None, use_cache: bool = True) -> dict:
+            seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc)."""
     from pearl.estimator.workload import workload_from_config
 
@@ -167,7 +167,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     if use_cache:
         cached = load_cached(workload.key())
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
-                          for name, size in _tables_of(wanted)):
+                          for name, size in _tables_of(wanted)) and (
+                not threaded or all(f"threaded|{k}" in cached["tables"] for k in kernels)):
             return cached["tables"]
     tables: dict = {}
     fit_rows, fit_y = [], []
@@ -196,9 +197,36 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     per_round, per_update = np.linalg.lstsq(np.array(fit_rows, float), np.array(fit_y), rcond=None)[0]
     tables["overhead|round"] = {"0": round(float(max(0.0, per_round)) * 1e6, 3)}
     tables["overhead|update"] = {"0": round(float(max(0.0, per_update)) * 1e6, 3)}
+    if threaded:
+        tables.update(_threaded_factors(config, workload, tables, replays[0], envs[0], batches[0], kernels,
+                                        seconds, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
     return tables
+
+
+def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
+    """How much the threaded runtime's two threads slow each other here (the GIL, shared cores):
+    per learner kernel, one threaded run's measured step time / the sum of its threads' times
+    from `tables` (what it would take if the threads took turns). estimator/model.py's threaded
+    schedule is max(actor, learner, factor x (actor + learner))."""
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import Candidate, predict
+    from pearl.platforms import Device, Platform
+
+    # Only measured figures are used; the platform is a stand-in for the host (it is not read).
+    host = Device(id="cpu", kind="cpu", name="this machine", cores=1, peak_gflops=1.0, memory_bandwidth_gb_s=1.0)
+    costs = Costs(Platform("here", "", (host,), (), "here"), workload, tables)
+    out = {}
+    for kernel in kernels:
+        cand = Candidate(replay[0], replay[1], "cpu", kernel, envs, batch, runtime="threaded")
+        run = measure(config, cand, seconds)
+        serial_us = 1e6 / predict(cand, costs, "sequential").steps_per_s
+        out[f"threaded|{kernel}"] = {"0": round(1e6 / run["steps_per_s"] / serial_us, 4)}
+        if log:
+            log(f"threaded {cand.label()}: {run['steps_per_s']:,.0f} steps/s = "
+                f"{out[f'threaded|{kernel}']['0']:.2f} x the threads' summed time")
+    return out
 
 
 def _grid(replays, envs, batches, kernels) -> list:

@@ -91,7 +91,8 @@ def describes_this_machine(platform) -> bool:
 
 def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
              power_cap_w: float | None = None, replay_kinds=None, envs=None, batches=None,
-             use_profile: bool | None = None, schedule: str = "sequential") -> AutotuneResult:
+             use_profile: bool | None = None, schedule: str | None = None,
+             runtimes=("sequential",)) -> AutotuneResult:
     """Ranks the plans of `platform` for the config's workload; see the module doc."""
     from pearl.estimator.costs import Costs
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
@@ -110,7 +111,7 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])
     ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
-                   batches or [config.dqn.batch_size], schedule)
+                   batches or [config.dqn.batch_size], schedule, tuple(runtimes))
     return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w))
 
 

@@ -145,3 +145,17 @@ def test_a_replay_context_table_wins_over_the_context_free_one(platform):
     beside_pocl = Candidate("prioritized", "opencl:1", "cpu", "fused", 1, 64)
     assert costs.task_seconds("act", beside_pocl) == (pytest.approx(70e-6), "measured")
     assert costs.task_seconds("act", Candidate("prioritized", "cpu", "cpu", "fused", 1, 64))[0] == pytest.approx(40e-6)
+
+
+def test_threaded_schedule_is_the_slower_thread_or_the_measured_contention(platform):
+    cand = Candidate("prioritized", "cpu", "cpu", "fused", 1, 64, runtime="threaded")
+    u = W.updates_per_step
+    actor = 40 + 10 + u * 4 + 3  # act, insert, weight loads, per-round loop overhead
+    learner = u * (20 + 100 + 15) + u * 1
+    free = predict(cand, Costs(platform, W, tables()))
+    assert free.schedule == "threaded" and 1e6 / free.steps_per_s == pytest.approx(max(actor, learner))
+    assert free.bottleneck == "act"
+    contended = predict(cand, Costs(platform, W, {**tables(), "threaded|fused": {"0": 1.2}}))
+    assert 1e6 / contended.steps_per_s == pytest.approx(1.2 * (actor + learner))
+    assert cand.to_plan().runtime == "threaded" and "threaded" in cand.label()
+    assert Candidate("uniform", "cpu", "cpu", "fused", 1, 64).to_plan().runtime == "sequential"
