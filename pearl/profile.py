@@ -107,54 +107,86 @@ def _agent(config, cand, warmup_steps: int, total_steps: int):
 
 
 # The machine is shared: other processes steal the cores for whole scheduler slices, which
-# inflate a mean by whatever they took. Both the profile and the measurement therefore split their
-# time into WINDOWS windows and keep the least disturbed one (the fastest window; per task, the
-# smallest mean call time), as timeit keeps the minimum. Prediction and measurement then estimate
-# the same thing: this machine's speed when the process has its cores.
-WINDOWS = 3
+# inflate a mean by whatever they took. Both the profile and the measurement therefore split each
+# plan's time into WINDOWS windows, taken in turns across all the plans of the batch (plan 1
+# window 1, plan 2 window 1, ..., plan 1 window 2, ...), so a burst of load hits one window of
+# several plans rather than every window of one; and they keep each plan's least disturbed window
+# (the fastest; per task, the smallest mean call time), as timeit keeps the minimum. Prediction
+# and measurement then estimate the same thing: this machine's speed when the process has its cores.
+WINDOWS = 4
 
 
-def _windows(agent, seconds: float, time_tasks: bool) -> list[dict]:
-    """Trains for `seconds` in WINDOWS windows; per window its env steps, updates, wall time and
-    (with time_tasks) the TaskTimer's mean us per call and total task seconds."""
+def _window(agent, seconds: float, time_tasks: bool) -> dict:
+    """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
+    TaskTimer's mean us per call and total task seconds."""
     from pearl.runtime.sequential import TaskTimer
 
     envs = agent.plan.envs_per_actor
     chunk = max(envs, 100 * envs)
-    out = []
+    agent.task_timer = TaskTimer()
+    steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
+    while wall < seconds:
+        wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
+    steps = agent.env_steps - steps0
+    timer = agent.task_timer
+    return {"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs, "wall_s": wall,
+            "steps_per_s": steps / wall, "task_us": timer.mean_us(), "task_s": sum(timer.seconds.values())}
+
+
+def _in_turns(agents: list, seconds: float, time_tasks: bool) -> list[list[dict]]:
+    """Each agent trains `seconds` in WINDOWS windows, the agents taking turns window by window."""
+    out = [[] for _ in agents]
     for _ in range(WINDOWS):
-        agent.task_timer = TaskTimer()
-        steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
-        while wall < seconds / WINDOWS:
-            wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
-        steps = agent.env_steps - steps0
-        timer = agent.task_timer
-        out.append({"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs,
-                    "wall_s": wall, "steps_per_s": steps / wall, "task_us": timer.mean_us(),
-                    "task_s": sum(timer.seconds.values())})
+        for i, agent in enumerate(agents):
+            if agent is not None:
+                out[i].append(_window(agent, seconds / WINDOWS, time_tasks))
+    return out
+
+
+def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None = None) -> list[dict]:
+    """Measured env steps/s of each candidate on this machine: warm-up past learning_starts, then
+    `seconds` of training with no task timers (the plain runtime's speed) in windows taken in
+    turns; `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's. A plan the
+    runtime refuses gets {"error": one line} instead."""
+    from pearl.errors import PearlError
+
+    warmup = warmup_steps if warmup_steps is not None else config.dqn.learning_starts + 500
+    agents, errors = [], {}
+    for i, cand in enumerate(cands):
+        try:
+            agents.append(_agent(config, cand, warmup, warmup + 10_000_000))
+        except (PearlError, RuntimeError) as err:  # a ConfigError, a rate limiter's refusal
+            agents.append(None)
+            errors[i] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    out = []
+    for i, windows in enumerate(_in_turns(agents, seconds, time_tasks=False)):
+        if i in errors:
+            out.append({"error": errors[i]})
+            continue
+        steps, wall = sum(w["steps"] for w in windows), sum(w["wall_s"] for w in windows)
+        out.append({"steps_per_s": max(w["steps_per_s"] for w in windows), "mean_steps_per_s": steps / wall,
+                    "steps": steps, "wall_s": wall})
     return out
 
 
 def measure(config, cand, seconds: float = 3.0, warmup_steps: int | None = None) -> dict:
-    """Measured env steps/s of `cand` on this machine: warm-up past learning_starts, then
-    `seconds` of training with no task timers (the plain runtime's speed) in WINDOWS windows;
-    `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's."""
-    warmup = warmup_steps if warmup_steps is not None else config.dqn.learning_starts + 500
-    agent = _agent(config, cand, warmup, warmup + 10_000_000)
-    windows = _windows(agent, seconds, time_tasks=False)
-    steps, wall = sum(w["steps"] for w in windows), sum(w["wall_s"] for w in windows)
-    return {"steps_per_s": max(w["steps_per_s"] for w in windows), "mean_steps_per_s": steps / wall,
-            "steps": steps, "wall_s": wall}
+    """measure_many for one candidate (a refused plan raises)."""
+    result = measure_many(config, [cand], seconds, warmup_steps)[0]
+    if "error" in result:
+        raise ConfigError(f"plan {cand.label()}: {result['error']}")
+    return result
 
 
-def _profile_run(config, cand, seconds: float) -> tuple[dict, dict]:
-    """(per task: the smallest window mean in us, the least disturbed window)."""
+def _profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
+    """Per candidate: (per task, the smallest window mean in us; its least disturbed window)."""
     warmup = config.dqn.learning_starts + 500
-    agent = _agent(config, cand, warmup, warmup + 10_000_000)
-    windows = _windows(agent, seconds, time_tasks=True)
-    means = {task: min(w["task_us"][task] for w in windows if task in w["task_us"])
-             for task in windows[0]["task_us"]}
-    return means, max(windows, key=lambda w: w["steps_per_s"])
+    agents = [_agent(config, cand, warmup, warmup + 10_000_000) for cand in cands]
+    out = []
+    for windows in _in_turns(agents, seconds, time_tasks=True):
+        means = {task: min(w["task_us"][task] for w in windows if task in w["task_us"])
+                 for task in windows[0]["task_us"]}
+        out.append((means, max(windows, key=lambda w: w["steps_per_s"])))
+    return out
 
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=("fused", "torch"),
@@ -172,9 +204,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
             return cached["tables"]
     tables: dict = {}
     fit_rows, fit_y = [], []
-    for i, cand in enumerate(wanted):
-        started = time.perf_counter()
-        means, run = _profile_run(config, cand, seconds)
+    started = time.perf_counter()
+    for i, (cand, (means, run)) in enumerate(zip(wanted, _profile_runs(config, wanted, seconds))):
         for task, us in means.items():
             name, size = _table_of(task, cand)
             # Tasks that do not touch the replay (act, learn, sync_weights) are measured in the
@@ -191,7 +222,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
         if log:
             log(f"[{i + 1}/{len(wanted)}] {cand.label()}: {run['steps_per_s']:,.0f} steps/s, "
                 f"{', '.join(f'{t} {us:.1f}' for t, us in means.items())} us "
-                f"({time.perf_counter() - started:.1f} s)")
+                f"(all runs: {time.perf_counter() - started:.1f} s)")
     tables = {name: {size: round(float(min(v)), 3) for size, v in cells.items()}
               for name, cells in tables.items()}
     per_round, per_update = np.linalg.lstsq(np.array(fit_rows, float), np.array(fit_y), rcond=None)[0]
@@ -218,9 +249,8 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
     host = Device(id="cpu", kind="cpu", name="this machine", cores=1, peak_gflops=1.0, memory_bandwidth_gb_s=1.0)
     costs = Costs(Platform("here", "", (host,), (), "here"), workload, tables)
     out = {}
-    for kernel in kernels:
-        cand = Candidate(replay[0], replay[1], "cpu", kernel, envs, batch, runtime="threaded")
-        run = measure(config, cand, seconds)
+    cands = [Candidate(replay[0], replay[1], "cpu", kernel, envs, batch, runtime="threaded") for kernel in kernels]
+    for kernel, cand, run in zip(kernels, cands, measure_many(config, cands, seconds)):
         serial_us = 1e6 / predict(cand, costs, "sequential").steps_per_s
         out[f"threaded|{kernel}"] = {"0": round(1e6 / run["steps_per_s"] / serial_us, 4)}
         if log:

@@ -163,24 +163,19 @@ def format_table(predictions, measured: dict | None = None) -> str:
 
 def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None) -> list:
     """Runs the top `k` plans this machine can run for `seconds` each (after a warm-up past
-    learning_starts); returns [(Prediction, measured steps/s or None, note)]."""
-    from pearl.profile import measure, runnable_here
+    learning_starts, in windows taken in turns: pearl/profile.py); returns
+    [(Prediction, measured steps/s or None, note)]."""
+    from pearl.profile import measure_many, runnable_here
 
+    chosen = [p for p in result.ranking.predictions
+              # a simulated FPGA's wall time is not the board's: nothing to compare
+              if runnable_here(p.candidate) and not p.candidate.replay_device.startswith("fpga")][:k]
     out = []
-    for prediction in result.ranking.predictions:
-        if len(out) >= k:
-            break
-        cand = prediction.candidate
-        if not runnable_here(cand) or cand.replay_device.startswith("fpga"):
-            continue  # a simulated FPGA's wall time is not the board's: nothing to compare
-        try:
-            run = measure(result.config, cand, seconds)
-            out.append((prediction, run["steps_per_s"], ""))
-        except (PearlError, RuntimeError) as err:  # the runtime refused the plan (a ConfigError, a rate
-            # limiter's RateLimitExceeded): report it and keep measuring the rest
-            out.append((prediction, None, f"{type(err).__name__}: {str(err).splitlines()[0]}"))
+    for prediction, run in zip(chosen, measure_many(result.config, [p.candidate for p in chosen], seconds)):
+        out.append((prediction, run.get("steps_per_s"), run.get("error", "")))
         if log:
-            log(f"measured {cand.label()}: " + (f"{out[-1][1]:,.0f} steps/s" if out[-1][1] else out[-1][2]))
+            log(f"measured {prediction.candidate.label()}: "
+                + (f"{out[-1][1]:,.0f} steps/s" if out[-1][1] else out[-1][2]))
     result.measured = out
     return out
 
@@ -265,7 +260,7 @@ def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
     ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="0.9")
     kinds = {}
     for r in rows:
-        kind = r["plan"].split()[0] if not r["plan"].startswith("**") else r["plan"].split()[1]
+        kind = r["plan"].split()[0] + (" threaded" if r["plan"].endswith("threaded") else "")
         kinds.setdefault(kind, []).append(r)
     for kind, group in kinds.items():
         ax.scatter([r["measured"] for r in group], [r["predicted"] for r in group], label=kind, s=25)

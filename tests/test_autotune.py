@@ -44,7 +44,7 @@ def test_profile_measures_the_real_loop_and_caches_per_machine(cache, monkeypatc
     def no_measuring(*args, **kwargs):
         raise AssertionError("the cached table should have been used")
 
-    monkeypatch.setattr(prof, "_profile_run", no_measuring)
+    monkeypatch.setattr(prof, "_profile_runs", no_measuring)
     assert prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",)) == tables
     with pytest.raises(AssertionError):  # a cell the cache lacks is measured
         prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(64,), kernels=("fused",))

@@ -29,7 +29,7 @@ def test_predicted_throughput_within_15_percent_and_pick_within_10(tmp_path, mon
              Candidate("amper", "cpu", "cpu", "fused", 4, 64)]
     report = bench.run(seconds=2.0, profile_seconds=1.0, replays=[("uniform", "cpu"), ("prioritized", "cpu"),
                                                                   ("amper", "cpu")],
-                       envs=(1, 4, 16), batches=(64,), fixed=fixed, kernels=("fused",), runtimes=("sequential",))
+                       envs=(1, 4, 16), batches=(64,), fixed=fixed, kernels=("fused",), threaded=())
     print(bench.markdown(report))
     assert len(report["rows"]) >= 5
     assert report["median_abs_error"] <= 0.15
