@@ -155,8 +155,14 @@ class Costs:
 
     def threaded_factor(self, cand) -> float:
         """The measured contention factor of the threaded runtime for the candidate's learner
-        kernel (pearl/profile.py `_threaded_factors`), or 0 (no contention) when not measured."""
-        seconds = self._lookup(f"threaded|{cand.learner_kernel}", 0)
+        kernel at its envs per actor (pearl/profile.py `_threaded_factors`; interpolated between
+        env counts), or 0 (no contention) when not measured."""
+        table = self.measured.get(f"threaded|{cand.learner_kernel}")
+        if not table:
+            return 0.0
+        seconds = self._lookup(f"threaded|{cand.learner_kernel}", cand.envs)
+        if seconds is None:  # one env count measured: it stands for all
+            seconds = next(iter(table.values())) * 1e-6
         return seconds * 1e6 if seconds is not None else 0.0
 
     def overhead_us(self, cand) -> float:

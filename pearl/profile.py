@@ -229,7 +229,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     tables["overhead|round"] = {"0": round(float(max(0.0, per_round)) * 1e6, 3)}
     tables["overhead|update"] = {"0": round(float(max(0.0, per_update)) * 1e6, 3)}
     if threaded:
-        tables.update(_threaded_factors(config, workload, tables, replays[0], envs[0], batches[0], kernels,
+        tables.update(_threaded_factors(config, workload, tables, replays[0], envs, batches[0], kernels,
                                         seconds, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
@@ -238,9 +238,10 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
 
 def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
     """How much the threaded runtime's two threads slow each other here (the GIL, shared cores):
-    per learner kernel, one threaded run's measured step time / the sum of its threads' times
-    from `tables` (what it would take if the threads took turns). estimator/model.py's threaded
-    schedule is max(actor, learner, factor x (actor + learner))."""
+    per learner kernel and envs per actor, one threaded run's measured step time / the sum of
+    its threads' times from `tables` (what it would take if the threads took turns).
+    estimator/model.py's threaded schedule is max(actor, learner, factor x (actor + learner)),
+    with the factor interpolated over envs per actor."""
     from pearl.estimator.costs import Costs
     from pearl.estimator.model import Candidate, predict
     from pearl.platforms import Device, Platform
@@ -248,14 +249,15 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
     # Only measured figures are used; the platform is a stand-in for the host (it is not read).
     host = Device(id="cpu", kind="cpu", name="this machine", cores=1, peak_gflops=1.0, memory_bandwidth_gb_s=1.0)
     costs = Costs(Platform("here", "", (host,), (), "here"), workload, tables)
-    out = {}
-    cands = [Candidate(replay[0], replay[1], "cpu", kernel, envs, batch, runtime="threaded") for kernel in kernels]
-    for kernel, cand, run in zip(kernels, cands, measure_many(config, cands, seconds)):
+    cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="threaded")
+             for kernel in kernels for e in envs]
+    out: dict = {}
+    for cand, run in zip(cands, measure_many(config, cands, seconds)):
         serial_us = 1e6 / predict(cand, costs, "sequential").steps_per_s
-        out[f"threaded|{kernel}"] = {"0": round(1e6 / run["steps_per_s"] / serial_us, 4)}
+        factor = round(1e6 / run["steps_per_s"] / serial_us, 4)
+        out.setdefault(f"threaded|{cand.learner_kernel}", {})[str(cand.envs)] = factor
         if log:
-            log(f"threaded {cand.label()}: {run['steps_per_s']:,.0f} steps/s = "
-                f"{out[f'threaded|{kernel}']['0']:.2f} x the threads' summed time")
+            log(f"threaded {cand.label()}: {run['steps_per_s']:,.0f} steps/s = {factor:.2f} x the threads' summed time")
     return out
 
 
