@@ -28,6 +28,7 @@ class Ranking:
     predictions: list[Prediction]  # best first
     pruned: int  # candidates dropped before prediction (interchangeable devices)
     over_cap: int  # predicted but over the power cap
+    refused: int = 0  # dropped by the caller because the runtime would refuse them (pearl/tune.py)
 
     @property
     def best(self) -> Prediction:

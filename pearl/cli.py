@@ -117,7 +117,9 @@ def _autotune(args) -> int:
     ranking = result.ranking
     print(f"pearl autotune: {result.config.env}, platform {result.platform.name}, metric {args.metric}, "
           f"{len(ranking.predictions)} plans ranked ({ranking.pruned} interchangeable devices pruned"
-          + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "") + f"), schedule: {args.schedule or 'each plan by its runtime'}")
+          + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "")
+          + (f", {ranking.refused} refused by the runtime's rate limiter (n_step x envs per actor)"
+             if ranking.refused else "") + f"), schedule: {args.schedule or 'each plan by its runtime'}")
     print("costs per task (act, insert, sample, learn, update_priorities, sync_weights): M measured by "
           "`pearl profile` here, A analytic, S simulated FPGA")
     print(result.table(args.top))

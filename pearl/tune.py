@@ -81,6 +81,38 @@ def _config_of(agent_or_config):
     raise ConfigError(f"autotune: expected an agent, an ExperimentConfig or a config path, got {type(agent_or_config).__name__}")
 
 
+def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
+    """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
+
+    The limiter is built by pearl/api.py's own `_rate_limiter` for this config and plan (no copy
+    of its formula here), then driven with the sequential loop's counts: each act round inserts
+    E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
+    add flushed transitions, so this is the worst case), then takes the updates due. Why: with
+    n_step > 1 and many envs per actor the limiter's minimum size (learning_starts - n_step) is
+    not reached when the first update is due, and the runtime refuses the first sample; a plan
+    the runtime refuses must not be the one autotune writes."""
+    from types import SimpleNamespace
+
+    from pearl.api import DQN
+
+    dqn = config.dqn
+    limiter = DQN._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
+    env_steps = updates = 0
+    for round_ in range(dqn.learning_starts // cand.envs + extra_rounds):
+        if round_ >= dqn.n_step - 1:
+            if not limiter.can_insert(cand.envs):
+                return False
+            limiter.record_insert(cand.envs)
+        env_steps += cand.envs
+        due = int(max(0, env_steps - dqn.learning_starts) * dqn.updates_per_step) - updates
+        for _ in range(due):
+            if not limiter.can_sample(cand.batch):
+                return False
+            limiter.record_sample(cand.batch)
+            updates += 1
+    return True
+
+
 def describes_this_machine(platform) -> bool:
     from pearl.devices import cpu_devices, cuda_devices, opencl_devices
 
@@ -112,6 +144,12 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
                              else [workload.replay_kind])
     ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
                    batches or [config.dqn.batch_size], schedule, tuple(runtimes))
+    admitted = [p for p in ranking.predictions if runtime_accepts(config, p.candidate)]
+    ranking.refused = len(ranking.predictions) - len(admitted)
+    if not admitted:
+        raise ConfigError(f"autotune: the runtime's rate limiter refuses every candidate plan of this config "
+                          f"(n_step {config.dqn.n_step}; try fewer envs per actor with --envs)")
+    ranking.predictions = admitted
     return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w))
 
 

@@ -123,3 +123,23 @@ def test_one_iteration_timeline_adds_up_to_the_predicted_step_time_and_plots(cac
     plot_predicted_vs_measured([{"plan": "uniform@cpu x", "predicted": 90.0, "measured": 100.0},
                                 {"plan": "amper@cpu y", "predicted": 210.0, "measured": 200.0}], tmp_path / "s.png")
     assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_plans_the_runtime_would_refuse_are_not_ranked(cache):
+    """n_step 3 with 4+ envs per actor: the rate limiter refuses the first sample (pearl/api.py's
+    minimum size is learning_starts - n_step, but E envs lag (n_step - 1) x E inserts). autotune
+    must not write such a plan; the check agrees with what the runtime does."""
+    from pearl.errors import PearlError
+    from pearl.estimator.model import Candidate
+    from pearl.profile import measure
+    from pearl.tune import autotune, runtime_accepts
+
+    config = apply_overrides(small_config(), {"dqn.n_step": 3})
+    result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
+    assert result.ranking.refused > 0 and {p.candidate.envs for p in result.ranking.predictions} <= {1, 2}
+    ok, refused = Candidate("uniform", "cpu", "cpu", "fused", 2, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 64)
+    assert runtime_accepts(config, ok) and not runtime_accepts(config, refused)
+    assert measure(config, ok, 0.1)["steps_per_s"] > 0
+    with pytest.raises(PearlError, match="refused"):
+        measure(config, refused, 0.1)
+    assert runtime_accepts(small_config(), refused)  # n_step 1: no lag, no refusal
