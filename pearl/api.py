@@ -155,7 +155,10 @@ class Agent:
         slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
         if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
             slack += batch * runtime.threaded.MAX_LAG
-        return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - cfg.n_step),
+        # each env holds its last n_step - 1 steps until their n-step returns are known, so at
+        # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
+        lag = (cfg.n_step - 1) * self.plan.envs_per_actor
+        return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - lag),
                            error_buffer=slack)
 
     def record_episodes(self, finished: list[tuple[float, int]]) -> None:

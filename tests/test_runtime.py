@@ -119,3 +119,11 @@ def test_run_directory(tmp_path):
     assert rows[0].startswith("env_steps,updates") and len(rows) == 3  # header + rows at 1000, 2000
     assert pearl.load_config(tmp_path / "config.yaml").dqn.hidden == [32, 32]
     assert pearl.load_plan(tmp_path / "plan.yaml").batch_size == 64
+
+
+@pytest.mark.parametrize("envs", [1, 4, 16])
+def test_n_step_with_many_envs_starts_learning_on_time(envs):
+    """The rate limiter's minimum size allows for the (n_step - 1) transitions each env holds back."""
+    agent = pearl.DQN("CartPole-v1", **{**FAST, "n_step": 3, "envs_per_actor": envs})
+    agent.train(1500)
+    assert agent.updates == int((agent.env_steps - 500) * 0.25)
