@@ -87,10 +87,9 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     The limiter is built by pearl/api.py's own `_rate_limiter` for this config and plan (no copy
     of its formula here), then driven with the sequential loop's counts: each act round inserts
     E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
-    add flushed transitions, so this is the worst case), then takes the updates due. Why: with
-    n_step > 1 and many envs per actor the limiter's minimum size (learning_starts - n_step) is
-    not reached when the first update is due, and the runtime refuses the first sample; a plan
-    the runtime refuses must not be the one autotune writes."""
+    add flushed transitions, so this is the worst case), then takes the updates due. A plan the
+    runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
+    with many envs per actor, before the limiter allowed for the n-step lag)."""
     from types import SimpleNamespace
 
     from pearl.api import DQN

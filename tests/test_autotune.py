@@ -125,16 +125,41 @@ def test_one_iteration_timeline_adds_up_to_the_predicted_step_time_and_plots(cac
     assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "s.png").stat().st_size > 1000
 
 
-def test_plans_the_runtime_would_refuse_are_not_ranked(cache):
-    """n_step 3 with 4+ envs per actor: the rate limiter refuses the first sample (pearl/api.py's
-    minimum size is learning_starts - n_step, but E envs lag (n_step - 1) x E inserts). autotune
-    must not write such a plan; the check agrees with what the runtime does."""
-    from pearl.errors import PearlError
+def test_n_step_plans_with_many_envs_are_ranked_and_run(cache):
+    """n_step 3 with 4+ envs per actor: each env holds n_step - 1 transitions back, which the
+    runtime's rate limiter allows for, so these plans are ranked, accepted and measured."""
     from pearl.estimator.model import Candidate
     from pearl.profile import measure
     from pearl.tune import autotune, runtime_accepts
 
     config = apply_overrides(small_config(), {"dqn.n_step": 3})
+    result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
+    assert result.ranking.refused == 0 and {p.candidate.envs for p in result.ranking.predictions} >= {4, 16}
+    many = Candidate("uniform", "cpu", "cpu", "fused", 16, 64)
+    assert runtime_accepts(config, many)
+    assert measure(config, many, 0.1)["steps_per_s"] > 0
+
+
+def test_plans_the_runtime_would_refuse_are_not_ranked(cache, monkeypatch):
+    """autotune never writes a plan whose samples the runtime's own rate limiter would refuse
+    (here a limiter that needs more transitions than the run ever inserts before learning)."""
+    from pearl.api import DQN
+    from pearl.errors import PearlError
+    from pearl.estimator.model import Candidate
+    from pearl.profile import measure
+    from pearl.replay import RateLimiter
+    from pearl.tune import autotune, runtime_accepts
+
+    config = small_config()
+    build = DQN._rate_limiter
+
+    def strict_for_many_envs(agent):
+        limiter = build(agent)
+        if agent.plan.envs_per_actor >= 4:
+            return RateLimiter(limiter.samples_per_insert, min_size_to_sample=10**9)
+        return limiter
+
+    monkeypatch.setattr(DQN, "_rate_limiter", strict_for_many_envs)
     result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
     assert result.ranking.refused > 0 and {p.candidate.envs for p in result.ranking.predictions} <= {1, 2}
     ok, refused = Candidate("uniform", "cpu", "cpu", "fused", 2, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 64)
@@ -142,4 +167,3 @@ def test_plans_the_runtime_would_refuse_are_not_ranked(cache):
     assert measure(config, ok, 0.1)["steps_per_s"] > 0
     with pytest.raises(PearlError, match="refused"):
         measure(config, refused, 0.1)
-    assert runtime_accepts(small_config(), refused)  # n_step 1: no lag, no refusal
