@@ -10,9 +10,9 @@ prediction against measurement (both take the least disturbed of 3 windows, pear
 WINDOWS: the machine is shared). Prints a markdown table, the median absolute error and whether
 autotune's pick measures within 10% of the best measured plan.
 
-The config is configs/cartpole_dqn.yaml with n_step 1: with n_step 3 and more than 3 envs per
-actor the runtime's rate limiter refuses the first sample (pearl/api.py `_rate_limiter`: the
-minimum size is learning_starts - n_step, but E envs lag (n_step - 1) x E inserts behind).
+The config is configs/cartpole_dqn.yaml with n_step 1 (the figures in docs/BENCHMARKS.md were
+taken so, while n_step 3 with more than 3 envs per actor was refused by the runtime's rate limiter;
+fixed since).
 """
 from __future__ import annotations
 
