@@ -15,6 +15,14 @@ from pearl.kernels.cpu.qlearn import FusedQLearner  # noqa: F401
 from pearl.kernels.cpu.sumtree import SumTree  # noqa: F401
 
 
+def flush_denormals() -> bool:
+    """Flushes denormal floats to zero on the calling thread (and only there: the setting is the
+    thread's); returns whether the CPU supports it."""
+    import torch
+
+    return torch.set_flush_denormal(True)
+
+
 @contextmanager
 def cpu_kernel_mode():
     """One BLAS thread and denormals flushed to zero on this thread, restored on exit."""
@@ -22,7 +30,7 @@ def cpu_kernel_mode():
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        flushing = torch.set_flush_denormal(True)
+        flushing = flush_denormals()
         try:
             yield
         finally:
