@@ -442,8 +442,9 @@ def test_mountain_car_continuous_trains():
     assert agent.updates == 100 and -1 <= agent.act(np.zeros(2))[0] <= 1
 
 
-def test_mujoco_task_trains():
+def test_mujoco_task_trains(tmp_path, monkeypatch):
     pytest.importorskip("mujoco")
+    monkeypatch.chdir(tmp_path)  # mujoco 4 writes MUJOCO_LOG.TXT (a deprecation warning) into the cwd
     agent = pearl.SAC("HalfCheetah-v5", **{**FAST, "learning_starts": 50})
     assert (agent.obs_dim, agent.action_dim) == (17, 6)
     agent.train(150)
