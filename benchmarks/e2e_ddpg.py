@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import sb3_greedy_returns  # noqa: E402  (benchmarks/ is the script's own directory)
+
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
 BUFFER = 1_000_000
@@ -114,34 +117,12 @@ def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str) -> dict:
     }
 
 
-def evaluate_sb3(model, seed: int) -> list[float]:
-    """Greedy returns on the initial states PEARL's `evaluate` uses (episode i resets with seed
-    seed + 1_000_003 + i): a Pendulum return depends mostly on where the pendulum starts (~-120 near
-    the top, ~-240 hanging down, ~-360 from the worst angle and speed), so the two libraries are
-    compared on the same starts."""
-    import gymnasium as gym
-
-    env = gym.make(ENV_ID)
-    returns = []
-    for episode in range(EVAL_EPISODES):
-        obs, _ = env.reset(seed=seed + 1_000_003 + episode)
-        total, done = 0.0, False
-        while not done:
-            action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return returns
-
-
 def run_sb3(seed: int, steps: int, threads: int) -> dict:
     model = make_sb3(seed, threads)
     started = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
     wall = time.perf_counter() - started
-    returns = evaluate_sb3(model, seed)
+    returns = sb3_greedy_returns(model, ENV_ID, seed, EVAL_EPISODES)
     env_steps, updates = int(model.num_timesteps), int(model._n_updates)
     recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
     return {

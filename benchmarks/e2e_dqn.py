@@ -27,6 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evaluation import sb3_greedy_returns  # noqa: E402  (benchmarks/ is the script's own directory)
+
 ENV_ID = "CartPole-v1"
 HIDDEN = [64, 64]
 BUFFER = 50_000
@@ -99,9 +102,6 @@ def run_sb3(seed: int, steps: int, lr: float, threads: int) -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv
 
     torch.set_num_threads(threads)
     model = DQN(
@@ -116,11 +116,7 @@ def run_sb3(seed: int, steps: int, lr: float, threads: int) -> dict:
     started = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
     wall = time.perf_counter() - started
-    eval_env = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID))])
-    eval_env.seed(seed + 1_000_003)
-    returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
-                                 return_episode_rewards=True)
-    eval_env.close()
+    returns = sb3_greedy_returns(model, ENV_ID, seed, EVAL_EPISODES)  # PEARL's evaluation starts
     env_steps, updates = int(model.num_timesteps), int(model._n_updates)
     recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
     return {

@@ -133,6 +133,9 @@ class Agent:
                 raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
                                   f"where the priority tree lives; got {devices[task]}")
         if sample.startswith("cuda"):
+            if self.config.algo != "dqn":  # the continuous learners read numpy batches
+                raise ConfigError(f"plan.devices.sample: a replay table on {sample} feeds the DQN learner "
+                                  f"only; {self.config.algo} keeps its replay on the cpu")
             if not torch.cuda.is_available():
                 raise ConfigError(f"plan.devices.sample: {sample} requested but torch sees no CUDA GPU "
                                   f"(run `pearl devices`)")

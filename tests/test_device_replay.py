@@ -124,3 +124,13 @@ def test_dqn_trains_with_the_whole_replay_table_on_the_gpu(kind, tmp_path):
     agent.save(tmp_path / "agent.npz")
     restored = pearl.load(tmp_path / "agent.npz")
     assert restored.replay.size == agent.replay.size
+
+
+def test_continuous_agents_keep_their_replay_on_the_cpu():
+    import pearl
+    from pearl.errors import ConfigError
+    from pearl.protocol import Plan
+
+    gpu = {task: "cuda:0" for task in ("insert", "sample", "update_priorities", "learn")}
+    with pytest.raises(ConfigError, match="feeds the DQN learner only; td3"):
+        pearl.TD3(env="Pendulum-v1", plan=Plan(devices={**Plan().devices, **gpu}))
