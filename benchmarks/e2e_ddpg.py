@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from evaluation import sb3_greedy_returns  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns  # noqa: E402  (benchmarks/ is the script's own directory)
 
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
@@ -237,20 +237,6 @@ def arithmetic_bound(threads: int, learner_kernel: str) -> dict:
 
 
 # -- report ----------------------------------------------------------------------------------------------
-def print_seed_table(seed: int, order: list[str], rows: dict[str, dict]) -> None:
-    print(f"\nseed {seed} (ran {' then '.join(order)})")
-    print(f"  {'impl':<6} {'env steps':>9} {'updates':>8} {'wall s':>8} {'steps/s':>9} {'updates/s':>9} "
-          f"{'eval return':>16}")
-    for name in ("pearl", "sb3"):
-        r = rows[name]
-        print(f"  {name:<6} {r['env_steps']:>9d} {r['updates']:>8d} {r['wall_s']:>8.2f} {r['steps_per_s']:>9.1f} "
-              f"{r['updates_per_s']:>9.1f} {r['eval_mean']:>8.1f} +- {r['eval_std']:<5.1f}")
-    tasks = ", ".join(f"{t} {us:.0f}" for t, us in (rows["pearl"].get("task_us") or {}).items())
-    print(f"  speedup (steps/s): {rows['pearl']['steps_per_s'] / rows['sb3']['steps_per_s']:.2f}x"
-          f"   pearl learner kernel: {rows['pearl']['learner_kernel']}; us per task call: {tasks}")
-    sys.stdout.flush()
-
-
 def summarize(results: list[dict], bound: dict) -> dict:
     def median(impl, key):
         return float(statistics.median(r[impl][key] for r in results))
@@ -311,18 +297,10 @@ def main(argv=None) -> int:
 
     print(f"PEARL vs SB3 {stable_baselines3.__version__} DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
           f"torch {torch.__version__} with {args.threads} thread(s), gymnasium {gymnasium.__version__}")
-    results = []
-    for seed in args.seeds:
-        order = ["pearl", "sb3"] if seed % 2 == 0 else ["sb3", "pearl"]
-        rows = {}
-        for name in order:
-            if name == "pearl":
-                rows[name] = run_pearl(seed, args.steps, args.threads, args.learner_kernel)
-            else:
-                rows[name] = run_sb3(seed, args.steps, args.threads)
-        rows["order"] = order
-        results.append(rows)
-        print_seed_table(seed, order, rows)
+    results = run_alternating(args.seeds, {
+        "pearl": lambda seed: run_pearl(seed, args.steps, args.threads, args.learner_kernel),
+        "sb3": lambda seed: run_sb3(seed, args.steps, args.threads)},
+        lambda seed, order, rows: print_seed_table(seed, order, rows, decimals=1))
 
     bound = arithmetic_bound(args.threads, args.learner_kernel)
     print_bound(bound, args.threads)
