@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns, versions  # noqa: E402  (benchmarks/ is the script's own directory)
 
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
@@ -285,18 +285,11 @@ def print_summary(s: dict, n_seeds: int, steps: int) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        import stable_baselines3
-    except ImportError:
-        print("e2e_ddpg: stable_baselines3 is not installed; run `pip install -e .[bench]`", file=sys.stderr)
+    found = versions("e2e_ddpg")
+    if found is None:
         return 2
-    import gymnasium
-    import torch
-
-    import pearl  # noqa: F401  (fail early, before any timing)
-
-    print(f"PEARL vs SB3 {stable_baselines3.__version__} DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
-          f"torch {torch.__version__} with {args.threads} thread(s), gymnasium {gymnasium.__version__}")
+    print(f"PEARL vs SB3 {found['sb3']} DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
+          f"torch {found['torch']} with {args.threads} thread(s), gymnasium {found['gymnasium']}")
     results = run_alternating(args.seeds, {
         "pearl": lambda seed: run_pearl(seed, args.steps, args.threads, args.learner_kernel),
         "sb3": lambda seed: run_sb3(seed, args.steps, args.threads)},
@@ -315,8 +308,8 @@ def main(argv=None) -> int:
                       "updates_per_step": 1.0, "tau": TAU, "gamma": GAMMA, "lr": LR,
                       "action_noise": ACTION_NOISE, "eval_episodes": EVAL_EPISODES,
                       "pearl_learner_kernel": args.learner_kernel},
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "gymnasium": gymnasium.__version__, "stable_baselines3": stable_baselines3.__version__},
+            "versions": {"python": platform.python_version(), "torch": found["torch"],
+                         "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
             "machine": {"platform": platform.platform(), "processor": platform.processor()},
             "per_seed": results, "arithmetic_bound": bound, "summary": summary,
         }

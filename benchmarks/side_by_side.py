@@ -7,6 +7,7 @@
   only (a return can depend strongly on the start: Pendulum's ranges from ~-120 near the top to
   ~-360 from the worst angle and speed).
 - `print_seed_table`: one seed's rows and the speed ratio.
+- `versions(script)`: the library versions both sides run with, or None (and why) without SB3.
 """
 import sys
 
@@ -57,3 +58,18 @@ def sb3_greedy_returns(model, env_id: str, seed: int, episodes: int) -> list[flo
         returns.append(total)
     env.close()
     return returns
+
+
+def versions(script: str) -> dict | None:
+    """{"sb3", "torch", "gymnasium": version}; None, with the reason on stderr, when SB3 is
+    missing. Imports pearl too, so a broken install fails before any timing."""
+    try:
+        import stable_baselines3
+    except ImportError:
+        print(f"{script}: stable_baselines3 is not installed; run `pip install -e .[bench]`", file=sys.stderr)
+        return None
+    import torch
+
+    import pearl  # noqa: F401
+
+    return {"sb3": stable_baselines3.__version__, "torch": torch.__version__, "gymnasium": gym.__version__}
