@@ -1,6 +1,7 @@
 """The threaded runtime (pearl/runtime/threaded.py) keeps the sequential runtime's semantics: the
 exact replay ratio at the end and within MAX_LAG updates during the run, every transition
-inserted once, target updates and weight syncs, errors surfaced, checkpoints that load."""
+inserted once, target updates and weight syncs, errors surfaced, checkpoints that load. That it
+learns as the sequential runtime does: tests/test_learning.py (slow)."""
 import numpy as np
 import pytest
 
@@ -79,10 +80,3 @@ def test_plan_runtime_is_validated():
 
     with pytest.raises(ConfigError, match="plan.runtime"):
         Plan.from_yaml("plan:\n  runtime: processes\n")
-
-
-@pytest.mark.slow
-def test_threaded_runtime_solves_cartpole_with_the_default_config():
-    agent = pearl.DQN("CartPole-v1", plan=threaded(), seed=0)
-    agent.train()
-    assert agent.evaluate(10)["mean"] >= 475
