@@ -1,7 +1,8 @@
 """The threaded runtime (pearl/runtime/threaded.py) keeps the sequential runtime's semantics: the
 exact replay ratio at the end and within MAX_LAG updates during the run, every transition
-inserted once, target updates and weight syncs, errors surfaced, checkpoints that load. That it
-learns as the sequential runtime does: tests/test_learning.py (slow)."""
+inserted once, target updates and weight syncs, errors surfaced, checkpoints that load. Its
+learning quality is not established yet: with the default CartPole config, one run solved 3 of 3
+seeds and another 1 of 3 (sequential: 3 of 3 in both), so no slow test claims it."""
 import numpy as np
 import pytest
 
