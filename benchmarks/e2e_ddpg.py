@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns, versions  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns, time_pearl, versions  # noqa: E402  (benchmarks/ is the script's own directory)
 
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
@@ -99,22 +99,8 @@ def make_sb3(seed: int, threads: int):
 
 
 def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str) -> dict:
-    import torch
-
     agent = make_pearl(seed, steps, threads, learner_kernel)
-    torch.set_num_threads(threads)
-    _ = agent.actor  # the training env is built lazily; build it outside the timed region
-    started = time.perf_counter()
-    summary = agent.train(steps, time_tasks=True)
-    wall = time.perf_counter() - started
-    evaluation = agent.evaluate(EVAL_EPISODES)
-    return {
-        "impl": "pearl", "seed": seed, "env_steps": summary["env_steps"], "updates": summary["updates"],
-        "wall_s": wall, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
-        "eval_mean": evaluation["mean"], "eval_std": evaluation["std"], "eval_returns": evaluation["returns"],
-        "train_mean_return_100": summary["mean_return_100"], "learner_kernel": summary["learner_kernel"],
-        "task_us": summary.get("task_us"),
-    }
+    return time_pearl(agent, steps, threads, EVAL_EPISODES)
 
 
 def run_sb3(seed: int, steps: int, threads: int) -> dict:

@@ -8,6 +8,7 @@
   ~-360 from the worst angle and speed).
 - `print_seed_table`: one seed's rows and the speed ratio.
 - `versions(script)`: the library versions both sides run with, or None (and why) without SB3.
+- `time_pearl(agent, steps, threads, episodes)`: a PEARL agent's timed training and evaluation row.
 """
 import sys
 
@@ -73,3 +74,26 @@ def versions(script: str) -> dict | None:
     import pearl  # noqa: F401
 
     return {"sb3": stable_baselines3.__version__, "torch": torch.__version__, "gymnasium": gym.__version__}
+
+
+def time_pearl(agent, steps: int, threads: int, episodes: int) -> dict:
+    """Trains `agent` for `steps` (only train() is timed; the lazily built env is built before) and
+    evaluates it greedily: the row print_seed_table and the summaries read."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(threads)
+    _ = agent.actor
+    started = time.perf_counter()
+    summary = agent.train(steps, time_tasks=True)
+    wall = time.perf_counter() - started
+    evaluation = agent.evaluate(episodes)
+    return {
+        "impl": "pearl", "seed": agent.config.seed, "env_steps": summary["env_steps"],
+        "updates": summary["updates"], "wall_s": wall, "steps_per_s": summary["env_steps"] / wall,
+        "updates_per_s": summary["updates"] / wall, "eval_mean": evaluation["mean"],
+        "eval_std": evaluation["std"], "eval_returns": evaluation["returns"],
+        "train_mean_return_100": summary["mean_return_100"], "learner_kernel": summary["learner_kernel"],
+        "task_us": summary.get("task_us"),
+    }
