@@ -112,6 +112,20 @@ class Agent:
         self.stop_requested = False  # set by Ctrl-C during train(); the runtimes stop at a round's end
         self._actor_rng_state = None  # from a checkpoint, applied when the actor is built
 
+    def _set_plan(self, plan: Plan | None) -> tuple[str, str]:
+        """Takes `plan` (default: the config's) after checking what the runtime can run of it;
+        returns (replay device, learn device)."""
+        self.plan = plan if plan is not None else default_plan(self.config)
+        self.plan.check()
+        if self.plan.actors != 1:
+            raise ConfigError(f"plan.actors: the runtimes run 1 actor, got {self.plan.actors}")
+        replay_device = self._replay_device()
+        learn_device = self.plan.device_of("learn")
+        if learn_device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner for {self.config.algo} "
+                              f"(learn runs on cpu or cuda)")
+        return replay_device, learn_device
+
     def _replay_device(self) -> str:
         """Where the priority structure lives: the plan's `sample` device. The tree is one object,
         so `insert` and `update_priorities` must name the same device; the actor stays on the cpu."""
@@ -328,15 +342,7 @@ class DQN(Agent):
         probe = make_env(config.env)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
         probe.close()
-        self.plan = plan if plan is not None else default_plan(config)
-        self.plan.check()
-        if self.plan.actors != 1:
-            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
-        replay_device = self._replay_device()
-        learn_device = self.plan.device_of("learn")
-        if learn_device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner in the runtime yet "
-                              f"(learn runs on cpu or cuda)")
+        replay_device, learn_device = self._set_plan(plan)
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)

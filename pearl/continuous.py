@@ -17,7 +17,7 @@ import torch
 from pearl.algos.ddpg import DDPG as DDPGAlgorithm
 from pearl.algos.sac import SAC as SACAlgorithm
 from pearl.algos.td3 import TD3 as TD3Algorithm
-from pearl.api import Agent, default_plan, resolve_config
+from pearl.api import Agent, resolve_config
 from pearl.config import ExperimentConfig
 from pearl.envs import make_env
 from pearl.errors import ConfigError
@@ -53,15 +53,7 @@ class ContinuousAgent(Agent):
         probe = make_env(config.env)
         self.obs_dim, self.action_dim, self.scaler = box_spaces(probe, config.env, self.algo_name)
         probe.close()
-        self.plan = plan if plan is not None else default_plan(config)
-        self.plan.check()
-        if self.plan.actors != 1:
-            raise ConfigError(f"plan.actors: the sequential runtime runs 1 actor, got {self.plan.actors}")
-        replay_device = self._replay_device()
-        learn_device = self.plan.device_of("learn")
-        if learn_device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"plan.devices.learn: {learn_device} has no {self.algo_name} learner "
-                              f"(learn runs on cpu or cuda)")
+        replay_device, learn_device = self._set_plan(plan)
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = self.algorithm_class(self.obs_dim, self.action_dim, cfg, config.seed)
