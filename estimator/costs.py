@@ -37,6 +37,7 @@ CALLS = {
 }
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
+RING_WRITE_CALLS = 2  # an actor process's ring write: the transition arrays' copy, the index's advance
 
 
 class Costs:
@@ -164,6 +165,31 @@ class Costs:
         if seconds is None:  # one env count measured: it stands for all
             seconds = next(iter(table.values())) * 1e-6
         return seconds * 1e6 if seconds is not None else 0.0
+
+    def processes_factor(self, cand) -> float:
+        """The processes runtime's measured overhead factor (pearl/profile.py `_processes_factors`:
+        a run's step time / the model's) for the candidate's learner kernel at the nearest
+        measured actor count, interpolated over envs per actor; 1 when not measured."""
+        prefix = f"processes|{cand.learner_kernel}|x"
+        counts = [int(name[len(prefix):]) for name in self.measured if name.startswith(prefix)]
+        if not counts:
+            return 1.0
+        name = prefix + str(min(counts, key=lambda n: (abs(n - cand.actors), n)))
+        seconds = self._lookup(name, cand.envs)
+        if seconds is None:  # one env count measured: it stands for all
+            return next(iter(self.measured[name].values()))
+        return seconds * 1e6
+
+    def ring_write_seconds(self, cand) -> float:
+        """An actor process's write of one round (E transitions) into its shared-memory ring:
+        measured (`ring_write` by envs) or a copy of the transitions at one core's bandwidth plus
+        RING_WRITE_CALLS Python-level calls."""
+        seconds = self._lookup("ring_write", cand.envs)
+        if seconds is not None:
+            return seconds
+        host = self.platform.host
+        return (RING_WRITE_CALLS * host.call_overhead_us * 1e-6
+                + cand.envs * self.workload.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9))
 
     def overhead_us(self, cand) -> float:
         """The runtime loop's own time per env step, outside any task."""

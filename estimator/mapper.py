@@ -2,13 +2,15 @@
 the user's metric.
 
 Search space: replay kind (those the caller allows) x where the replay table lives x where the
-learner runs and with which kernel x envs per actor x batch size. Only placements the runtime
-accepts are generated (pearl/api.py: act on the cpu; prioritized replay on cpu, opencl:N, fpga:N
-or cuda:N, uniform on cpu or cuda:N, amper on the cpu; a replay on cuda:N feeds a learner on the
-same GPU; the fused learner is cpu-only and has no dueling head), so every ranked plan is one
-`pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
+learner runs and with which kernel x envs per actor x batch size x runtime, and for the processes
+runtime x actor processes (`actor_counts`: 1 up to the host's cores; more would only time-share
+the cores, each loading every weight version, so the model never ranks them higher). Only
+placements the runtime accepts are generated (pearl/api.py: act on the cpu; prioritized replay
+on cpu, opencl:N, fpga:N or cuda:N, uniform on cpu or cuda:N, amper on the cpu; a replay on
+cuda:N feeds a learner on the same GPU; the fused learner is cpu-only and has no dueling head),
+so every ranked plan is one `pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
 node's eight GPUs give one set of plans, not eight); under a power cap, plans over the cap are
-dropped. The space is small (hundreds of plans), so the rest is exhaustive.
+dropped. The space is small (hundreds to a few thousand plans), so the rest is exhaustive.
 """
 from __future__ import annotations
 
@@ -19,7 +21,18 @@ from pearl.errors import ConfigError
 from pearl.estimator.model import Candidate, Prediction, predict
 
 METRICS = ("throughput", "efficiency", "power_cap")
+RUNTIMES = ("sequential", "threaded", "processes")  # the runtimes the model has a schedule for
 DEFAULT_ENVS = (1, 2, 4, 8, 16)
+# actor counts the mapper tries up to the host's cores: all of them on a small host, a geometric
+# ladder on a big one (the predicted step falls as 1 / actors until another side limits it, so
+# the ladder lands within one rung of the best count)
+ACTOR_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def actor_counts(cores: int) -> list[int]:
+    """Actor processes to try on a host with `cores` cores: the ladder up to the cores, and the
+    cores themselves and one fewer (with the learner, cores - 1 actors fill the cores exactly)."""
+    return sorted({n for n in ACTOR_LADDER if n <= cores} | {max(1, cores - 1), cores})
 
 
 @dataclass
@@ -48,9 +61,13 @@ def _distinct(devices) -> list:
 
 
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
-               sync_intervals=(1,), runtimes=("sequential",)) -> tuple[list[Candidate], int]:
-    """(the plans to predict, how many were pruned as interchangeable)."""
+               sync_intervals=(1,), runtimes=("sequential",), actors=None) -> tuple[list[Candidate], int]:
+    """(the plans to predict, how many were pruned as interchangeable). `actors`: the actor
+    counts of processes plans (default: actor_counts of the host's cores); the other runtimes
+    run one actor."""
     kinds = list(replay_kinds or [workload.replay_kind])
+    counts = {runtime: (list(actors or actor_counts(platform.host.cores)) if runtime == "processes" else [1])
+              for runtime in runtimes}
     batches = list(batches or [64])
     distinct = _distinct(platform.devices)
     pruned = len(platform.devices) - len(distinct)
@@ -68,18 +85,19 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
                 replay_devices, learners, envs, batches, sync_intervals, runtimes):
             if replay.startswith("cuda") and learn != replay:
                 continue
-            out.append(Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime))
+            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n) for n in counts[runtime]]
     return out, pruned
 
 
 def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, replay_kinds=None,
          envs=DEFAULT_ENVS, batches=None, schedule: str | None = None,
-         runtimes=("sequential",)) -> Ranking:
+         runtimes=("sequential",), actors=None) -> Ranking:
     if metric not in METRICS:
         raise ConfigError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
-    cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes)
+    cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes,
+                               actors=actors)
     predictions = [predict(c, costs, schedule) for c in cands]
     over_cap = 0
     if metric == "power_cap":

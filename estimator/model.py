@@ -24,10 +24,24 @@ Schedules:
   profile --threaded` measures per learner kernel (one threaded run's step time / its threads'
   summed time): the threads share the GIL and, on a small machine, the cores. Without a measured
   c the model takes c = 0, i.e. threads that never slow each other (an optimistic bound).
+- "processes" — the processes runtime (a Plan's `runtime: processes`): N = `actors` actor
+  processes each act on their E envs and write the transitions into a shared-memory ring; the
+  main process drains the rings into the replay (one insert per actor round of E transitions),
+  samples, learns, updates priorities and publishes weights, which each actor loads once per
+  round at most. Per env step of the whole plan:
+      A = act / E + ring write / E + the actor loop's time per round / E + weight loads
+      L = insert / E + updates_per_step x (sample + learn + update_priorities + loop per update)
+          + updates_per_step / sync_interval x sync_weights (+ transfers)
+  and with C = the host's cores, T_step = c x max(A / min(N, C), L, (A + L) / C): the actors
+  in parallel, the learner alone, or all N + 1 processes time-sharing the cores (work
+  conserving: actors only run ahead of the learner by a bounded slack, then wait, leaving the
+  cores to it). c is the overhead factor `pearl profile --processes` measures (one processes
+  run's step time / this formula's), 1 when not measured.
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
-plus the extra cores an OpenCL-on-host kernel occupies). An OpenCL device on the host (PoCL) has
+plus the extra cores an OpenCL-on-host kernel occupies; under the processes runtime, the cores
+its processes keep busy, (A + L) / (T_step / c)). An OpenCL device on the host (PoCL) has
 no power of its own. "Samples" are env steps: samples/J = env steps/s / W.
 """
 from __future__ import annotations
@@ -49,7 +63,8 @@ class Candidate:
     batch: int
     sync_interval: int = 1
     act_device: str = "cpu"
-    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded
+    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes
+    actors: int = 1  # actor processes (the processes runtime; the others run one actor)
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -61,14 +76,15 @@ class Candidate:
     def label(self) -> str:
         return (f"{self.replay_kind}@{self.replay_device} learn {self.learner_kernel}@{self.learn_device} "
                 f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else "")
-                + (f" {self.runtime}" if self.runtime != "sequential" else ""))
+                + (f" {self.runtime}" if self.runtime != "sequential" else "")
+                + (f" x{self.actors}" if self.actors != 1 else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         from pearl.protocol.tasks import TASK_NAMES
 
         devices = {task: self.device_of(task) for task in TASK_NAMES}
         uses_fpga = any(d.startswith("fpga") for d in devices.values())
-        return Plan(devices=devices, envs_per_actor=self.envs, batch_size=self.batch,
+        return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel,
                     platform=platform if uses_fpga else "", **({"runtime": self.runtime}
                                                                 if self.runtime != "sequential" else {}))
@@ -89,6 +105,14 @@ class Prediction:
     sources: dict[str, str]  # task -> measured | analytic | simulated
     schedule: str = "sequential"
     notes: list[str] = field(default_factory=list)
+    # parallel schedules, us per env step of each bound on the step: the threaded runtime's
+    # actor, learner and contention (c x their sum), the processes runtime's actors, learner and
+    # cores (before its overhead factor); the largest is the limiting one
+    sides: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def limiting_side(self) -> str:
+        return max(self.sides, key=self.sides.get) if self.sides else ""
 
     @property
     def simulated(self) -> bool:
@@ -99,6 +123,7 @@ class Prediction:
                 "watts": round(self.watts, 2), "samples_per_j": round(self.samples_per_j, 2),
                 "bottleneck": self.bottleneck, "schedule": self.schedule,
                 "step_us": {k: round(v, 3) for k, v in self.step_us.items()},
+                **({"sides_us": {k: round(v, 3) for k, v in self.sides.items()}} if self.sides else {}),
                 "sources": dict(self.sources), "simulated": self.simulated}
 
 
@@ -113,8 +138,9 @@ def calls_per_step(task: str, cand: Candidate, updates_per_step: float) -> float
     return updates_per_step  # sample, learn
 
 
-SCHEDULES = ("sequential", "threaded", "overlapped")
+SCHEDULES = ("sequential", "threaded", "processes", "overlapped")
 ACTOR_THREAD = ("act", "insert", "sync_weights")  # the threaded runtime's calling thread
+ACTOR_PROCESS = ("act", "ring_write", "weight_loads")  # the processes runtime's actors (per env step keys)
 
 
 def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
@@ -148,6 +174,8 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     step_us["overhead"] = overhead
     busy["cpu"] = busy.get("cpu", 0.0) + overhead
 
+    sides: dict[str, float] = {}
+    host_busy_cores = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
     if schedule == "sequential":
         total = sum(step_us.values())
         bottleneck = max((k for k in step_us if k in call_us), key=step_us.get)
@@ -159,10 +187,26 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
                 threads["actor" if key in ACTOR_THREAD else "learner"] += us
             elif key.startswith("transfer"):
                 threads["learner"] += us
-        factor = costs.threaded_factor(cand)
         limiting = max(threads, key=threads.get)
-        total = max(threads[limiting], factor * (threads["actor"] + threads["learner"]))
+        sides = {**threads, "contention": costs.threaded_factor(cand) * (threads["actor"] + threads["learner"])}
+        total = max(sides.values())
         bottleneck = max((t for t in call_us if (t in ACTOR_THREAD) == (limiting == "actor")), key=step_us.get)
+    elif schedule == "processes":
+        per_round, per_update = costs.overhead_parts_us(cand)
+        step_us["ring_write"] = costs.ring_write_seconds(cand) * 1e6 / cand.envs
+        # each actor loads a newly published version once per round at most
+        loads = min(cand.actors * u / cand.sync_interval, 1.0 / cand.envs)
+        step_us["weight_loads"] = loads * call_us.get("sync_weights", 0.0)
+        actors_us = per_round + sum(step_us[key] for key in ACTOR_PROCESS if key in step_us)
+        learner_us = per_update + sum(us for key, us in step_us.items() if key not in ACTOR_PROCESS + ("overhead",))
+        cores = platform.host.cores
+        sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
+                 "cores": (actors_us + learner_us) / cores}
+        limiting = max(sides, key=sides.get)
+        total = costs.processes_factor(cand) * sides[limiting]
+        host_busy_cores = (actors_us + learner_us) / sides[limiting]
+        on_side = {"actors": lambda t: t == "act", "learner": lambda t: t != "act", "cores": lambda t: True}[limiting]
+        bottleneck = max((t for t in call_us if on_side(t)), key=step_us.get)
     else:
         sample = step_us.get("sample", 0.0)
         replay = cand.replay_device
@@ -174,7 +218,6 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
 
     utilisation, device_w = {}, {}
     host = platform.host
-    host_busy_cores = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
     for device_id, us in busy.items():
         if device_id == "cpu":
             continue
@@ -190,4 +233,4 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     watts = sum(device_w.values())
     steps_per_s = 1e6 / total
     return Prediction(cand, steps_per_s, steps_per_s * u, watts, steps_per_s / watts if watts else 0.0,
-                      bottleneck, call_us, step_us, utilisation, device_w, sources, schedule)
+                      bottleneck, call_us, step_us, utilisation, device_w, sources, schedule, sides=sides)

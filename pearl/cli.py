@@ -60,9 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--envs", help="envs per actor to consider (default 1,2,4,8,16)")
     tune.add_argument("--batch-sizes", help="batch sizes to consider (default: the config's)")
     tune.add_argument("--runtimes", default="sequential",
-                      help="runtimes to consider: sequential and/or threaded (default sequential)")
-    tune.add_argument("--schedule", help="model every plan as sequential, threaded or overlapped (the paper's "
-                                         "T_iter; no runtime runs it yet) instead of by its runtime")
+                      help="runtimes to consider, e.g. sequential,threaded,processes (default sequential)")
+    tune.add_argument("--actors", help="actor process counts of processes plans (default 1 up to the "
+                                       "platform's cores)")
+    tune.add_argument("--schedule", help="model every plan as sequential, threaded, processes or overlapped "
+                                         "(the paper's T_iter; no runtime runs it yet) instead of by its runtime")
     tune.add_argument("--top", type=int, default=15, help="rows of the ranked table (default 15)")
 
     prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
@@ -94,6 +96,8 @@ def _int_list(text: str | None, flag: str) -> list[int] | None:
 def _autotune(args) -> int:
     from pearl.tune import autotune, format_table, load_average, measure_top
     from pearl.config import default_config_path
+    from pearl.estimator.mapper import RUNTIMES as TUNABLE_RUNTIMES
+    from pearl.estimator.model import SCHEDULES
     from pearl.estimator.workload import REPLAY_KINDS
 
     kinds = None
@@ -102,18 +106,22 @@ def _autotune(args) -> int:
         for kind in kinds:
             if kind not in REPLAY_KINDS:
                 raise PearlError(f"--replay-kinds: {kind!r} is not a replay kind (expected {', '.join(REPLAY_KINDS)})")
-    if args.schedule is not None and args.schedule not in ("sequential", "threaded", "overlapped"):
-        raise PearlError(f"--schedule: expected sequential, threaded or overlapped, got {args.schedule!r}")
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise PearlError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
     runtimes = [r.strip() for r in args.runtimes.split(",")]
     for name in runtimes:
-        if name not in ("sequential", "threaded"):
-            raise PearlError(f"--runtimes: expected sequential and/or threaded, got {name!r}")
+        if name not in TUNABLE_RUNTIMES:
+            raise PearlError(f"--runtimes: expected a comma-separated list of {', '.join(TUNABLE_RUNTIMES)}, "
+                             f"got {name!r}")
+    actors = _int_list(args.actors, "--actors")
+    if actors and "processes" not in runtimes:
+        raise PearlError("--actors: only processes plans run several actors; add processes to --runtimes")
     if args.measure < 0 or args.seconds <= 0:
         raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
     result = autotune(args.config or default_config_path(), args.platform, args.metric,
                       power_cap_w=args.power_cap, replay_kinds=kinds, envs=_int_list(args.envs, "--envs"),
                       batches=_int_list(args.batch_sizes, "--batch-sizes"), schedule=args.schedule,
-                      runtimes=runtimes)
+                      runtimes=runtimes, actors=actors)
     ranking = result.ranking
     print(f"pearl autotune: {result.config.env}, platform {result.platform.name}, metric {args.metric}, "
           f"{len(ranking.predictions)} plans ranked ({ranking.pruned} interchangeable devices pruned"

@@ -20,6 +20,9 @@ from pearl.errors import ConfigError, PearlError
 from pearl.io import atomic_write_text
 
 SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
+# the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
+SIDE_WORDS = {"actor": "the actor thread", "learner": "the learner", "contention": "the threads' contention",
+              "actors": "the actor processes", "cores": "the host's cores, time-shared by all processes"}
 
 
 @dataclass
@@ -87,7 +90,8 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     The limiter is built by pearl/api.py's own `_rate_limiter` for this config and plan (no copy
     of its formula here), then driven with the sequential loop's counts: each act round inserts
     E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
-    add flushed transitions, so this is the worst case), then takes the updates due. A plan the
+    add flushed transitions, so this is the worst case), then takes the updates due; a round of
+    a processes plan is every actor's (actors x E transitions). A plan the
     runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
     with many envs per actor, before the limiter allowed for the n-step lag)."""
     from types import SimpleNamespace
@@ -96,13 +100,14 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
 
     dqn = config.dqn
     limiter = DQN._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
+    per_round = cand.actors * cand.envs
     env_steps = updates = 0
-    for round_ in range(dqn.learning_starts // cand.envs + extra_rounds):
+    for round_ in range(dqn.learning_starts // per_round + extra_rounds):
         if round_ >= dqn.n_step - 1:
-            if not limiter.can_insert(cand.envs):
+            if not limiter.can_insert(per_round):
                 return False
-            limiter.record_insert(cand.envs)
-        env_steps += cand.envs
+            limiter.record_insert(per_round)
+        env_steps += per_round
         due = int(max(0, env_steps - dqn.learning_starts) * dqn.updates_per_step) - updates
         for _ in range(due):
             if not limiter.can_sample(cand.batch):
@@ -123,7 +128,7 @@ def describes_this_machine(platform) -> bool:
 def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
              power_cap_w: float | None = None, replay_kinds=None, envs=None, batches=None,
              use_profile: bool | None = None, schedule: str | None = None,
-             runtimes=("sequential",)) -> AutotuneResult:
+             runtimes=("sequential",), actors=None) -> AutotuneResult:
     """Ranks the plans of `platform` for the config's workload; see the module doc."""
     from pearl.estimator.costs import Costs
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
@@ -142,7 +147,7 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])
     ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
-                   batches or [config.dqn.batch_size], schedule, tuple(runtimes))
+                   batches or [config.dqn.batch_size], schedule, tuple(runtimes), actors)
     admitted = [p for p in ranking.predictions if runtime_accepts(config, p.candidate)]
     ranking.refused = len(ranking.predictions) - len(admitted)
     if not admitted:
@@ -170,10 +175,16 @@ def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
         ratio = value(best) / value(rival) if value(rival) else float("inf")
         parts.append(f"{ratio:.2f}x the {unit} of the best other placement, {rival.candidate.label()} "
                      f"({figures(rival)})")
-    total = sum(best.step_us.values())
-    share = best.step_us[best.bottleneck] / total
-    parts.append(f"its bottleneck is {best.bottleneck} ({best.call_us[best.bottleneck]:.1f} us a call, "
-                 f"{share:.0%} of the {total:.1f} us per env step)")
+    if best.sides:  # a parallel runtime: the step is its limiting side's time, not the tasks' sum
+        side = best.limiting_side
+        parts.append(f"its step ({1e6 / best.steps_per_s:.1f} us per env step) is set by {SIDE_WORDS[side]} "
+                     f"({', '.join(f'{k} {v:.1f}' for k, v in best.sides.items())} us per env step), "
+                     f"the largest task there {best.bottleneck} ({best.call_us[best.bottleneck]:.1f} us a call)")
+    else:
+        total = sum(best.step_us.values())
+        share = best.step_us[best.bottleneck] / total
+        parts.append(f"its bottleneck is {best.bottleneck} ({best.call_us[best.bottleneck]:.1f} us a call, "
+                     f"{share:.0%} of the {total:.1f} us per env step)")
     if best.simulated:
         parts.append("FPGA costs are SIMULATED (HLS cycle model), not measured")
     return "; ".join(parts)
@@ -182,13 +193,14 @@ def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
 def format_table(predictions, measured: dict | None = None) -> str:
     """Ranked plans: predicted steps/s, W, samples/J, bottleneck, cost sources (M measured,
     A analytic, S simulated per task), and measured steps/s where given."""
-    head = (f"{'#':>3}  {'plan':<46} {'steps/s':>9} {'W':>7} {'samples/J':>10}  {'bottleneck':<17} {'costs':<7}")
+    width = max([46] + [len(p.candidate.label()) for p in predictions])
+    head = (f"{'#':>3}  {'plan':<{width}} {'steps/s':>9} {'W':>7} {'samples/J':>10}  {'bottleneck':<17} {'costs':<7}")
     if measured is not None:
         head += f" {'measured':>9} {'error':>7}"
     lines = [head]
     for i, p in enumerate(predictions, 1):
         letters = "".join(SOURCE_LETTER[p.sources[t]] for t in p.sources)
-        line = (f"{i:>3}  {p.candidate.label():<46} {p.steps_per_s:>9,.0f} {p.watts:>7.1f} "
+        line = (f"{i:>3}  {p.candidate.label():<{width}} {p.steps_per_s:>9,.0f} {p.watts:>7.1f} "
                 f"{p.samples_per_j:>10,.1f}  {p.bottleneck:<17} {letters:<7}")
         if measured is not None:
             m = measured.get(p.candidate)
@@ -283,8 +295,8 @@ def plot_gantt(prediction, path, title: str = "") -> None:
 
 
 def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
-    """PNG: predicted vs measured env steps/s (rows: dicts with plan, predicted, measured), the
-    y = x line and the +-15% band."""
+    """PNG: predicted vs measured env steps/s (rows: dicts with plan, predicted, measured and
+    optionally runtime), the y = x line and the +-15% band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -297,7 +309,8 @@ def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
     ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="0.9")
     kinds = {}
     for r in rows:
-        kind = r["plan"].split()[0] + (" threaded" if r["plan"].endswith("threaded") else "")
+        runtime = r.get("runtime", "sequential")
+        kind = r["plan"].split()[0] + ("" if runtime == "sequential" else f" {runtime}")
         kinds.setdefault(kind, []).append(r)
     for kind, group in kinds.items():
         ax.scatter([r["measured"] for r in group], [r["predicted"] for r in group], label=kind, s=25)
