@@ -170,3 +170,23 @@ def test_plans_the_runtime_would_refuse_are_not_ranked(cache, monkeypatch):
     assert measure(config, ok, 0.1)["steps_per_s"] > 0
     with pytest.raises(PearlError, match="refused"):
         measure(config, refused, 0.1)
+
+
+def test_autotune_searches_actor_processes_and_writes_their_plan(cache, tmp_path):
+    """With the processes runtime asked for, the ranking holds every actor count of the platform
+    (1 and 2 on ci_2core), the plan written carries `runtime: processes` and `actors`, and the
+    reason names the side that sets the step."""
+    from pearl.tune import autotune, explain
+
+    result = autotune(small_config(), platform="ci_2core", envs=[1, 4], runtimes=("sequential", "processes"),
+                      use_profile=False)
+    processes = [p.candidate for p in result.ranking.predictions if p.candidate.runtime == "processes"]
+    assert {c.actors for c in processes} == {1, 2}
+    best = next(p for p in result.ranking.predictions if p.candidate.runtime == "processes")
+    result.ranking.predictions.insert(0, best)  # whatever the model prefers here, write this one
+    out = tmp_path / "plan.yaml"
+    result.save(out)
+    plan = load_plan(out)
+    assert (plan.runtime, plan.actors, plan.envs_per_actor) == ("processes", best.candidate.actors, best.candidate.envs)
+    assert yaml.safe_load(out.read_text())["autotune"]["predicted"]["sides_us"].keys() == {"actors", "learner", "cores"}
+    assert "is set by the" in explain(result.ranking, "throughput")

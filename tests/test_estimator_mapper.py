@@ -6,7 +6,7 @@ import pytest
 
 from pearl.errors import ConfigError
 from pearl.estimator.costs import Costs
-from pearl.estimator.mapper import candidates, rank
+from pearl.estimator.mapper import actor_counts, candidates, rank
 from pearl.estimator.workload import Workload
 from pearl.platforms import load_platform
 
@@ -81,3 +81,51 @@ def test_power_cap_keeps_plans_under_the_cap_and_refuses_an_impossible_one():
         rank(costs, "power_cap")
     with pytest.raises(ConfigError, match="metric: expected one of"):
         rank(costs, "speed")
+
+
+CPU_ONLY = """name: cpu{cores}
+devices:
+  - {{id: cpu, kind: cpu, name: C, cores: {cores}, clock_mhz: 2000, peak_gflops: 256, memory_bandwidth_gb_s: 40,
+     call_overhead_us: 5, power_w: {{idle: 10, tdp: 50}}}}
+links: []
+"""
+
+
+def measured(act_us_per_env: float, learn_us: float) -> dict:
+    """A profile table for uniform replay on the cpu with the fused learner: act costs the same
+    per env at any envs per actor (so more envs do not hide it), the rest a few microseconds."""
+    return {"act@cpu": {str(e): act_us_per_env * e for e in (1, 4)}, "insert|uniform@cpu": {"1": 5.0, "4": 8.0},
+            "sample|uniform@cpu": {"64": 10.0}, "learn|fused@cpu": {"64": learn_us},
+            "sync_weights|fused@cpu": {"0": 3.0}, "overhead|round": {"0": 5.0}, "overhead|update": {"0": 1.0}}
+
+
+@pytest.mark.parametrize("cores,best_actors", [(2, 2), (4, 4), (16, 12)])
+def test_mapper_adds_actors_while_acting_limits_and_cores_allow(tmp_path, cores, best_actors):
+    path = tmp_path / f"cpu{cores}.yaml"
+    path.write_text(CPU_ONLY.format(cores=cores))
+    uniform = Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 100_000, 16, 0.25, 1000)
+    costs = Costs(load_platform(path), uniform, measured(act_us_per_env=200.0, learn_us=80.0))
+    ranking = rank(costs, replay_kinds=["uniform"], envs=(1, 4), batches=[64], runtimes=("sequential", "processes"))
+    explored = {p.candidate.actors for p in ranking.predictions if p.candidate.runtime == "processes"}
+    assert explored == set(actor_counts(cores)) and max(explored) == cores
+    assert {p.candidate.actors for p in ranking.predictions if p.candidate.runtime == "sequential"} == {1}
+    fused = [p for p in ranking.predictions if p.candidate.learner_kernel == "fused"]
+    best = fused[0]
+    # acting (200 us per env step) is the bottleneck, so actors are added up to where the learner
+    # (~30 us per env step) and the processes' share of the cores limit: all cores but the
+    # learner's on 8 cores, every core on 2 and 4 (A / N then still exceeds (A + L) / cores)
+    assert best.candidate.runtime == "processes" and best.candidate.actors == best_actors
+    assert best.limiting_side == ("learner" if cores == 16 else "cores")
+    # A learner-bound workload gains nothing from actors: one actor ranks first (ties keep the fewer).
+    slow_learner = Costs(load_platform(path), uniform, measured(act_us_per_env=10.0, learn_us=2000.0))
+    best = [p for p in rank(slow_learner, replay_kinds=["uniform"], envs=(1, 4), batches=[64],
+                            runtimes=("processes",)).predictions if p.candidate.learner_kernel == "fused"][0]
+    assert best.candidate.actors == 1 and best.limiting_side == "learner"
+
+
+def test_actor_counts_cover_small_hosts_and_ladder_big_ones():
+    assert actor_counts(1) == [1] and actor_counts(2) == [1, 2] and actor_counts(4) == [1, 2, 3, 4]
+    assert actor_counts(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63, 64]
+    node = load_platform("h100_node")
+    cands, _ = candidates(node, CARTPOLE, ["prioritized"], (1,), (64,), runtimes=("processes",), actors=(2, 5))
+    assert {c.actors for c in cands} == {2, 5} and all(c.to_plan().actors == c.actors for c in cands)
