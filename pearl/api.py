@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import signal
 import threading
@@ -27,6 +28,7 @@ from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor
 from pearl.runtime.learners import make_learner
+from pearl.runtime.processes import ActorRecipe
 from pearl.runtime.sequential import TaskTimer
 
 _SECTIONS = ("dqn", *CONTINUOUS_ALGOS)
@@ -76,6 +78,11 @@ def default_plan(config: ExperimentConfig) -> Plan:
                 learner_kernel=config.runtime.learner_kernel)
 
 
+def crossed(previous: int, current: int, interval: int) -> bool:
+    """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
+    return bool(interval) and current // interval > previous // interval
+
+
 @contextmanager
 def _stop_on_interrupt(agent):
     """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
@@ -111,14 +118,17 @@ class Agent:
         self.task_timer = TaskTimer()
         self.stop_requested = False  # set by Ctrl-C during train(); the runtimes stop at a round's end
         self._actor_rng_state = None  # from a checkpoint, applied when the actor is built
+        self.actor_processes = None  # the processes runtime's actors while it runs
+        self.actor_restarts = self.actor_lead = 0  # of the last processes run
 
     def _set_plan(self, plan: Plan | None) -> tuple[str, str]:
         """Takes `plan` (default: the config's) after checking what the runtime can run of it;
         returns (replay device, learn device)."""
         self.plan = plan if plan is not None else default_plan(self.config)
         self.plan.check()
-        if self.plan.actors != 1:
-            raise ConfigError(f"plan.actors: the runtimes run 1 actor, got {self.plan.actors}")
+        if self.plan.actors != 1 and self.plan.runtime != "processes":
+            raise ConfigError(f"plan.actors: the {self.plan.runtime} runtime runs 1 actor, got "
+                              f"{self.plan.actors} (runtime: processes runs several)")
         replay_device = self._replay_device()
         learn_device = self.plan.device_of("learn")
         if learn_device.split(":")[0] not in ("cpu", "cuda"):
@@ -160,6 +170,24 @@ class Agent:
             return f"{sample}@{self.plan.platform}"  # the sampler's backend name carries the profile
         return sample
 
+    @property
+    def actor(self) -> Actor:
+        """The actor of the in-process runtimes (built on first use; the processes runtime builds
+        its own in each actor process from `actor_recipe()`)."""
+        if self._actor is None:
+            self._actor = self.actor_recipe().build(self.config.seed, self.policy)
+            if self._actor_rng_state is not None:  # a restored run's exploration stream goes on
+                self._actor.rng.bit_generator.state = self._actor_rng_state
+                self._actor_rng_state = None
+        return self._actor
+
+    def transition_fields(self) -> dict[str, tuple[np.dtype, tuple]]:
+        """dtype and shape of one transition's value per field, in the replay's add() order."""
+        obs = (np.dtype(np.float32), (self.obs_dim,))
+        scalar = (np.dtype(np.float32), ())
+        return {"obs": obs, "actions": self.action_field, "rewards": scalar, "next_obs": obs,
+                "discounts": scalar}
+
     def fpga_device(self):
         """The FPGA driver the replay's priority tree runs on (kernels/fpga), or None."""
         return getattr(getattr(self.replay, "tree", None), "device", None)
@@ -172,6 +200,9 @@ class Agent:
         slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
         if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
             slack += batch * runtime.threaded.MAX_LAG
+        elif self.plan.runtime == "processes":  # actors run ahead by their allowances, an act round each
+            slack += batch * (runtime.processes.MAX_LAG
+                              + max(1.0, cfg.updates_per_step) * self.plan.actors * self.plan.envs_per_actor)
         # each env holds its last n_step - 1 steps until their n-step returns are known, so at
         # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
         lag = (cfg.n_step - 1) * self.plan.envs_per_actor
@@ -217,9 +248,6 @@ class Agent:
         if steps < 1:
             raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
         resume_after = self.env_steps if resume else None
-        if self._actor_rng_state is not None:  # a restored run's exploration stream goes on
-            self.actor.rng.bit_generator.state = self._actor_rng_state
-            self._actor_rng_state = None
         run_path = Path(run_dir) if run_dir is not None else None
         if run_path is not None:
             run_path.mkdir(parents=True, exist_ok=True)
@@ -233,20 +261,23 @@ class Agent:
                 return {"fpga_simulated_s": None if agent is None
                         else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
 
-            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
-                         label=fpga.label, extra=simulated_seconds, resume_after=resume_after)
+            log = RunLog(run_path, self.config.log.interval, self.env_steps, self.env_steps + steps,
+                         progress, label=fpga.label, extra=simulated_seconds, resume_after=resume_after)
         else:
-            log = RunLog(run_path, self.config.log.interval, self.env_steps + steps, progress,
-                         resume_after=resume_after)
+            log = RunLog(run_path, self.config.log.interval, self.env_steps, self.env_steps + steps,
+                         progress, resume_after=resume_after)
         eval_every = self.config.eval.interval
         checkpoint_every = self.config.log.checkpoint_interval if run_path is not None else 0
 
+        last = [self.env_steps]  # env steps at the previous call: runtimes advance by rounds or runs
+
         def on_progress(agent):
-            if eval_every and agent.env_steps % eval_every < len(agent.actor.envs):
+            previous, last[0] = last[0], agent.env_steps
+            if crossed(previous, agent.env_steps, eval_every):
                 log(agent, eval_return=agent.evaluate(self.config.eval.episodes)["mean"])
             else:
                 log(agent)
-            if checkpoint_every and agent.env_steps % checkpoint_every < len(agent.actor.envs):
+            if crossed(previous, agent.env_steps, checkpoint_every):
                 agent.checkpoint(run_path / "checkpoint.npz")
 
         start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
@@ -266,6 +297,8 @@ class Agent:
         }
         if time_tasks:
             summary["task_us"] = self.task_timer.mean_us()
+        if self.plan.runtime == "processes":
+            summary["actor_restarts"] = self.actor_restarts
         if fpga is not None:
             summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated
                                else {"simulated": False, "label": fpga.label})
@@ -363,13 +396,13 @@ class DQN(Agent):
                                  self.plan.envs_per_actor, self.plan.sync_interval)
 
     # -- parts the runtime drives --------------------------------------------------------------
-    @property
-    def actor(self) -> Actor:
-        if self._actor is None:
-            cfg = self.config
-            self._actor = Actor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
-                                self.n_actions, cfg.dqn.n_step, cfg.dqn.gamma)
-        return self._actor
+    action_field = (np.dtype(np.int64), ())
+
+    def actor_recipe(self) -> ActorRecipe:
+        cfg = self.config
+        return ActorRecipe(Actor, functools.partial(QPolicy, self.policy.layout),
+                           dict(env_id=cfg.env, n_envs=self.plan.envs_per_actor, n_actions=self.n_actions,
+                                n_step=cfg.dqn.n_step, gamma=cfg.dqn.gamma))
 
     def _greedy_actor(self, env):
         """obs -> the env's action for the greedy policy, on a copy of the current weights."""

@@ -10,6 +10,8 @@ actor's numpy policy with exploration noise, actions scaled to the env's bounds,
 """
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from pearl.protocol import Plan, build_tasks
 from pearl.replay import make_replay
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
+from pearl.runtime.processes import ActorRecipe
 
 
 def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int, ActionScaler]:
@@ -58,10 +61,11 @@ class ContinuousAgent(Agent):
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = self.algorithm_class(self.obs_dim, self.action_dim, cfg, config.seed)
         self.learner = self._make_learner(learn_device, self.plan.learner_kernel)
-        self.policy = self._new_policy()
+        self.policy = self._policy_factory()()
         self.policy.load(self.learner.policy_weights())
-        self.replay = make_replay(config.replay, self.obs_dim, action_dtype=np.float32,
-                                  action_shape=(self.action_dim,), total_steps=config.total_steps,
+        action_dtype, action_shape = self.action_field
+        self.replay = make_replay(config.replay, self.obs_dim, action_dtype=action_dtype,
+                                  action_shape=action_shape, total_steps=config.total_steps,
                                   rate_limiter=self._rate_limiter(), device=replay_device)
         self._start_counters()
         self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
@@ -79,24 +83,27 @@ class ContinuousAgent(Agent):
             return FusedActorCriticLearner(self.algo)
         return ContinuousLearner(self.algo, device)
 
-    def _new_policy(self) -> ContinuousPolicy:
+    def _policy_factory(self) -> functools.partial:
+        """Builds the actor's numpy policy (picklable: actor processes build theirs with it)."""
         kind = "squashed_gaussian" if isinstance(self.algo, SACAlgorithm) else "deterministic"
         noise = 0.0 if kind == "squashed_gaussian" else self.algo.exploration_noise()
-        return ContinuousPolicy(self.algo.policy_sizes(), self.action_dim, kind, noise)
+        return functools.partial(ContinuousPolicy, self.algo.policy_sizes(), self.action_dim, kind, noise)
 
     # -- parts the runtime drives --------------------------------------------------------------
     @property
-    def actor(self) -> ContinuousActor:
-        if self._actor is None:
-            cfg = self.config
-            self._actor = ContinuousActor(cfg.env, self.plan.envs_per_actor, cfg.seed, self.policy,
-                                          self.scaler, cfg.algo_config.n_step, cfg.algo_config.gamma)
-        return self._actor
+    def action_field(self) -> tuple[np.dtype, tuple]:
+        return np.dtype(np.float32), (self.action_dim,)
+
+    def actor_recipe(self) -> ActorRecipe:
+        cfg = self.config
+        return ActorRecipe(ContinuousActor, self._policy_factory(),
+                           dict(env_id=cfg.env, n_envs=self.plan.envs_per_actor, scaler=self.scaler,
+                                n_step=cfg.algo_config.n_step, gamma=cfg.algo_config.gamma))
 
     def _greedy_actor(self, env):
         """obs -> the env's action for the deterministic policy (SAC: tanh of the mean), on a copy
         of the current weights."""
-        policy = self._new_policy()
+        policy = self._policy_factory()()
         policy.load(self.learner.policy_weights())
         return lambda obs: self.scaler.to_env(policy.mean_action(obs[None])[0])
 

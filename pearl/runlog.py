@@ -13,7 +13,7 @@ METRIC_COLUMNS = ("env_steps", "updates", "episodes", "mean_return_100", "eval_r
 class RunLog:
     """Collects metric rows every `interval` env steps; writes them to `run_dir`/metrics.csv."""
 
-    def __init__(self, run_dir: Path | None, interval: int, total: int, progress: bool,
+    def __init__(self, run_dir: Path | None, interval: int, start_steps: int, total: int, progress: bool,
                  label: str | None = None, extra=None, resume_after: int | None = None):
         """`label` (e.g. "simulated FPGA ...") starts every progress line and fills a `label`
         column of metrics.csv; `extra(agent) -> dict` adds columns (e.g. simulated device time).
@@ -23,8 +23,8 @@ class RunLog:
         self.label, self.extra = label, extra
         self.rows: list[dict] = []
         self.start = time.perf_counter()
-        self.start_steps: int | None = None
-        self.next_row = 0
+        self.start_steps = start_steps
+        self.next_row = start_steps - start_steps % interval + interval
         self.tty = sys.stderr.isatty()
         self._csv = None
         if run_dir is not None:
@@ -44,12 +44,9 @@ class RunLog:
 
     def steps_per_s(self, env_steps: int) -> float:
         elapsed = time.perf_counter() - self.start
-        return (env_steps - (self.start_steps or 0)) / elapsed if elapsed > 0 else 0.0
+        return (env_steps - self.start_steps) / elapsed if elapsed > 0 else 0.0
 
     def __call__(self, agent, eval_return: float | None = None) -> None:
-        if self.start_steps is None:
-            self.start_steps = agent.env_steps - len(agent.actor.envs)
-            self.next_row = agent.env_steps - agent.env_steps % self.interval + self.interval
         if agent.env_steps < self.next_row and eval_return is None:
             return
         self.next_row = agent.env_steps - agent.env_steps % self.interval + self.interval

@@ -53,15 +53,16 @@ def test_periodic_checkpoints_and_rng_state(tmp_path):
 SCRIPT = """
 import json, sys, pearl
 agent = pearl.DQN("CartPole-v1", total_steps={total}, checkpoint_interval=500, seed=2,
-                  learning_starts=500, target_update_interval=200, hidden=[32, 32], replay="prioritized")
+                  learning_starts=500, target_update_interval=200, hidden=[32, 32], replay="prioritized",
+                  plan=pearl.Plan(runtime="{runtime}"))
 summary = agent.train(run_dir=sys.argv[1])
 print(json.dumps({{"env_steps": summary["env_steps"], "interrupted": summary["interrupted"]}}))
 """
 
 
-def start_run(run_dir: Path, total: int) -> subprocess.Popen:
+def start_run(run_dir: Path, total: int, runtime: str = "sequential") -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-c", SCRIPT.format(total=total), str(run_dir)],
+    return subprocess.Popen([sys.executable, "-c", SCRIPT.format(total=total, runtime=runtime), str(run_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -73,12 +74,38 @@ def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, ti
         time.sleep(0.05)
 
 
-def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("runtime", ["sequential", "processes"])
+def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path, runtime):
     total = 20_000
-    proc = start_run(tmp_path, total)
+    proc = start_run(tmp_path, total, runtime)
     wait_for_checkpoint(tmp_path, proc, 1500)
+    orphans = children(proc.pid)  # the processes runtime's actors (and any helper process)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in orphans):  # actors notice their learner is gone and exit
+        assert time.monotonic() < deadline, "actor processes outlived their learner"
+        time.sleep(0.1)
     at = checkpoint_steps(tmp_path)
     assert 1500 <= at < total
     saved = pearl.load(tmp_path)  # what the checkpoint holds: the replay contents among it
@@ -96,8 +123,9 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
         pearl.resume(tmp_path / "nothing-here")
 
 
-def test_ctrl_c_stops_cleanly_with_a_consistent_checkpoint(tmp_path):
-    proc = start_run(tmp_path, 200_000)
+@pytest.mark.parametrize("runtime", ["sequential", "processes"])
+def test_ctrl_c_stops_cleanly_with_a_consistent_checkpoint(tmp_path, runtime):
+    proc = start_run(tmp_path, 200_000, runtime)
     wait_for_checkpoint(tmp_path, proc, 1000)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)

@@ -80,4 +80,4 @@ def test_plan_runtime_is_validated():
     from pearl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="plan.runtime"):
-        Plan.from_yaml("plan:\n  runtime: processes\n")
+        Plan.from_yaml("plan:\n  runtime: greenlets\n")

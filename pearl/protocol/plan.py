@@ -29,8 +29,9 @@ class Plan:
     batch_size: int = 64
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
-    # sequential: the reference loop; threaded: a learner thread beside the actor (pearl/runtime/threaded.py)
-    runtime: Literal["sequential", "threaded"] = "sequential"
+    # sequential: the reference loop; threaded: a learner thread beside the actor (pearl/runtime/threaded.py);
+    # processes: `actors` actor processes beside the learner, shared-memory transport (pearl/runtime/processes.py)
+    runtime: Literal["sequential", "threaded", "processes"] = "sequential"
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:

@@ -1,8 +1,9 @@
 """Runtimes execute a Plan. `sequential` is the reference every parallel runtime must match;
-`threaded` runs the learner on a thread beside the actor."""
-from pearl.runtime import sequential, threaded
+`threaded` runs the learner on a thread beside the actor; `processes` runs actor processes beside
+the learner."""
+from pearl.runtime import processes, sequential, threaded
 
-RUNTIMES = {"sequential": sequential.run, "threaded": threaded.run}
+RUNTIMES = {"sequential": sequential.run, "threaded": threaded.run, "processes": processes.run}
 
 
 def run(name: str, agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:

@@ -17,9 +17,10 @@ class TaskTimer:
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
-    def add(self, task: str, seconds: float) -> None:
-        self.seconds[task] = self.seconds.get(task, 0.0) + seconds
-        self.calls[task] = self.calls.get(task, 0) + 1
+    def add(self, task: str, seconds: float, calls: int = 1) -> None:
+        if calls:
+            self.seconds[task] = self.seconds.get(task, 0.0) + seconds
+            self.calls[task] = self.calls.get(task, 0) + calls
 
     def mean_us(self) -> dict[str, float]:
         return {t: 1e6 * s / self.calls[t] for t, s in self.seconds.items()}

@@ -1,0 +1,313 @@
+"""The processes runtime: actor processes beside a learner process, joined by shared memory.
+
+`plan.actors` processes each step `plan.envs_per_actor` environments with one batched policy
+inference per step and write the n-step transitions and finished episodes into their own
+shared-memory ring (pearl/runtime/shared.py): nothing is pickled per step. The calling process is
+the learner: it drains every ring into the replay (one insert per drained run), runs the updates due
+(sample -> learn -> update_priorities), publishes weights every `plan.sync_interval` updates and
+the current epsilon to a shared board, and grants each actor an allowance of env steps.
+
+What it keeps of the sequential runtime's semantics (docs/ARCHITECTURE.md):
+- the replay ratio: updates = floor((env_steps - learning_starts) x updates_per_step) over the env
+  steps the learner has taken in, as in the sequential runtime; an actor may run at most
+  `allowance` env steps ahead of what the learner has taken in from it, so the updates trail the
+  count due by at most about MAX_LAG; the run ends with exactly the sequential count;
+- every transition inserted once: a transition is in the ring once its actor commits it and the
+  learner inserts each committed slot once (`ActorChannel.take`/`release`);
+- target-network updates after the updates due at each crossing of target_update_interval;
+- weights reach the actors as complete snapshots (a sequence lock), never half-written.
+What it does not keep: determinism (the interleaving of the actors' steps depends on timing),
+and the exact epsilon at each step: an actor reads the epsilon of the env steps the learner has
+taken in, at most `allowance` steps behind its own.
+
+An actor process that dies (killed, segfault) is restarted with the same ring: what it committed
+is kept, the n-step transitions it was still assembling and its unfinished episodes are lost (as
+when resuming from a checkpoint). An actor that raises an exception stops the run with its
+message. The run ends at the first multiple of actors x envs_per_actor env steps at or past the
+requested count.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from pearl.errors import PearlError
+from pearl.runtime.shared import (ACT_NS, ACT_ROUNDS, ALLOWED, STEPS, STOP, WAIT_NS, ActorChannel,
+                                  WeightBoard)
+
+MAX_LAG = 8  # updates the learner may trail the count due, summed over actors' allowances
+RING_ROUNDS = 1024  # act rounds of transitions each ring holds
+MAX_RESTARTS = 10  # per run: beyond that an actor that keeps dying is an error, not bad luck
+HEALTH_CHECK_S = 0.05
+
+
+@dataclass
+class ActorRecipe:
+    """How to build an actor in another process: the actor class, a factory of its policy and its
+    other constructor arguments. Everything here is picklable."""
+
+    actor_class: type
+    policy_factory: Callable[[], object]
+    kwargs: dict = field(default_factory=dict)
+
+    def build(self, seed: int, policy=None):
+        return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
+                                **self.kwargs)
+
+
+def allowance(updates_per_step: float, actors: int, envs: int) -> int:
+    """Env steps an actor may run ahead of the learner: the actors together at most MAX_LAG updates
+    ahead, and at least one act round each."""
+    steps = MAX_LAG / max(updates_per_step, 1e-9) / actors
+    return max(envs, int(steps // envs) * envs)
+
+
+def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
+    """Distinct env seeds and exploration streams per actor, per restart and per resumed run."""
+    return int(np.random.SeedSequence([seed, start_steps, actor, generation]).generate_state(1)[0])
+
+
+def _wait(spins: int) -> int:
+    """Backs off while waiting on another process: yield the core first, then sleep."""
+    if spins < 200:
+        os.sched_yield()
+    else:
+        time.sleep(1e-4)
+    return spins + 1
+
+
+def actor_main() -> None:
+    """An actor process (started by `_ActorProcesses.start`): step, write, wait for the allowance,
+    until the learner says stop or goes away. Its arguments arrive pickled on stdin."""
+    sys.path[:0] = [p for p in pickle.load(sys.stdin.buffer) if p not in sys.path]  # the learner's
+    index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
+    channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
+    try:
+        actor = recipe.build(seed)
+        n_envs = len(actor.envs)
+        counters = channel.counters
+        weights = np.empty(board.n_weights, dtype=np.float32)
+        version = -1
+        clock = time.perf_counter_ns
+        # an act round emits at most n_envs x n_step transitions (episode ends flush pending steps)
+        room = n_envs * actor.nstep.n
+        rounds = 0
+        while not counters[STOP]:
+            waited, spins = clock(), 0
+            while (counters[STEPS] + n_envs > counters[ALLOWED] or channel.free() < room
+                   or channel.episode_free() < n_envs) and not counters[STOP]:
+                spins = _wait(spins)
+                if spins % 1000 == 0 and os.getppid() != learner_pid:
+                    counters[STOP] = 1  # the learner died: nobody will drain the ring
+            if counters[STOP]:
+                break
+            started = clock()
+            fresh = board.read(weights, version)
+            if fresh != version:
+                actor.policy.load(weights)
+                version = fresh
+            transitions, finished = actor.step(board.epsilon)
+            channel.put(transitions, finished, n_envs)
+            counters[ACT_NS] += clock() - started
+            counters[ACT_ROUNDS] += 1
+            counters[WAIT_NS] += started - waited
+            rounds += 1
+            if rounds % 4096 == 0 and os.getppid() != learner_pid:
+                break
+        actor.close()
+    except BaseException:
+        channel.report_error(traceback.format_exc(limit=8))
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # no interpreter teardown: it would try to unmap the shared memory under numpy's views
+    os._exit(0)
+
+
+class _ActorProcesses:
+    """The learner's view of its actors: channels, processes, restarts.
+
+    Actors are fresh interpreters (`python -c ...`), not `multiprocessing` children: those re-run
+    the user's main script in each child (a script without an `if __name__ == "__main__"` guard
+    would train again there) and inherit its signal handlers. Each runs in its own session, so a
+    Ctrl-C in the terminal reaches the learner only; the learner stops them.
+    """
+
+    def __init__(self, agent, recipe: ActorRecipe, fields: dict, n_weights: int, quota: int):
+        plan = agent.plan
+        self.n, self.envs, self.quota = plan.actors, plan.envs_per_actor, quota
+        self.seed, self.start_steps = agent.config.seed, agent.env_steps
+        self.recipe = recipe
+        capacity = RING_ROUNDS * self.envs * max(1, agent.config.algo_config.n_step)
+        self.channels = [ActorChannel.create(fields, capacity) for _ in range(self.n)]
+        self.board = WeightBoard.create(n_weights)
+        self.processes: list = [None] * self.n
+        self.generations = [0] * self.n
+        self.restarts = 0
+
+    def start(self, index: int) -> None:
+        args = (index, self.recipe, actor_seed(self.seed, self.start_steps, index, self.generations[index]),
+                self.channels[index].spec(), self.board.spec(), os.getpid())
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from pearl.runtime.processes import actor_main; actor_main()"],
+            stdin=subprocess.PIPE, start_new_session=True)
+        pickle.dump(sys.path, process.stdin)
+        pickle.dump(args, process.stdin)
+        process.stdin.close()
+        self.processes[index] = process
+
+    def _raise_reported(self, index: int) -> None:
+        text = self.channels[index].error()
+        if text is not None:
+            raise PearlError(f"actor {index} failed:\n{text.rstrip()}")
+
+    def check(self, done: Callable[[int], bool]) -> None:
+        """Raises an actor's exception; restarts an actor that died without one (and still has steps
+        to take)."""
+        for index, process in enumerate(self.processes):
+            if process.poll() is None:
+                continue
+            self._raise_reported(index)
+            if done(index):
+                continue
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS:
+                raise PearlError(f"actor {index} died (exit code {process.returncode}) and {MAX_RESTARTS} "
+                                 f"restarts were used up: stopping the run")
+            print(f"pearl: actor {index} died (exit code {process.returncode}); restarting it "
+                  f"(restart {self.restarts} of at most {MAX_RESTARTS})", file=sys.stderr, flush=True)
+            self.generations[index] += 1
+            self.start(index)
+
+    def stop(self) -> None:
+        """Tells every actor to finish and waits for it (killing one that does not finish)."""
+        for channel in self.channels:
+            channel.counters[STOP] = 1
+        for process in self.processes:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def close(self) -> None:
+        """Unlinks the shared memory (after `stop`)."""
+        for block in (*self.channels, self.board):
+            block.close()
+
+
+def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
+    """Advances `agent` by about `steps` env steps with `plan.actors` actor processes (module doc)."""
+    cfg = agent.config.algo_config
+    replay, learner, plan, rng = agent.replay, agent.learner, agent.plan, agent.rng
+    timer, clock = (agent.task_timer if time_tasks else None), time.perf_counter
+    n, envs = plan.actors, plan.envs_per_actor
+    quota = math.ceil(steps / (n * envs)) * envs  # env steps per actor
+    ahead = allowance(cfg.updates_per_step, n, envs)
+    interval = getattr(cfg, "target_update_interval", None)
+    start = agent.env_steps
+
+    def due(env_steps: int) -> int:
+        return int(max(0, env_steps - cfg.learning_starts) * cfg.updates_per_step)
+
+    weights = learner.policy_weights()
+    actors = _ActorProcesses(agent, agent.actor_recipe(), agent.transition_fields(), weights.size, quota)
+    board, channels = actors.board, actors.channels
+    board.publish(weights)
+    board.epsilon = agent.algo.epsilon(agent.env_steps)
+    taken = [0] * n  # env steps taken in from each actor
+    for index, channel in enumerate(channels):
+        channel.counters[ALLOWED] = min(quota, ahead)
+    agent.actor_processes = actors  # while the run lasts: its actors' processes and rings
+    lead = 0  # the most env steps the actors were ahead of what the learner had taken in
+
+    def learn_until(target_updates: int) -> None:
+        while agent.updates < target_updates:
+            t0 = clock()
+            batch = replay.sample(plan.batch_size, rng)
+            t1 = clock()
+            loss, abs_td = learner.update(batch)
+            t2 = clock()
+            if replay.prioritized:
+                replay.update_priorities(batch.indices, abs_td)
+            t3 = clock()
+            agent.updates += 1
+            agent.record_loss(loss)
+            if agent.updates % plan.sync_interval == 0:
+                board.publish(learner.policy_weights())
+                if timer:
+                    timer.add("sync_weights", clock() - t3)
+            if timer:
+                timer.add("sample", t1 - t0)
+                timer.add("learn", t2 - t1)
+                if replay.prioritized:
+                    timer.add("update_priorities", t3 - t2)
+
+    def take_in(index: int) -> None:
+        channel = channels[index]
+        actor_steps, runs, finished = channel.take()
+        for run_fields in runs:
+            replay.add(*run_fields)
+        channel.release()
+        taken[index] = actor_steps
+        agent.record_episodes(finished)
+
+    last_check, spins = clock(), 0
+    try:
+        for index in range(n):
+            actors.start(index)
+        while True:
+            previous = agent.env_steps
+            t0 = clock()
+            for index in range(n):
+                take_in(index)
+            agent.env_steps = start + sum(taken)
+            replay.progress = agent.env_steps
+            if timer and agent.env_steps > previous:
+                timer.add("insert", clock() - t0)
+            if interval:
+                for point in range((previous // interval + 1) * interval, agent.env_steps + 1, interval):
+                    learn_until(due(point))
+                    learner.update_target()
+            learn_until(due(agent.env_steps))
+            board.epsilon = agent.algo.epsilon(agent.env_steps)
+            for index, channel in enumerate(channels):
+                channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
+            lead = max(lead, sum(int(c.counters[STEPS]) for c in channels) - sum(taken))
+            finished_all = all(t >= quota for t in taken)
+            if agent.env_steps > previous:
+                spins = 0
+                if on_progress is not None:
+                    on_progress(agent)
+            elif not finished_all:
+                spins = _wait(spins)
+            if finished_all or agent.stop_requested:
+                break
+            if clock() - last_check > HEALTH_CHECK_S:
+                actors.check(lambda index: taken[index] >= quota)
+                last_check = clock()
+    finally:
+        # what actors commit after the last take_in is dropped: the run ends where the learner's
+        # count says (agent.env_steps), with exactly the updates due there
+        actors.stop()
+        if timer:
+            rounds = sum(int(c.counters[ACT_ROUNDS]) for c in channels)
+            # the actors' own clocks: time in act rounds, and waiting for the allowance or ring space
+            timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
+            timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
+        actors.close()
+        agent.actor_processes = None
+    agent.actor_restarts, agent.actor_lead = actors.restarts, lead
+    agent.policy.load(learner.policy_weights())

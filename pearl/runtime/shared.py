@@ -1,0 +1,237 @@
+"""Shared-memory transport between actor processes and the learner: no pickling per step.
+
+`ActorChannel` is one actor's single-producer / single-consumer ring of transitions and finished
+episodes, plus the counters the two sides exchange (env steps committed, the env-step allowance the
+learner grants, the actor's task times). `WeightBoard` carries the policy weights and the
+exploration epsilon from the learner to every actor under a sequence lock.
+
+Memory is POSIX shared memory (`multiprocessing.shared_memory`) that the learner creates and
+unlinks; actor processes attach by name (a restarted actor attaches to the same block and continues
+where the dead one stopped). Each counter has one writer and
+sits on its own cache line. The ordering this relies on: the writer stores the data, then the
+counter; the reader loads the counter, then the data. x86-64 keeps stores in order and loads in
+order (TSO), and numpy does each store as one aligned 8-byte write, so a reader never sees a
+counter ahead of its data. (On weaker memory models, e.g. ARM, this transport would need fences.)
+"""
+from __future__ import annotations
+
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+
+import numpy as np
+
+LINE = 64  # bytes: one cache line
+_WORDS = LINE // 8
+
+# one int64 counter per cache line, each with a single writer
+COMMITTED = 0        # actor: transitions written
+CONSUMED = 1         # learner: transitions read
+STEPS = 2            # actor: env steps taken (over all its envs), committed with their transitions
+EPISODES = 3         # actor: finished episodes written
+EPISODES_READ = 4    # learner
+ALLOWED = 5          # learner: env steps the actor may reach before it waits
+STOP = 6             # learner: 1 = finish now
+ACT_NS = 7           # actor: nanoseconds spent in act rounds
+ACT_ROUNDS = 8       # actor: act rounds taken
+WAIT_NS = 9          # actor: nanoseconds waiting for the allowance or for ring space
+ERROR_BYTES = 10     # actor: length of the error report it wrote before exiting
+_COUNTERS = 11
+ERROR_CAPACITY = 8192  # bytes of an actor's error report (a traceback's tail)
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // LINE) * LINE
+
+
+def _attach(name: str) -> SharedMemory:
+    """Opens the learner's block without taking ownership: only its creator unlinks it."""
+    try:
+        return SharedMemory(name=name, track=False)  # Python >= 3.13
+    except TypeError:
+        memory = SharedMemory(name=name)
+        # Python < 3.13 registers every attach with this process's resource tracker, which would
+        # unlink the block when this process exits, under the learner's feet
+        resource_tracker.unregister(memory._name, "shared_memory")
+        return memory
+
+
+class _Block:
+    """A named shared-memory block: created (and later unlinked) by the learner, attached by actors."""
+
+    def __init__(self, memory: SharedMemory, owner: bool):
+        self.memory, self.owner = memory, owner
+        self.raw = np.frombuffer(memory.buf, dtype=np.uint8)
+
+    def close(self) -> None:
+        """Drops this process's views and mapping; the owner also unlinks the name."""
+        self.__dict__ = {"memory": self.memory, "owner": self.owner}  # the numpy views go first
+        try:
+            self.memory.close()
+        except BufferError:  # a caller still holds a view: the mapping goes when that view does
+            pass
+        if self.owner:
+            self.memory.unlink()
+
+
+class _Layout:
+    """Byte offsets of a block's parts: counters, then each field's ring, then the episode ring."""
+
+    def __init__(self, fields: dict[str, tuple[np.dtype, tuple]], capacity: int, episode_capacity: int):
+        self.fields, self.capacity, self.episode_capacity = fields, capacity, episode_capacity
+        offset = _COUNTERS * LINE
+        self.offsets = {}
+        for name, (dtype, shape) in fields.items():
+            self.offsets[name] = offset
+            offset = _aligned(offset + capacity * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        self.episodes_offset = offset
+        self.error_offset = _aligned(offset + episode_capacity * 2 * 8)
+        self.size = self.error_offset + ERROR_CAPACITY
+
+
+class ActorChannel(_Block):
+    """One actor's ring. Created by the learner (`create`), attached by the actor process (or its
+    replacement after a crash) from `spec()`."""
+
+    def __init__(self, memory: SharedMemory, layout: _Layout, owner: bool = False):
+        super().__init__(memory, owner)
+        self.layout = layout
+        raw = self.raw
+        self.counters = raw[:_COUNTERS * LINE].view(np.int64)[::_WORDS]
+        self.fields = {name: raw[layout.offsets[name]:].view(np.dtype(dtype))[:layout.capacity * int(np.prod(shape, dtype=np.int64))]
+                       .reshape((layout.capacity, *shape))
+                       for name, (dtype, shape) in layout.fields.items()}
+        self.episodes = raw[layout.episodes_offset:].view(np.float64)[:2 * layout.episode_capacity].reshape(-1, 2)
+        self._error = raw[layout.error_offset:layout.error_offset + ERROR_CAPACITY]
+
+    @classmethod
+    def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
+               episode_capacity: int = 4096) -> ActorChannel:
+        """`fields`: name -> (dtype, shape of one transition's value), in the replay's add() order."""
+        layout = _Layout(fields, capacity, episode_capacity)
+        return cls(SharedMemory(create=True, size=layout.size), layout, owner=True)
+
+    def spec(self) -> tuple:
+        """What another process needs to attach (picklable)."""
+        return self.memory.name, self.layout
+
+    @classmethod
+    def attach(cls, name: str, layout: _Layout) -> ActorChannel:
+        return cls(_attach(name), layout)
+
+    # -- the actor's side -------------------------------------------------------------------------
+    def free(self) -> int:
+        c = self.counters
+        return self.layout.capacity - int(c[COMMITTED] - c[CONSUMED])
+
+    def put(self, transitions, finished: list[tuple[float, int]], env_steps: int) -> None:
+        """Writes one act round: its transitions (arrays in field order, or None), the episodes it
+        finished and the env steps it took. The caller checked `free()` and `episode_free()`."""
+        c = self.counters
+        if transitions is not None:
+            start, count = int(c[COMMITTED]), len(transitions[0])
+            first = start % self.layout.capacity
+            split = min(count, self.layout.capacity - first)
+            for ring, values in zip(self.fields.values(), transitions):
+                ring[first:first + split] = values[:split]
+                if split < count:  # wraps around the ring's end
+                    ring[:count - split] = values[split:]
+        for episode_return, length in finished:
+            self.episodes[int(c[EPISODES]) % self.layout.episode_capacity] = episode_return, length
+            c[EPISODES] += 1
+        if transitions is not None:
+            c[COMMITTED] += len(transitions[0])
+        c[STEPS] += env_steps
+
+    def episode_free(self) -> int:
+        c = self.counters
+        return self.layout.episode_capacity - int(c[EPISODES] - c[EPISODES_READ])
+
+    def report_error(self, text: str) -> None:
+        """What an actor leaves for the learner before it exits on an exception (the tail of `text`
+        if it is long: a traceback ends with the error)."""
+        data = text.encode()[-ERROR_CAPACITY:]
+        self._error[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.counters[ERROR_BYTES] = len(data)
+
+    def error(self) -> str | None:
+        length = int(self.counters[ERROR_BYTES])
+        return self._error[:length].tobytes().decode(errors="replace") if length else None
+
+    # -- the learner's side -----------------------------------------------------------------------
+    def take(self) -> tuple[int, list[tuple], list[tuple[float, int]]]:
+        """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
+        episodes). The arrays are views of the ring: consume them before calling `release`."""
+        c = self.counters
+        steps = int(c[STEPS])  # loaded before COMMITTED: every transition of these steps is in
+        committed, consumed = int(c[COMMITTED]), int(c[CONSUMED])
+        runs = []
+        if committed > consumed:
+            capacity = self.layout.capacity
+            first, count = consumed % capacity, committed - consumed
+            split = min(count, capacity - first)
+            runs.append(tuple(ring[first:first + split] for ring in self.fields.values()))
+            if split < count:
+                runs.append(tuple(ring[:count - split] for ring in self.fields.values()))
+        episodes = []
+        written, read = int(c[EPISODES]), int(c[EPISODES_READ])
+        for k in range(read, written):
+            episode_return, length = self.episodes[k % self.layout.episode_capacity]
+            episodes.append((float(episode_return), int(length)))
+        c[EPISODES_READ] = written
+        self._taken = committed
+        return steps, runs, episodes
+
+    def release(self) -> None:
+        """Hands the slots of the last `take` back to the actor."""
+        self.counters[CONSUMED] = self._taken
+
+
+class WeightBoard(_Block):
+    """The learner's latest policy weights and epsilon for every actor, under a sequence lock: the
+    version is odd while the learner writes, and a reader keeps a copy only if it saw the same even
+    version before and after copying."""
+
+    def __init__(self, memory: SharedMemory, n_weights: int, owner: bool = False):
+        super().__init__(memory, owner)
+        self.n_weights = n_weights
+        raw = self.raw
+        self._version = raw[:8].view(np.int64)
+        self._epsilon = raw[LINE:LINE + 8].view(np.float64)
+        self._weights = raw[2 * LINE:2 * LINE + 4 * n_weights].view(np.float32)
+
+    @classmethod
+    def create(cls, n_weights: int) -> WeightBoard:
+        return cls(SharedMemory(create=True, size=2 * LINE + 4 * n_weights), n_weights, owner=True)
+
+    def spec(self) -> tuple:
+        return self.memory.name, self.n_weights
+
+    @classmethod
+    def attach(cls, name: str, n_weights: int) -> WeightBoard:
+        return cls(_attach(name), n_weights)
+
+    def publish(self, weights: np.ndarray) -> None:
+        self._version[0] += 1
+        self._weights[:] = weights
+        self._version[0] += 1
+
+    @property
+    def epsilon(self) -> float:
+        return float(self._epsilon[0])
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self._epsilon[0] = value
+
+    @property
+    def version(self) -> int:
+        return int(self._version[0])
+
+    def read(self, out: np.ndarray, seen: int) -> int:
+        """Copies the weights into `out` if a version newer than `seen` is complete; returns the
+        version `out` now holds (`seen` if nothing new or the learner was mid-write)."""
+        version = int(self._version[0])
+        if version == seen or version & 1:
+            return seen
+        out[:] = self._weights
+        return version if int(self._version[0]) == version else seen

@@ -1,0 +1,13 @@
+"""An actor that fails on purpose, importable by the actor processes the tests start (the learner
+hands them its sys.path, which holds this directory under pytest)."""
+from pearl.runtime.actor import Actor
+
+
+class ActorThatRaises(Actor):
+    FAIL_AT_STEP = 300
+
+    def step(self, epsilon: float):
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1
+        if self.steps_taken == self.FAIL_AT_STEP:
+            raise ValueError("the environment's simulator lost its licence")
+        return super().step(epsilon)

@@ -1,0 +1,131 @@
+"""The processes runtime (pearl/runtime/processes.py) keeps the sequential runtime's semantics:
+the exact replay ratio at the end and a bounded lead of the actors during the run, every
+transition inserted once, target updates and weight syncs; a killed actor is restarted and the run
+goes on; an actor's exception stops the run with its message; continuous-action agents run too."""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import pearl
+from pearl.errors import ConfigError, PearlError
+from pearl.protocol import Plan
+from pearl.runtime import processes
+from pearl.runtime.shared import STEPS
+
+FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, hidden=[32, 32])
+
+
+def in_processes(**plan):
+    return Plan(runtime="processes", **plan)
+
+
+def due(agent, ratio, learning_starts=500):
+    return int(max(0, agent.env_steps - learning_starts) * ratio)
+
+
+@pytest.mark.parametrize("ratio,actors,envs,replay", [(0.25, 1, 1, "uniform"), (1.0, 2, 1, "prioritized"),
+                                                      (0.5, 2, 3, "uniform"), (2.0, 1, 2, "amper")])
+def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, envs, replay):
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
+                      **{**FAST, "updates_per_step": ratio})
+    ratios = []
+
+    def watch(a):
+        # the actors' own env steps, which may be ahead of what the learner took in
+        produced = sum(int(c.counters[STEPS]) for c in a.actor_processes.channels)
+        if produced > 1500:
+            ratios.append(a.updates / ((produced - 500) * ratio))
+
+    summary = agent.train(3000)
+    quota = -(-3000 // (actors * envs)) * envs
+    assert agent.env_steps == actors * quota
+    assert agent.updates == due(agent, ratio)
+    assert agent.replay.inserted == agent.env_steps  # 1-step transitions: none lost
+    stored = agent.replay.storage["obs"][:agent.replay.inserted]
+    assert len(np.unique(stored, axis=0)) == len(stored)  # none duplicated
+    assert summary["actor_restarts"] == 0
+    ahead = processes.allowance(ratio, actors, envs)
+    assert 0 < agent.actor_lead <= actors * ahead
+    # measured while running, over the actors' own steps: within 2% of the configured ratio
+    agent2 = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
+                       **{**FAST, "updates_per_step": ratio})
+    from pearl import runtime
+    runtime.run("processes", agent2, 3000, on_progress=watch)
+    assert ratios and max(abs(r - 1) for r in ratios) < 0.02
+
+
+def test_n_step_transitions_cross_the_rings_intact():
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, envs_per_actor=2), n_step=3, **FAST)
+    agent.train(2000)
+    inserted, steps = agent.replay.inserted, agent.env_steps
+    # each env still holds at most n_step - 1 steps whose returns are not known yet
+    assert steps - 4 * 2 <= inserted <= steps
+    storage = {k: v[:inserted] for k, v in agent.replay.storage.items()}
+    assert set(np.unique(storage["actions"])) <= {0, 1}
+    # discounts are gamma^k for k <= 3 steps, or 0 at a termination; CartPole's returns are sums of 1s
+    gamma = agent.config.dqn.gamma
+    allowed = {0.0, *(np.float32(gamma ** k) for k in (1, 2, 3))}
+    assert set(np.unique(storage["discounts"]).tolist()) <= {float(x) for x in allowed}
+    expected_returns = {float(np.float32(sum(gamma ** i for i in range(k)))) for k in (1, 2, 3)}
+    assert set(np.unique(storage["rewards"]).tolist()) <= expected_returns
+
+
+def test_a_killed_actor_is_restarted_and_training_goes_on(capfd):
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+    killed = []
+
+    def kill_once(a):
+        if a.env_steps >= 1200 and not killed:
+            pid = a.actor_processes.processes[1].pid
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    from pearl import runtime
+    runtime.run("processes", agent, 4000, on_progress=kill_once)
+    assert killed
+    assert agent.actor_restarts == 1
+    assert agent.env_steps == 4000
+    assert agent.updates == due(agent, 0.25)
+    # only what the killed actor was still assembling (its unfinished 1-step transitions: none) is lost
+    assert agent.replay.inserted == agent.env_steps
+    assert "actor 1 died (exit code -9); restarting it" in capfd.readouterr().err
+
+
+def test_an_actor_exception_stops_the_run_with_its_message():
+    from actor_faults import ActorThatRaises
+
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(), **FAST)
+    recipe = agent.actor_recipe()
+    agent.actor_recipe = lambda: processes.ActorRecipe(ActorThatRaises, recipe.policy_factory, recipe.kwargs)
+    with pytest.raises(PearlError, match="actor 0 failed:(.|\n)*lost its licence"):
+        agent.train(3000)
+    assert agent.actor_processes is None  # actors stopped, shared memory released
+
+
+def test_checkpoint_of_a_processes_run_loads_and_trains_on(tmp_path):
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), replay="prioritized", **FAST)
+    agent.train(1200)
+    agent.save(tmp_path / "agent.npz")
+    restored = pearl.load(tmp_path / "agent.npz")
+    assert (restored.plan.runtime, restored.plan.actors) == ("processes", 2)
+    assert (restored.env_steps, restored.updates) == (agent.env_steps, agent.updates)
+    restored.train(400)
+    assert restored.updates == due(restored, 0.25)
+    # the actor processes never built an actor in the learner's process
+    assert restored._actor is None and agent._actor is None
+
+
+def test_continuous_agents_run_in_actor_processes():
+    agent = pearl.TD3("Pendulum-v1", plan=in_processes(actors=2), total_steps=1200, learning_starts=300,
+                      hidden=[32, 32], batch_size=32)
+    agent.train()
+    assert agent.env_steps == 1200 and agent.updates == 1200 - 300
+    actions = agent.replay.storage["actions"][:agent.replay.inserted]
+    assert actions.shape[1] == 1 and np.abs(actions).max() <= 1.0
+
+
+def test_several_actors_need_the_processes_runtime():
+    with pytest.raises(ConfigError, match="plan.actors: the sequential runtime runs 1 actor"):
+        pearl.DQN("CartPole-v1", plan=Plan(actors=2), **FAST)
