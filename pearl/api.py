@@ -28,6 +28,7 @@ from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor
 from pearl.runtime.learners import make_learner
+from pearl.runtime import processes, threaded
 from pearl.runtime.processes import ActorRecipe
 from pearl.runtime.sequential import TaskTimer
 
@@ -199,9 +200,9 @@ class Agent:
         ratio = cfg.updates_per_step * batch
         slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
         if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
-            slack += batch * runtime.threaded.MAX_LAG
+            slack += batch * threaded.MAX_LAG
         elif self.plan.runtime == "processes":  # actors run ahead by their allowances, an act round each
-            slack += batch * (runtime.processes.MAX_LAG
+            slack += batch * (processes.MAX_LAG
                               + max(1.0, cfg.updates_per_step) * self.plan.actors * self.plan.envs_per_actor)
         # each env holds its last n_step - 1 steps until their n-step returns are known, so at
         # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps

@@ -9,10 +9,17 @@ gradients fall into the denormal range, where x86 arithmetic is up to 100x slowe
 step went from 237 us to 202 us with flushing on).
 """
 from contextlib import contextmanager
+from importlib import import_module
 
-from pearl.kernels.cpu.mlp import MLPLayout, QPolicy  # noqa: F401
-from pearl.kernels.cpu.qlearn import FusedQLearner  # noqa: F401
-from pearl.kernels.cpu.sumtree import SumTree  # noqa: F401
+# imported on first use: an actor process needs the MLP, not the learner's BLAS (SciPy) or the tree
+_EXPORTS = {"MLPLayout": "pearl.kernels.cpu.mlp", "QPolicy": "pearl.kernels.cpu.mlp",
+            "FusedQLearner": "pearl.kernels.cpu.qlearn", "SumTree": "pearl.kernels.cpu.sumtree"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pearl.kernels.cpu' has no attribute {name!r}")
 
 
 def flush_denormals() -> bool:

@@ -7,6 +7,9 @@ and an actor's policy as one contiguous copy.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
+_NJIT = dict(cache=True, nogil=True)
 
 
 class MLPLayout:
@@ -39,6 +42,43 @@ class MLPLayout:
         return out
 
 
+@njit(**_NJIT)
+def mlp_forward(params, shapes, offsets, x, acts, act_offsets):
+    """Runs the MLP on x (rows, in): layer l's output (after ReLU except the last) goes to
+    acts[act_offsets[l]:...] as a (rows, out_l) block. Returns the last block."""
+    rows = x.shape[0]
+    layers = shapes.shape[0]
+    inputs = x
+    out = x
+    for layer in range(layers):
+        n_out, n_in = shapes[layer, 0], shapes[layer, 1]
+        start = offsets[layer]
+        weight = params[start:start + n_out * n_in].reshape((n_out, n_in))
+        bias = params[start + n_out * n_in:start + n_out * n_in + n_out]
+        h = np.dot(inputs, weight.T)
+        out = acts[act_offsets[layer]:act_offsets[layer] + rows * n_out].reshape((rows, n_out))
+        relu = layer < layers - 1
+        for i in range(rows):
+            for j in range(n_out):
+                v = h[i, j] + bias[j]
+                out[i, j] = v if (not relu or v > 0) else np.float32(0.0)
+        inputs = out
+    return out
+
+
+def activation_offsets(shapes: np.ndarray, rows: int) -> tuple[np.ndarray, int]:
+    """Where `mlp_forward` puts each layer's (rows, out) block in its activation buffer, and its size."""
+    widths = shapes[:, 0]
+    return np.concatenate(([0], np.cumsum(widths * rows)[:-1])).astype(np.int64), int(widths.sum()) * rows
+
+
+@njit(**_NJIT)
+def _greedy(params, shapes, offsets, obs, acts, act_offsets, actions):
+    q = mlp_forward(params, shapes, offsets, obs, acts, act_offsets)
+    for i in range(q.shape[0]):
+        actions[i] = np.argmax(q[i])
+
+
 class QPolicy:
     """Q-values of a batch of observations with numpy: the actor's copy of the learner's network."""
 
@@ -48,6 +88,9 @@ class QPolicy:
         layers = [(weight.T, bias) for weight, bias in layout.views(self.flat)]  # views of flat
         n_heads = 2 if layout.dueling else 1
         self._hidden, self._heads = layers[:-n_heads], layers[-n_heads:]
+        self._shapes = np.array(layout.shapes, dtype=np.int64)
+        self._offsets = np.array(layout.offsets, dtype=np.int64)
+        self._activations: dict[int, tuple] = {}  # rows -> (buffer, offsets) for the compiled path
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)
@@ -68,4 +111,16 @@ class QPolicy:
         return (h @ w_value + b_value) + advantage - advantage.mean(axis=-1, keepdims=True)
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
-        return self.q_values(obs).argmax(axis=-1)
+        """argmax_a Q(obs, a) per row; one compiled call for a plain net on float32 rows (numpy's
+        three products and their temporaries cost ~6 us a call on one observation, the compiled
+        forward pass ~2 us)."""
+        if self.layout.dueling or obs.ndim != 2 or obs.dtype != np.float32 or not obs.flags.c_contiguous:
+            return self.q_values(obs).argmax(axis=-1)
+        rows = obs.shape[0]
+        buffers = self._activations.get(rows)
+        if buffers is None:
+            offsets, size = activation_offsets(self._shapes, rows)
+            buffers = self._activations[rows] = (np.empty(size, np.float32), offsets)
+        actions = np.empty(rows, np.int64)
+        _greedy(self.flat, self._shapes, self._offsets, obs, buffers[0], buffers[1], actions)
+        return actions

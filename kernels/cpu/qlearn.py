@@ -15,33 +15,9 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so cpu_kernel_mode's BLAS limit covers it)
 from numba import njit
 
-from pearl.kernels.cpu.mlp import MLPLayout
+from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 
 _NJIT = dict(cache=True, nogil=True)
-
-
-@njit(**_NJIT)
-def _forward(params, shapes, offsets, x, acts, act_offsets):
-    """Runs the MLP on x (rows, in): layer l's output (after ReLU except the last) goes to
-    acts[act_offsets[l]:...] as a (rows, out_l) block. Returns the last block."""
-    rows = x.shape[0]
-    layers = shapes.shape[0]
-    inputs = x
-    out = x
-    for layer in range(layers):
-        n_out, n_in = shapes[layer, 0], shapes[layer, 1]
-        start = offsets[layer]
-        weight = params[start:start + n_out * n_in].reshape((n_out, n_in))
-        bias = params[start + n_out * n_in:start + n_out * n_in + n_out]
-        h = np.dot(inputs, weight.T)
-        out = acts[act_offsets[layer]:act_offsets[layer] + rows * n_out].reshape((rows, n_out))
-        relu = layer < layers - 1
-        for i in range(rows):
-            for j in range(n_out):
-                v = h[i, j] + bias[j]
-                out[i, j] = v if (not relu or v > 0) else np.float32(0.0)
-        inputs = out
-    return out
 
 
 @njit(**_NJIT)
@@ -55,8 +31,8 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     x[:batch] = obs
     if double:
         x[batch:] = next_obs
-    out = _forward(online, shapes, offsets, x, acts, act_offsets)
-    target_out = _forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
+    out = mlp_forward(online, shapes, offsets, x, acts, act_offsets)
+    target_out = mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
     n_actions = out.shape[1]
     layers = shapes.shape[0]
     # TD error, Huber loss and its gradient w.r.t. the taken action's Q (the only nonzero dQ)
@@ -175,11 +151,10 @@ class FusedQLearner:
         buffers = self._step_buffers.get(batch)
         if buffers is None:
             rows = 2 * batch if self.double else batch
-            widths = self._shapes[:, 0]
-            act_offsets = np.concatenate(([0], np.cumsum(widths * rows)[:-1])).astype(np.int64)
+            act_offsets, size = activation_offsets(self._shapes, rows)
             buffers = (np.empty((rows, self.layout.shapes[0][1]), np.float32),
-                       np.empty(int(widths.sum()) * rows, np.float32),
-                       np.empty(int(widths.sum()) * rows, np.float32),  # target: batch rows used
+                       np.empty(size, np.float32),
+                       np.empty(size, np.float32),  # target: batch rows used
                        act_offsets, np.empty(batch, np.float32))
             self._step_buffers[batch] = buffers
         return buffers

@@ -66,6 +66,9 @@ class NStepBuffer:
 
         The arrays may be views of this buffer's rings, valid until the next `step`.
         """
+        if self.n == 1:  # nothing to hold back: each step is its own transition
+            discounts = np.where(terminated, np.float32(0.0), np.float32(self.gamma))
+            return obs, actions, rewards.astype(np.float32), next_obs, discounts
         n, slot = self.n, self.t % self.n
         self.obs[slot], self.actions[slot], self.rewards[slot] = obs, actions, rewards
         self.t += 1

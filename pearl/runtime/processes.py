@@ -48,6 +48,9 @@ MAX_LAG = 8  # updates the learner may trail the count due, summed over actors' 
 RING_ROUNDS = 1024  # act rounds of transitions each ring holds
 MAX_RESTARTS = 10  # per run: beyond that an actor that keeps dying is an error, not bad luck
 HEALTH_CHECK_S = 0.05
+# an actor's products are a few thousand elements: a second BLAS thread only adds synchronisation
+# and takes a core from the learner or another actor (kernels/cpu/__init__.py)
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -160,7 +163,7 @@ class _ActorProcesses:
                 self.channels[index].spec(), self.board.spec(), os.getpid())
         process = subprocess.Popen(
             [sys.executable, "-c", "from pearl.runtime.processes import actor_main; actor_main()"],
-            stdin=subprocess.PIPE, start_new_session=True)
+            stdin=subprocess.PIPE, start_new_session=True, env={**os.environ, **ONE_BLAS_THREAD})
         pickle.dump(sys.path, process.stdin)
         pickle.dump(args, process.stdin)
         process.stdin.close()
