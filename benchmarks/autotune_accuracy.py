@@ -6,9 +6,14 @@ One process, back to back: `pearl profile` measures the task costs (the covering
 autotune ranks every plan of the ci_2core profile on that grid by throughput, then the chosen
 plan and a fixed, diverse set of plans (replay kinds, replay on cpu / opencl:0, envs, batch
 sizes, fused / torch learner) each train for `--seconds` after a warm-up, and the table sets
-prediction against measurement (both take the least disturbed of 3 windows, pearl/profile.py
+prediction against measurement (both take the least disturbed of 4 windows, pearl/profile.py
 WINDOWS: the machine is shared). Prints a markdown table, the median absolute error and whether
 autotune's pick measures within 10% of the best measured plan.
+
+Threaded plans and processes plans (1, 2, 3 actor processes x 1, 4, 16 envs per actor; each of
+their windows is one run, measured from when its actor processes are up: pearl/profile.py
+`_steady_run`) are measured in the same turns and reported apart, with autotune's pick when every
+runtime is allowed (`--runtimes sequential,threaded,processes --actors 1,2,3`).
 
 The config is configs/cartpole_dqn.yaml with n_step 1 (the figures in docs/BENCHMARKS.md were
 taken so, while n_step 3 with more than 3 envs per actor was refused by the runtime's rate limiter;
@@ -26,6 +31,7 @@ import time
 from pearl.tune import autotune
 from pearl.config import apply_overrides, default_config_path, load_config
 from pearl.estimator.model import Candidate
+from pearl.devices import cpu_devices
 from pearl.profile import measure_many, profile
 
 REPLAYS = [("uniform", "cpu"), ("prioritized", "cpu"), ("amper", "cpu"), ("prioritized", "opencl:0")]
@@ -53,6 +59,11 @@ THREADED = [
     Candidate("amper", "cpu", "cpu", "fused", 4, 64, runtime="threaded"),
     Candidate("uniform", "cpu", "cpu", "torch", 16, 256, runtime="threaded"),
 ]
+# The processes runtime, reported apart too: 1, 2 and 3 actor processes (3 actors + the learner
+# time-share the 2 cores) x 1, 4 and 16 envs per actor.
+PROCESS_ACTORS = (1, 2, 3)
+PROCESSES = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=n)
+             for n in PROCESS_ACTORS for e in (1, 4, 16)]
 
 
 def acceptance_config():
@@ -60,41 +71,55 @@ def acceptance_config():
 
 
 def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
-        fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED) -> dict:
+        fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED, processes=PROCESSES) -> dict:
     config = acceptance_config()
     load_before = os.getloadavg()[0]
     started = time.time()
     profile(config, replays, envs, batches, kernels, profile_seconds, log=log, use_cache=False,
-            threaded=bool(threaded))
+            threaded=bool(threaded), processes=bool(processes))
+    kinds = sorted({k for k, _ in replays})
     # The acceptance set: sequential plans (the runtime the model is validated for); autotune picks among them.
-    result = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=sorted({k for k, _ in replays}),
+    result = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=kinds,
                       envs=envs, batches=batches, use_profile=True)
     by_cand = {p.candidate: p for p in result.ranking.predictions}
-    if threaded:
-        extra = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=sorted({k for k, _ in replays}),
-                         envs=envs, batches=batches, use_profile=True, runtimes=("threaded",))
+    parallel = tuple(name for name, plans in (("threaded", threaded), ("processes", processes)) if plans)
+    overall = result.best
+    if parallel:  # the other runtimes' plans, and autotune's pick when every runtime is allowed
+        extra = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=kinds, envs=envs,
+                         batches=batches, use_profile=True, runtimes=("sequential",) + parallel,
+                         actors=PROCESS_ACTORS)
         by_cand.update({p.candidate: p for p in extra.ranking.predictions})
+        overall = extra.best
     pick = result.best.candidate
-    plans = [pick] + [c for c in list(fixed) + list(threaded) if c != pick and c in by_cand]
+    plans = list(dict.fromkeys([pick, overall.candidate] + [c for c in list(fixed) + list(threaded) + list(processes)
+                                                            if c in by_cand]))
     rows = []
     for cand, run_ in zip(plans, measure_many(config, plans, seconds)):
         measured = run_["steps_per_s"]
         predicted = by_cand[cand].steps_per_s
-        rows.append({"plan": cand.label(), "predicted": predicted, "measured": measured,
+        rows.append({"plan": cand.label(), "runtime": cand.runtime, "predicted": predicted, "measured": measured,
                      "measured_mean": run_["mean_steps_per_s"],
                      "error": (predicted - measured) / measured, "bottleneck": by_cand[cand].bottleneck,
-                     "watts": by_cand[cand].watts, "pick": cand == pick})
+                     "limit": by_cand[cand].limiting_side, "watts": by_cand[cand].watts, "pick": cand == pick,
+                     "overall_pick": parallel != () and cand == overall.candidate})
         if log:
             log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
-    sequential = [r for r in rows if not r["plan"].endswith("threaded")]
-    threaded_rows = [r for r in rows if r["plan"].endswith("threaded")]
-    best = max(r["measured"] for r in sequential)
+    sequential = [r for r in rows if r["runtime"] == "sequential"]
+    medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name)
+               for name in ("sequential",) + parallel}
+    # processes plans with as many actors as cores are where the profile took the time-sharing
+    # factor (fits); the other actor counts are predictions
+    cores = cpu_devices()[0]["cores"]
+    predicted = [abs(r["error"]) for r, cand in zip(rows, plans) if cand.runtime == "processes" and cand.actors != cores]
+    overall_row = next((r for r in rows if r["overall_pick"]), None)
     return {"pick_prediction": by_cand[pick], "rows": rows,
-            "median_abs_error": statistics.median(abs(r["error"]) for r in sequential),
-            "threaded_median_abs_error": (statistics.median(abs(r["error"]) for r in threaded_rows)
-                                          if threaded_rows else None),
-            "pick_vs_best": rows[0]["measured"] / best, "load_before": load_before,
-            "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
+            "median_abs_error": medians["sequential"],
+            **{f"{name}_median_abs_error": medians[name] for name in parallel},
+            "processes_predicted_median_abs_error": statistics.median(predicted) if predicted else None,
+            "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in sequential),
+            "overall_pick_vs_best": (overall_row["measured"] / max(r["measured"] for r in rows)
+                                     if overall_row else None),
+            "load_before": load_before, "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -102,13 +127,24 @@ def markdown(report: dict) -> str:
     lines = ["| plan | predicted steps/s | measured steps/s (best window) | error | measured mean | "
              "bottleneck (model) |", "| --- | ---: | ---: | ---: | ---: | --- |"]
     for r in report["rows"]:
-        lines.append(f"| {'**pick** ' if r['pick'] else ''}{r['plan']} | {r['predicted']:,.0f} | "
-                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | {r['bottleneck']} |")
-    n_seq = sum(1 for r in report["rows"] if not r["plan"].endswith("threaded"))
-    threaded = report.get("threaded_median_abs_error")
-    lines.append(f"\nmedian |error| {100 * report['median_abs_error']:.1f}% over {n_seq} sequential plans"
-                 + (f" (threaded, reported apart: {100 * threaded:.1f}%)" if threaded is not None else "") + "; "
-                 f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured plan; "
+        mark = "**pick** " if r["pick"] else "**pick, any runtime** " if r.get("overall_pick") else ""
+        limit = f" ({r['limit']})" if r.get("limit") else ""
+        lines.append(f"| {mark}{r['plan']} | {r['predicted']:,.0f} | "
+                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | "
+                     f"{r['bottleneck']}{limit} |")
+    count = lambda name: sum(1 for r in report["rows"] if r.get("runtime", "sequential") == name)
+    apart = [f"{name} {100 * report[f'{name}_median_abs_error']:.1f}% over {count(name)}"
+             for name in ("threaded", "processes") if report.get(f"{name}_median_abs_error") is not None]
+    predicted = report.get("processes_predicted_median_abs_error")
+    if predicted is not None:
+        apart.append(f"of which the processes plans whose actor count is not the cores' (no factor fitted "
+                     f"on them) {100 * predicted:.1f}%")
+    overall = report.get("overall_pick_vs_best")
+    lines.append(f"\nmedian |error| {100 * report['median_abs_error']:.1f}% over {count('sequential')} sequential plans"
+                 + (f" (reported apart: {', '.join(apart)})" if apart else "") + "; "
+                 f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured sequential plan"
+                 + (f", its pick over every runtime {100 * overall:.1f}% of the best measured plan"
+                    if overall is not None else "") + "; "
                  f"load average {report['load_before']:.2f} before, {report['load_after']:.2f} after; "
                  f"{report['wall_s']:.0f} s; {report['when']}")
     return "\n".join(lines)

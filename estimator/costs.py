@@ -37,7 +37,7 @@ CALLS = {
 }
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
-RING_WRITE_CALLS = 2  # an actor process's ring write: the transition arrays' copy, the index's advance
+RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
 
 
 class Costs:
@@ -167,17 +167,17 @@ class Costs:
         return seconds * 1e6 if seconds is not None else 0.0
 
     def processes_factor(self, cand) -> float:
-        """The processes runtime's measured overhead factor (pearl/profile.py `_processes_factors`:
-        a run's step time / the model's) for the candidate's learner kernel at the nearest
-        measured actor count, interpolated over envs per actor; 1 when not measured."""
-        prefix = f"processes|{cand.learner_kernel}|x"
-        counts = [int(name[len(prefix):]) for name in self.measured if name.startswith(prefix)]
-        if not counts:
+        """The processes runtime's time-sharing overhead when its processes outnumber the cores
+        (pearl/profile.py `_processes_factors`: a run with as many actors as cores, its step time
+        / the model's) for the candidate's learner kernel, interpolated over envs per actor; 1
+        when not measured."""
+        name = f"processes|{cand.learner_kernel}"
+        table = self.measured.get(name)
+        if not table:
             return 1.0
-        name = prefix + str(min(counts, key=lambda n: (abs(n - cand.actors), n)))
         seconds = self._lookup(name, cand.envs)
         if seconds is None:  # one env count measured: it stands for all
-            return next(iter(self.measured[name].values()))
+            return next(iter(table.values()))
         return seconds * 1e6
 
     def ring_write_seconds(self, cand) -> float:

@@ -24,19 +24,25 @@ Schedules:
   profile --threaded` measures per learner kernel (one threaded run's step time / its threads'
   summed time): the threads share the GIL and, on a small machine, the cores. Without a measured
   c the model takes c = 0, i.e. threads that never slow each other (an optimistic bound).
-- "processes" — the processes runtime (a Plan's `runtime: processes`): N = `actors` actor
-  processes each act on their E envs and write the transitions into a shared-memory ring; the
-  main process drains the rings into the replay (one insert per actor round of E transitions),
-  samples, learns, updates priorities and publishes weights, which each actor loads once per
-  round at most. Per env step of the whole plan:
-      A = act / E + ring write / E + the actor loop's time per round / E + weight loads
-      L = insert / E + updates_per_step x (sample + learn + update_priorities + loop per update)
+- "processes" — pearl/runtime/processes.py (a Plan's `runtime: processes`): N = `actors` actor
+  processes each act on their E envs and write each round into a shared-memory ring, loading
+  newly published weights once per round at most; the main process (the learner) drains the
+  rings into the replay, does the loop's bookkeeping (episode records, progress), samples,
+  learns, updates priorities and publishes weights. An actor runs at most its allowance R of env
+  steps ahead (`allowance` of the runtime), so a learner that is the bottleneck drains runs of R
+  transitions, one insert per actor per loop. Per env step of the whole plan:
+      A = act / E + ring write / E + weight loads           (act: as measured in an actor
+                                                              process when profiled, else the
+                                                              sequential runtime's)
+      L = insert(R) / R + the loop's time per loop / (N x R) + updates_per_step x (sample + learn
+          + update_priorities + the loop's time per update)
           + updates_per_step / sync_interval x sync_weights (+ transfers)
-  and with C = the host's cores, T_step = c x max(A / min(N, C), L, (A + L) / C): the actors
-  in parallel, the learner alone, or all N + 1 processes time-sharing the cores (work
-  conserving: actors only run ahead of the learner by a bounded slack, then wait, leaving the
-  cores to it). c is the overhead factor `pearl profile --processes` measures (one processes
-  run's step time / this formula's), 1 when not measured.
+  and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
+  parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
+  wait once ahead by their allowance, leaving the cores to the learner). When the N + 1
+  processes outnumber the cores, the step is c times that: c the time-sharing overhead (context
+  switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors,
+  1 when not measured.
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
@@ -46,7 +52,7 @@ no power of its own. "Samples" are env steps: samples/J = env steps/s / W.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pearl.protocol.plan import Plan
 
@@ -156,21 +162,30 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     call_us, step_us, sources = {}, {}, {}
     busy: dict[str, float] = {}  # device -> us busy per env step (its timeline, launches included)
     active: dict[str, float] = {}  # device -> us computing per env step (what dynamic power scales with)
+    run = cand.envs  # transitions per insert
+    loop = cand  # what the runtime's loop takes in per pass, as a candidate with that many envs
+    if schedule == "processes":
+        from pearl.runtime.processes import allowance
+
+        run = allowance(u, cand.actors, cand.envs)
+        loop = replace(cand, envs=cand.actors * run)
     for task in TASK_NAMES:
-        n = calls_per_step(task, cand, u)
+        n, sized = calls_per_step(task, cand, u), cand
+        if task == "insert" and run != cand.envs:
+            n, sized = 1.0 / run, replace(cand, envs=run)
         if n == 0:
             continue
-        seconds, source = costs.task_seconds(task, cand)
+        seconds, source = costs.task_seconds(task, sized)
         call_us[task], sources[task] = seconds * 1e6, source
         step_us[task] = seconds * 1e6 * n
         device = cand.device_of(task)
         busy[device] = busy.get(device, 0.0) + step_us[task]
-        active[device] = active.get(device, 0.0) + costs.active_seconds(task, cand) * 1e6 * n
+        active[device] = active.get(device, 0.0) + costs.active_seconds(task, sized) * 1e6 * n
     for (a, b), seconds in costs.transfers(cand).items():
         key = f"transfer {a}->{b}"
         step_us[key] = step_us.get(key, 0.0) + seconds * 1e6
         busy[b] = busy.get(b, 0.0) + seconds * 1e6  # the consumer waits for its input
-    overhead = costs.overhead_us(cand)
+    overhead = costs.overhead_us(loop)
     step_us["overhead"] = overhead
     busy["cpu"] = busy.get("cpu", 0.0) + overhead
 
@@ -192,18 +207,17 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
         total = max(sides.values())
         bottleneck = max((t for t in call_us if (t in ACTOR_THREAD) == (limiting == "actor")), key=step_us.get)
     elif schedule == "processes":
-        per_round, per_update = costs.overhead_parts_us(cand)
         step_us["ring_write"] = costs.ring_write_seconds(cand) * 1e6 / cand.envs
         # each actor loads a newly published version once per round at most
         loads = min(cand.actors * u / cand.sync_interval, 1.0 / cand.envs)
         step_us["weight_loads"] = loads * call_us.get("sync_weights", 0.0)
-        actors_us = per_round + sum(step_us[key] for key in ACTOR_PROCESS if key in step_us)
-        learner_us = per_update + sum(us for key, us in step_us.items() if key not in ACTOR_PROCESS + ("overhead",))
+        actors_us = sum(step_us[key] for key in ACTOR_PROCESS if key in step_us)
+        learner_us = sum(us for key, us in step_us.items() if key not in ACTOR_PROCESS)  # the loop's too
         cores = platform.host.cores
         sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
                  "cores": (actors_us + learner_us) / cores}
         limiting = max(sides, key=sides.get)
-        total = costs.processes_factor(cand) * sides[limiting]
+        total = (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
         host_busy_cores = (actors_us + learner_us) / sides[limiting]
         on_side = {"actors": lambda t: t == "act", "learner": lambda t: t != "act", "cores": lambda t: True}[limiting]
         bottleneck = max((t for t in call_us if on_side(t)), key=step_us.get)

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--force", action="store_true", help="measure again even if the cache has the table")
     prof.add_argument("--threaded", action="store_true",
                       help="also measure the threaded runtime's contention factor per learner kernel")
+    prof.add_argument("--processes", action="store_true",
+                      help="also measure the processes runtime's ring write and overhead factor per learner kernel")
     return parser
 
 
@@ -164,7 +166,7 @@ def _profile(args) -> int:
     tables = profile(config, parse_replays(args.replays), _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
-                     threaded=args.threaded)
+                     threaded=args.threaded, processes=args.processes)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

@@ -13,6 +13,10 @@ sample and update_priorities on (replay kind, device, batch), learn on (kernel, 
 run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one per
 torch batch size cover every table, and the model combines tables for any plan on the grid.
 
+`--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
+overhead factor per learner kernel and envs per actor (one run of each, set against the model),
+and for processes the ring write of an act round (timed on the runtime's own ring).
+
 The table is cached per machine (~/.cache/pearl/profile-<fingerprint>.json, or $PEARL_CACHE_DIR),
 keyed by the workload (estimator.workload.Workload.key) and written atomically.
 """
@@ -116,6 +120,12 @@ def _agent(config, cand, warmup_steps: int, total_steps: int):
 WINDOWS = 4
 
 
+# The processes runtime starts its actor processes at every run (fresh interpreters: ~0.5 s here)
+# and they come up one after another; a window of it measures from PROCESSES_SETTLE_S after the
+# learner first takes transitions in, when every actor is stepping, as a long run's steady state.
+PROCESSES_SETTLE_S = 0.5
+
+
 def _window(agent, seconds: float, time_tasks: bool) -> dict:
     """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
     TaskTimer's mean us per call and total task seconds."""
@@ -125,12 +135,38 @@ def _window(agent, seconds: float, time_tasks: bool) -> dict:
     chunk = max(envs, 100 * envs)
     agent.task_timer = TaskTimer()
     steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
+    if agent.plan.runtime == "processes":
+        steps0, updates0, wall = _steady_run(agent, seconds, time_tasks)
     while wall < seconds:
         wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
     steps = agent.env_steps - steps0
     timer = agent.task_timer
     return {"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs, "wall_s": wall,
             "steps_per_s": steps / wall, "task_us": timer.mean_us(), "task_s": sum(timer.seconds.values())}
+
+
+def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, float]:
+    """One run of the agent's runtime (as agent.train runs it) that stops itself `seconds` after
+    settling; returns (env steps, updates, time) where the measured part began and its length."""
+    from pearl import runtime
+    from pearl.kernels.cpu import cpu_kernel_mode
+
+    clock, marks = time.perf_counter, {}
+
+    def on_progress(agent):
+        now = clock()
+        first = marks.setdefault("first", now)
+        if "start" not in marks and now - first >= PROCESSES_SETTLE_S:
+            marks["start"] = (agent.env_steps, agent.updates, now)
+        elif "start" in marks and now - marks["start"][2] >= seconds:
+            agent.stop_requested = True  # the runtime stops at the end of its round
+            marks["end"] = now
+
+    with cpu_kernel_mode():
+        runtime.run(agent.plan.runtime, agent, 10**12, on_progress, time_tasks)
+    agent.stop_requested = False
+    steps, updates, started = marks["start"]
+    return steps, updates, marks["end"] - started
 
 
 def _in_turns(agents: list, seconds: float, time_tasks: bool) -> list[list[dict]]:
@@ -190,7 +226,8 @@ def _profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
 
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=("fused", "torch"),
-            seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False) -> dict:
+            seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
+            processes: bool = False) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc)."""
     from pearl.estimator.workload import workload_from_config
 
@@ -200,7 +237,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
         cached = load_cached(workload.key())
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
                           for name, size in _tables_of(wanted)) and (
-                not threaded or all(f"threaded|{k}" in cached["tables"] for k in kernels)):
+                not threaded or all(f"threaded|{k}" in cached["tables"] for k in kernels)) and (
+                not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
             return cached["tables"]
     tables: dict = {}
     fit_rows, fit_y = [], []
@@ -231,6 +269,10 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     if threaded:
         tables.update(_threaded_factors(config, workload, tables, replays[0], envs, batches[0], kernels,
                                         seconds, log))
+    if processes:
+        tables["ring_write"] = _ring_write_us(config, envs)
+        tables.update(_processes_factors(config, workload, tables, replays[0], envs, batches[0], kernels,
+                                         seconds, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
     return tables
@@ -242,13 +284,9 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
     its threads' times from `tables` (what it would take if the threads took turns).
     estimator/model.py's threaded schedule is max(actor, learner, factor x (actor + learner)),
     with the factor interpolated over envs per actor."""
-    from pearl.estimator.costs import Costs
     from pearl.estimator.model import Candidate, predict
-    from pearl.platforms import Device, Platform
 
-    # Only measured figures are used; the platform is a stand-in for the host (it is not read).
-    host = Device(id="cpu", kind="cpu", name="this machine", cores=1, peak_gflops=1.0, memory_bandwidth_gb_s=1.0)
-    costs = Costs(Platform("here", "", (host,), (), "here"), workload, tables)
+    costs = _measured_costs(workload, tables)
     cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="threaded")
              for kernel in kernels for e in envs]
     out: dict = {}
@@ -259,6 +297,70 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
         if log:
             log(f"threaded {cand.label()}: {run['steps_per_s']:,.0f} steps/s = {factor:.2f} x the threads' summed time")
     return out
+
+
+def _processes_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
+    """The processes runtime's time-sharing overhead here, per learner kernel and envs per actor:
+    a run with as many actors as cores (the N + 1 processes time-share them), its measured step
+    time / the model's (estimator/model.py with c = 1). The model applies it whenever the
+    processes outnumber the cores; with fewer actors nothing of it is fitted.
+
+    (The act of an actor process is not measured apart: timed inside the runtime it reads slower
+    than in the sequential runtime only where the actor waits on the learner between rounds and
+    comes back to cold caches, i.e. where act is not the bottleneck.)"""
+    from pearl.devices import cpu_devices
+    from pearl.estimator.model import Candidate, predict
+
+    cores = cpu_devices()[0]["cores"]
+    costs = _measured_costs(workload, tables)
+    cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="processes", actors=cores)
+             for kernel in kernels for e in envs]
+    out: dict = {}
+    for cand, run in zip(cands, measure_many(config, cands, seconds)):
+        factor = round(predict(cand, costs).steps_per_s / run["steps_per_s"], 4)
+        out.setdefault(f"processes|{cand.learner_kernel}", {})[str(cand.envs)] = factor
+        if log:
+            log(f"processes {cand.label()}: {run['steps_per_s']:,.0f} steps/s = {factor:.2f} x the model's step")
+    return out
+
+
+def _ring_write_us(config, envs, rounds: int = 2000) -> dict:
+    """An actor process's write of one act round (E transitions) into its shared-memory ring
+    (pearl/runtime/shared.py ActorChannel.put, the runtime's own code), per envs per actor: the
+    best of 3 timings of `rounds` writes, the ring drained between them."""
+    from pearl.api import DQN
+    from pearl.runtime.shared import ActorChannel
+
+    fields = DQN(config=config).transition_fields()
+    out = {}
+    for e in envs:
+        transitions = [np.zeros((e, *shape), dtype=dtype) for dtype, shape in fields.values()]
+        channel = ActorChannel.create(fields, rounds * e)
+        try:
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                for _ in range(rounds):
+                    channel.put(transitions, [], e)
+                best = min(best, (time.perf_counter() - started) / rounds)
+                channel.take()
+                channel.release()
+        finally:
+            channel.close()
+        out[str(e)] = round(best * 1e6, 3)
+    return out
+
+
+def _measured_costs(workload, tables):
+    """Costs from the measured `tables` alone, on a stand-in for this host: of the host, only its
+    core count is read (by the processes schedule)."""
+    from pearl.devices import cpu_devices
+    from pearl.estimator.costs import Costs
+    from pearl.platforms import Device, Platform
+
+    host = Device(id="cpu", kind="cpu", name="this machine", cores=cpu_devices()[0]["cores"], peak_gflops=1.0,
+                  memory_bandwidth_gb_s=1.0)
+    return Costs(Platform("here", "", (host,), (), "here"), workload, tables)
 
 
 def _grid(replays, envs, batches, kernels) -> list:

@@ -99,8 +99,8 @@ def measured(act_us_per_env: float, learn_us: float) -> dict:
             "sync_weights|fused@cpu": {"0": 3.0}, "overhead|round": {"0": 5.0}, "overhead|update": {"0": 1.0}}
 
 
-@pytest.mark.parametrize("cores,best_actors", [(2, 2), (4, 4), (16, 12)])
-def test_mapper_adds_actors_while_acting_limits_and_cores_allow(tmp_path, cores, best_actors):
+@pytest.mark.parametrize("cores,fewest_actors", [(2, 2), (4, 4), (16, 8)])
+def test_mapper_adds_actors_while_acting_limits_and_cores_allow(tmp_path, cores, fewest_actors):
     path = tmp_path / f"cpu{cores}.yaml"
     path.write_text(CPU_ONLY.format(cores=cores))
     uniform = Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 100_000, 16, 0.25, 1000)
@@ -111,11 +111,14 @@ def test_mapper_adds_actors_while_acting_limits_and_cores_allow(tmp_path, cores,
     assert {p.candidate.actors for p in ranking.predictions if p.candidate.runtime == "sequential"} == {1}
     fused = [p for p in ranking.predictions if p.candidate.learner_kernel == "fused"]
     best = fused[0]
-    # acting (200 us per env step) is the bottleneck, so actors are added up to where the learner
-    # (~30 us per env step) and the processes' share of the cores limit: all cores but the
-    # learner's on 8 cores, every core on 2 and 4 (A / N then still exceeds (A + L) / cores)
-    assert best.candidate.runtime == "processes" and best.candidate.actors == best_actors
+    # acting (~200 us per env step) is the bottleneck, so actors are added while the cores
+    # allow: every core on 2 and 4 (the N + 1 processes time-share them); on 16 at least up to
+    # where the learner (~26 us per env step) limits instead (more actors then only shave its
+    # loop's time per pass: each pass drains more)
+    assert best.candidate.runtime == "processes" and best.candidate.actors >= fewest_actors
     assert best.limiting_side == ("learner" if cores == 16 else "cores")
+    if cores == 16:
+        assert best.sides["actors"] <= best.sides["learner"]
     # A learner-bound workload gains nothing from actors: one actor ranks first (ties keep the fewer).
     slow_learner = Costs(load_platform(path), uniform, measured(act_us_per_env=10.0, learn_us=2000.0))
     best = [p for p in rank(slow_learner, replay_kinds=["uniform"], envs=(1, 4), batches=[64],

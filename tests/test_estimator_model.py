@@ -163,15 +163,22 @@ def test_threaded_schedule_is_the_slower_thread_or_the_measured_contention(platf
 
 
 def test_processes_schedule_is_actors_learner_or_shared_cores(platform, tmp_path):
-    """Per env step: actors A = loop per round + act + ring write + weight loads, learner L = loop
-    per update + insert + sample + learn + update_priorities + publish; the step is
-    c x max(A / min(N, cores), L, (A + L) / cores)."""
-    t = {**tables(), "ring_write": {"1": 2.0, "4": 5.0}}
+    """Per env step: actors A = act + ring write + weight loads; learner L = insert of a drained
+    run of R transitions (R = the runtime's allowance) / R + the loop's time per pass / (N x R)
+    + sample + learn + update_priorities + publish + the loop's per update; the step is
+    max(A / min(N, cores), L, (A + L) / cores), x the time-sharing factor when N + 1 > cores."""
+    from pearl.runtime.processes import allowance
+
+    t = {**tables(act=60.0), "insert|prioritized@cpu": {"1": 10.0, "4": 16.0},  # 8 + 2 x transitions
+         "ring_write": {"1": 5.0, "4": 8.0}}
     u = W.updates_per_step
-    learner = u * 1 + 10 + u * (20 + 100 + 15 + 4)  # 45 us
+
+    def learner(n):
+        run = allowance(u, n, 1)
+        return (8 + 2 * run) / run + 3 / (n * run) + u * (20 + 100 + 15 + 4) + u * 1
 
     def actors(n):  # one round per env step at E1; each actor loads every published version
-        return 3 + 40 + 2 + min(n * u, 1.0) * 4
+        return 60 + 5 + min(n * u, 1.0) * 4
 
     def cand(n):
         return Candidate("prioritized", "cpu", "cpu", "fused", 1, 64, runtime="processes", actors=n)
@@ -179,26 +186,29 @@ def test_processes_schedule_is_actors_learner_or_shared_cores(platform, tmp_path
     one = predict(cand(1), Costs(platform, W, t))
     assert one.schedule == "processes" and 1e6 / one.steps_per_s == pytest.approx(actors(1))
     assert one.limiting_side == "actors" and one.bottleneck == "act"
-    assert one.sides == pytest.approx({"actors": actors(1), "learner": learner, "cores": (actors(1) + learner) / 4})
+    assert one.sides == pytest.approx({"actors": actors(1), "learner": learner(1),
+                                       "cores": (actors(1) + learner(1)) / 4})
+    assert one.call_us["insert"] == pytest.approx(8 + 2 * allowance(u, 1, 1))  # a whole run per insert
     two = predict(cand(2), Costs(platform, W, t))  # two actors halve A: the learner limits
-    assert 1e6 / two.steps_per_s == pytest.approx(learner)
+    assert 1e6 / two.steps_per_s == pytest.approx(learner(2))
     assert two.limiting_side == "learner" and two.bottleneck == "learn"
     # The cpu's watts count the cores the processes keep busy: (A + L) / T of 4.
-    assert two.utilisation["cpu"] == pytest.approx((actors(2) + learner) / learner / 4)
-    assert two.device_w["cpu"] == pytest.approx(10 + 40 * (actors(2) + learner) / learner / 4)
+    busy = (actors(2) + learner(2)) / learner(2)
+    assert two.utilisation["cpu"] == pytest.approx(busy / 4)
+    assert two.device_w["cpu"] == pytest.approx(10 + 40 * busy / 4)
     # On 2 cores, 3 actors and the learner time-share them.
     small = tmp_path / "two.yaml"
     small.write_text(PLATFORM.replace("cores: 4, clock_mhz", "cores: 2, clock_mhz"))
     shared = predict(cand(3), Costs(load_platform(small), W, t))
-    assert 1e6 / shared.steps_per_s == pytest.approx((actors(3) + learner) / 2)
+    assert 1e6 / shared.steps_per_s == pytest.approx((actors(3) + learner(3)) / 2)
     assert shared.limiting_side == "cores" and shared.utilisation["cpu"] == pytest.approx(1.0)
-    # The measured overhead factor of the nearest actor count scales the step.
-    factors = {**t, "processes|fused|x1": {"1": 1.3}, "processes|fused|x3": {"1": 1.1, "4": 1.0}}
-    assert 1e6 / predict(cand(2), Costs(platform, W, factors)).steps_per_s == pytest.approx(1.3 * learner)
-    assert 1e6 / predict(cand(4), Costs(platform, W, factors)).steps_per_s == pytest.approx(1.1 * learner)
+    # The measured time-sharing factor applies only where the processes outnumber the cores.
+    factor = Costs(platform, W, {**t, "processes|fused": {"1": 1.2, "4": 1.0}})
+    assert 1e6 / predict(cand(2), factor).steps_per_s == pytest.approx(learner(2))
+    assert 1e6 / predict(cand(4), factor).steps_per_s == pytest.approx(1.2 * learner(4))
     # Unmeasured, a ring write is RING_WRITE_CALLS calls plus the copy at one core's bandwidth.
     analytic = Costs(platform, W, tables()).ring_write_seconds(cand(1))
-    assert analytic == pytest.approx(2 * 5e-6 + W.transition_bytes / (40e9 / 4))
+    assert analytic == pytest.approx(5e-6 + W.transition_bytes / (40e9 / 4))
     plan = Plan.from_yaml(cand(3).to_plan().to_yaml())
     assert (plan.runtime, plan.actors, plan.envs_per_actor) == ("processes", 3, 1)
     assert "processes x3" in cand(3).label()
