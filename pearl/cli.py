@@ -7,6 +7,7 @@ line on stderr and exit code 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -36,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--replay", help="replay kind: uniform, prioritized or amper (approximate PER)")
     train.add_argument("--learner-kernel", help="auto, fused (numpy, cpu) or torch")
     train.add_argument("--plan", help="a Plan YAML (task -> device, actors, batch sizes)")
+    train.add_argument("--runtime", choices=["sequential", "threaded", "processes"],
+                       help="override the plan's runtime (processes: actor processes beside the learner)")
+    train.add_argument("--actors", type=int, help="actor processes (with --runtime processes)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "
                                          "(default: log.run_dir/<env>-<algo>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -189,6 +193,8 @@ def _train(args) -> int:
         config = apply_overrides(config, overrides)
     plan = load_plan(args.plan) if args.plan else None
     check_env_id(config.env)
+    if args.actors is not None and args.actors < 1:
+        raise PearlError(f"--actors: expected an integer >= 1, got {args.actors}")
 
     if args.run_dir:
         run_dir = Path(args.run_dir)
@@ -199,12 +205,18 @@ def _train(args) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.log.run_dir) / f"{config.env}-{config.algo}-s{config.seed}-{stamp}"
 
-    from pearl.api import make_agent  # torch is imported only once the inputs are known to be good
+    from pearl.api import default_plan, make_agent  # torch is imported once the inputs are known to be good
 
+    if args.runtime is not None or args.actors is not None:
+        plan = plan or default_plan(config)
+        plan = dataclasses.replace(plan, runtime=args.runtime or plan.runtime,
+                                   actors=args.actors if args.actors is not None else plan.actors)
     agent = make_agent(config, plan)
+    actors = (f", {agent.plan.actors} actor process{'es' if agent.plan.actors > 1 else ''}"
+              if agent.plan.runtime == "processes" else "")
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
-          f"replay {config.replay.kind} -> {run_dir}", file=sys.stderr)
+          f"replay {config.replay.kind}, {agent.plan.runtime} runtime{actors} -> {run_dir}", file=sys.stderr)
     fpga = agent.fpga_device()
     if fpga is not None:
         print(f"pearl train: replay sum tree on {agent.plan.device_of('sample')}: "

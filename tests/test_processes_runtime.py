@@ -135,3 +135,21 @@ def test_continuous_agents_run_in_actor_processes():
 def test_several_actors_need_the_processes_runtime():
     with pytest.raises(ConfigError, match="plan.actors: the sequential runtime runs 1 actor"):
         pearl.DQN("CartPole-v1", plan=Plan(actors=2), **FAST)
+
+
+def test_cli_train_with_actor_processes(tmp_path, capsys):
+    import json
+
+    from pearl.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "--steps", "2000", "--runtime", "processes", "--actors", "2", "--run-dir",
+                 str(run_dir), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "processes runtime, 2 actor processes" in err
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["env_steps"] == 2000 and result["actor_restarts"] == 0
+    assert {"act", "act_wait", "insert", "sample", "learn"} <= set(result["task_us"])
+    assert pearl.load(run_dir).plan.actors == 2
+    assert main(["train", "--actors", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "pearl: error: --actors: expected an integer >= 1, got 0"
