@@ -27,6 +27,7 @@ import json
 import os
 import platform as _platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -301,26 +302,32 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
 
 def _processes_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
     """The processes runtime's time-sharing overhead here, per learner kernel and envs per actor:
-    a run with as many actors as cores (the N + 1 processes time-share them), its measured step
-    time / the model's (estimator/model.py with c = 1). The model applies it whenever the
-    processes outnumber the cores; with fewer actors nothing of it is fitted.
-
-    (The act of an actor process is not measured apart: timed inside the runtime it reads slower
-    than in the sequential runtime only where the actor waits on the learner between rounds and
-    comes back to cold caches, i.e. where act is not the bottleneck.)"""
+    how much further a run with as many actors as cores (the N + 1 processes time-share them)
+    falls short of the model (estimator/model.py with c = 1) than a run with one actor (a core
+    each) does, both measured in the same turns: (model / measured at N = cores) / (model /
+    measured at N = 1). Set against the one-actor run, a load the shared machine carries at that
+    moment slows both and drops out. The model applies the factor whenever the processes
+    outnumber the cores; nothing of it is fitted on plans with fewer actors."""
     from pearl.devices import cpu_devices
     from pearl.estimator.model import Candidate, predict
 
     cores = cpu_devices()[0]["cores"]
-    costs = _measured_costs(workload, tables)
-    cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="processes", actors=cores)
-             for kernel in kernels for e in envs]
+    counts = sorted({1, cores})
+    costs = _measured_costs(workload, {k: v for k, v in tables.items() if not k.startswith("processes|")})
+    cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="processes", actors=n)
+             for kernel in kernels for e in envs for n in counts]
+    short = {cand: predict(cand, costs).steps_per_s / run["steps_per_s"]
+             for cand, run in zip(cands, measure_many(config, cands, seconds))}
     out: dict = {}
-    for cand, run in zip(cands, measure_many(config, cands, seconds)):
-        factor = round(predict(cand, costs).steps_per_s / run["steps_per_s"], 4)
+    for cand in cands:
+        if cand.actors != cores:
+            continue
+        alone = replace(cand, actors=1)
+        factor = round(short[cand] / (short[alone] if cores > 1 else 1.0), 4)
         out.setdefault(f"processes|{cand.learner_kernel}", {})[str(cand.envs)] = factor
         if log:
-            log(f"processes {cand.label()}: {run['steps_per_s']:,.0f} steps/s = {factor:.2f} x the model's step")
+            log(f"processes {cand.label()}: {short[cand]:.2f} x the model's step, one actor "
+                f"{short.get(alone, 1.0):.2f} x: time-sharing factor {factor:.2f}")
     return out
 
 
