@@ -190,3 +190,31 @@ def test_autotune_searches_actor_processes_and_writes_their_plan(cache, tmp_path
     assert (plan.runtime, plan.actors, plan.envs_per_actor) == ("processes", best.candidate.actors, best.candidate.envs)
     assert yaml.safe_load(out.read_text())["autotune"]["predicted"]["sides_us"].keys() == {"actors", "learner", "cores"}
     assert "is set by the" in explain(result.ranking, "throughput")
+
+
+def test_ring_write_is_timed_on_the_runtimes_own_ring():
+    from pearl.profile import _ring_write_us
+
+    times = _ring_write_us(small_config(), (1, 4), rounds=50)
+    assert set(times) == {"1", "4"} and all(us > 0 for us in times.values())
+
+
+@pytest.mark.slow
+def test_profile_processes_measures_steady_runs_and_the_time_sharing_factor(cache):
+    """`pearl profile --processes`: the ring write and, per learner kernel, the time-sharing
+    factor; a processes plan's measured window starts once its actor processes are up."""
+    from pearl import profile as prof
+    from pearl.estimator.model import Candidate
+    from pearl.tune import autotune
+
+    config = small_config()
+    tables = prof.profile(config, [("uniform", "cpu")], envs=(1, 4), batches=(32,), kernels=("fused",),
+                          seconds=0.4, processes=True)
+    assert set(tables["ring_write"]) == {"1", "4"} and set(tables["processes|fused"]) == {"1", "4"}
+    assert all(f > 0 for f in tables["processes|fused"].values())
+    plan = Candidate("uniform", "cpu", "cpu", "fused", 4, 32, runtime="processes", actors=2)
+    run = prof.measure(config, plan, 0.4)
+    assert run["steps_per_s"] > 0 and run["wall_s"] >= 0.4 * 0.9
+    result = autotune(config, platform="ci_2core", envs=[1, 4], batches=[32], runtimes=("processes",),
+                      use_profile=True)
+    assert all(p.sources["act"] == "measured" for p in result.ranking.predictions if p.candidate.replay_kind == "uniform")
