@@ -6,14 +6,17 @@ from pearl.config import default_config_path, load_config
 
 
 @pytest.mark.slow
-def test_default_config_solves_cartpole():
+@pytest.mark.parametrize("runtime", ["sequential", "processes"])
+def test_default_config_solves_cartpole(runtime):
     config = load_config(default_config_path())
     solved = []
     for seed in (0, 1, 2):
-        agent = pearl.DQN(config=config, seed=seed)
+        agent = pearl.DQN(config=config, seed=seed, plan=pearl.Plan(runtime=runtime))
         agent.train()
         solved.append(agent.evaluate(10)["mean"] >= 475)
-    # Bit-exact trajectories can differ across CPUs (BLAS kernels), so allow one seed to miss.
+    # Bit-exact trajectories can differ across CPUs (BLAS kernels), and the processes runtime is
+    # not deterministic (the actor's weights trail the learner by up to its allowance), so allow
+    # one seed to miss.
     assert sum(solved) >= 2, solved
 
 
