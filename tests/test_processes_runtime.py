@@ -153,3 +153,23 @@ def test_cli_train_with_actor_processes(tmp_path, capsys):
     assert pearl.load(run_dir).plan.actors == 2
     assert main(["train", "--actors", "0"]) == 2
     assert capsys.readouterr().err.strip() == "pearl: error: --actors: expected an integer >= 1, got 0"
+
+
+@pytest.mark.parametrize("replay", ["uniform", "prioritized"])
+def test_prefetching_learner_keeps_the_counts(replay):
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, prefetch=True), replay=replay,
+                      **{**FAST, "updates_per_step": 1.0})
+    summary = agent.train(3000, time_tasks=True)
+    assert agent.updates == due(agent, 1.0) and agent.replay.inserted == agent.env_steps
+    calls = agent.task_timer.calls
+    assert calls["learn"] == calls["sample"] == agent.updates  # no batch drawn that was not learned
+    if replay == "prioritized":
+        assert calls["update_priorities"] == agent.updates  # every batch's priorities land
+        priorities = agent.replay.tree.get(np.arange(agent.replay.size))
+        assert len(np.unique(priorities)) > 100  # updated from the TD errors, not the insert default
+    assert summary["updates_per_s"] > 0
+
+
+def test_prefetch_needs_the_processes_runtime():
+    with pytest.raises(ConfigError, match="plan.prefetch: the processes runtime prefetches"):
+        Plan(prefetch=True).check()

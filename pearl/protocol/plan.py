@@ -32,6 +32,9 @@ class Plan:
     # sequential: the reference loop; threaded: a learner thread beside the actor (pearl/runtime/threaded.py);
     # processes: `actors` actor processes beside the learner, shared-memory transport (pearl/runtime/processes.py)
     runtime: Literal["sequential", "threaded", "processes"] = "sequential"
+    # processes runtime: sample the next batch and apply the previous batch's priority update on a
+    # second thread while the learner learns (the priorities a batch is drawn with lag one update)
+    prefetch: bool = False
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:
@@ -48,6 +51,9 @@ class Plan:
         for name in ("actors", "envs_per_actor", "batch_size", "sync_interval"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"plan.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.prefetch and self.runtime != "processes":
+            raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
+                              f"runtime keeps the reference order (sample, learn, update_priorities)")
         fpgas = sorted({d for d in self.devices.values() if d.split(":")[0] == "fpga"})
         if fpgas:
             from pearl.platforms import load_platform

@@ -28,11 +28,14 @@ requested count.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
+import queue
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -41,6 +44,8 @@ from typing import Callable
 import numpy as np
 
 from pearl.errors import PearlError
+from pearl.kernels.cpu import flush_denormals
+from pearl.replay.base import Batch
 from pearl.runtime.shared import (ACT_NS, ACT_ROUNDS, ALLOWED, STEPS, STOP, WAIT_NS, ActorChannel,
                                   WeightBoard)
 
@@ -211,6 +216,69 @@ class _ActorProcesses:
             block.close()
 
 
+def _copy(values):
+    """A copy of one batch field: a numpy array, a tensor of a device replay, or None."""
+    if values is None:
+        return None
+    return values.clone() if hasattr(values, "clone") else np.array(values, copy=True)
+
+
+class Prefetcher:
+    """A second thread of the learner process that applies the last batch's priority update and
+    draws the next batch (a copy: the replay reuses its sample buffers) while the learner trains.
+    The fused learner and the replay's kernels release the GIL, so the two overlap where a core is
+    free for it."""
+
+    def __init__(self, replay, batch_size: int, rng, timer):
+        self.replay, self.batch_size, self.rng, self.timer = replay, batch_size, rng, timer
+        self.jobs, self.results = queue.SimpleQueue(), queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="pearl-prefetch", daemon=True)
+        self.thread.start()
+
+    def sample_now(self) -> Batch:
+        return self._sample()
+
+    def _sample(self) -> Batch:
+        clock = time.perf_counter
+        t0 = clock()
+        batch = self.replay.sample(self.batch_size, self.rng)
+        batch = Batch(**{f.name: _copy(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+        if self.timer:
+            self.timer.add("sample", clock() - t0)
+        return batch
+
+    def _serve(self) -> None:
+        flush_denormals()  # per thread, as the learner's (kernels/cpu/__init__.py)
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            pending, more = job
+            try:
+                if pending is not None:
+                    t0 = time.perf_counter()
+                    self.replay.update_priorities(*pending)
+                    if self.timer:
+                        self.timer.add("update_priorities", time.perf_counter() - t0)
+                self.results.put(self._sample() if more else None)
+            except BaseException as error:  # raised in the learner's thread by finish()
+                self.results.put(error)
+
+    def start(self, pending, more: bool) -> None:
+        """Begins: the priority update of `pending` (indices, |TD|), then the next batch if `more`."""
+        self.jobs.put((pending, more))
+
+    def finish(self) -> Batch | None:
+        result = self.results.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+
 def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     """Advances `agent` by about `steps` env steps with `plan.actors` actor processes (module doc)."""
     cfg = agent.config.algo_config
@@ -236,6 +304,15 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     agent.actor_processes = actors  # while the run lasts: its actors' processes and rings
     lead = 0  # the most env steps the actors were ahead of what the learner had taken in
 
+    def learned(loss: float) -> None:
+        agent.updates += 1
+        agent.record_loss(loss)
+        if agent.updates % plan.sync_interval == 0:
+            t0 = clock()
+            board.publish(learner.policy_weights())
+            if timer:
+                timer.add("sync_weights", clock() - t0)
+
     def learn_until(target_updates: int) -> None:
         while agent.updates < target_updates:
             t0 = clock()
@@ -246,17 +323,35 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
             if replay.prioritized:
                 replay.update_priorities(batch.indices, abs_td)
             t3 = clock()
-            agent.updates += 1
-            agent.record_loss(loss)
-            if agent.updates % plan.sync_interval == 0:
-                board.publish(learner.policy_weights())
-                if timer:
-                    timer.add("sync_weights", clock() - t3)
             if timer:
                 timer.add("sample", t1 - t0)
                 timer.add("learn", t2 - t1)
                 if replay.prioritized:
                     timer.add("update_priorities", t3 - t2)
+            learned(loss)
+
+    prefetcher = Prefetcher(replay, plan.batch_size, rng, timer) if plan.prefetch else None
+
+    def learn_until_prefetching(target_updates: int) -> None:
+        """learn_until with the sampling of batch u+1 and the priority update of batch u-1 on the
+        prefetcher's thread while batch u trains. Within one call only: inserts (take_in) never
+        run beside it, and no batch is drawn that is not due."""
+        if agent.updates >= target_updates:
+            return
+        batch, pending = prefetcher.sample_now(), None
+        while agent.updates < target_updates:
+            more = agent.updates + 1 < target_updates
+            prefetcher.start(pending, more)
+            t0 = clock()
+            loss, abs_td = learner.update(batch)
+            if timer:
+                timer.add("learn", clock() - t0)
+            if replay.prioritized:  # the kernel reuses its |TD| buffer at the next update
+                pending = (batch.indices, np.array(abs_td, copy=True))
+            batch = prefetcher.finish()
+            learned(loss)
+        prefetcher.start(pending, False)
+        prefetcher.finish()
 
     def take_in(index: int) -> None:
         channel = channels[index]
@@ -267,6 +362,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
         taken[index] = actor_steps
         agent.record_episodes(finished)
 
+    learn = learn_until if prefetcher is None else learn_until_prefetching
     last_check, spins = clock(), 0
     try:
         for index in range(n):
@@ -282,9 +378,9 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
                 timer.add("insert", clock() - t0)
             if interval:
                 for point in range((previous // interval + 1) * interval, agent.env_steps + 1, interval):
-                    learn_until(due(point))
+                    learn(due(point))
                     learner.update_target()
-            learn_until(due(agent.env_steps))
+            learn(due(agent.env_steps))
             board.epsilon = agent.algo.epsilon(agent.env_steps)
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
@@ -311,6 +407,8 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
             timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
             timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
         actors.close()
+        if prefetcher is not None:
+            prefetcher.close()
         agent.actor_processes = None
     agent.actor_restarts, agent.actor_lead = actors.restarts, lead
     agent.policy.load(learner.policy_weights())
