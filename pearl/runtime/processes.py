@@ -46,6 +46,7 @@ import numpy as np
 from pearl.errors import PearlError
 from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
+from pearl.runtime.sequential import learn_one
 from pearl.runtime.shared import (ACT_NS, ACT_ROUNDS, ALLOWED, STEPS, STOP, WAIT_NS, ActorChannel,
                                   WeightBoard)
 
@@ -315,20 +316,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
 
     def learn_until(target_updates: int) -> None:
         while agent.updates < target_updates:
-            t0 = clock()
-            batch = replay.sample(plan.batch_size, rng)
-            t1 = clock()
-            loss, abs_td = learner.update(batch)
-            t2 = clock()
-            if replay.prioritized:
-                replay.update_priorities(batch.indices, abs_td)
-            t3 = clock()
-            if timer:
-                timer.add("sample", t1 - t0)
-                timer.add("learn", t2 - t1)
-                if replay.prioritized:
-                    timer.add("update_priorities", t3 - t2)
-            learned(loss)
+            learned(learn_one(replay, learner, plan.batch_size, rng, timer))
 
     prefetcher = Prefetcher(replay, plan.batch_size, rng, timer) if plan.prefetch else None
 

@@ -26,6 +26,24 @@ class TaskTimer:
         return {t: 1e6 * s / self.calls[t] for t, s in self.seconds.items()}
 
 
+def learn_one(replay, learner, batch_size: int, rng, timer: TaskTimer | None) -> float:
+    """One update in the reference order: sample -> learn -> update_priorities. Returns the loss."""
+    clock = time.perf_counter
+    t0 = clock()
+    batch = replay.sample(batch_size, rng)
+    t1 = clock()
+    loss, abs_td = learner.update(batch)
+    t2 = clock()
+    if replay.prioritized:
+        replay.update_priorities(batch.indices, abs_td)
+    if timer:
+        timer.add("sample", t1 - t0)
+        timer.add("learn", t2 - t1)
+        if replay.prioritized:
+            timer.add("update_priorities", clock() - t2)
+    return loss
+
+
 def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     """Advances `agent` by `steps` env steps. `on_progress(agent)` is called after each act round."""
     cfg = agent.config.algo_config
@@ -51,25 +69,14 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
 
         due = int(max(0, agent.env_steps - cfg.learning_starts) * cfg.updates_per_step) - agent.updates
         for _ in range(due):
-            t0 = clock()
-            batch = replay.sample(plan.batch_size, rng)
-            t1 = clock()
-            loss, abs_td = learner.update(batch)
-            t2 = clock()
-            if replay.prioritized:
-                replay.update_priorities(batch.indices, abs_td)
-            t3 = clock()
+            loss = learn_one(replay, learner, plan.batch_size, rng, timer)
             agent.updates += 1
             agent.record_loss(loss)
             if agent.updates % plan.sync_interval == 0:
+                t0 = clock()
                 actor.policy.load(learner.policy_weights())
                 if timer:
-                    timer.add("sync_weights", clock() - t3)
-            if timer:
-                timer.add("sample", t1 - t0)
-                timer.add("learn", t2 - t1)
-                if replay.prioritized:
-                    timer.add("update_priorities", t3 - t2)
+                    timer.add("sync_weights", clock() - t0)
 
         # DDPG, TD3 and SAC have no interval: their targets move inside each update (TD3's every
         # policy_delay-th), as part of the algorithm.
