@@ -167,18 +167,11 @@ class Costs:
         return seconds * 1e6 if seconds is not None else 0.0
 
     def processes_factor(self, cand) -> float:
-        """The processes runtime's time-sharing overhead when its processes outnumber the cores
-        (pearl/profile.py `_processes_factors`: a run with as many actors as cores, its step time
-        / the model's) for the candidate's learner kernel, interpolated over envs per actor; 1
-        when not measured."""
-        name = f"processes|{cand.learner_kernel}"
-        table = self.measured.get(name)
-        if not table:
-            return 1.0
-        seconds = self._lookup(name, cand.envs)
-        if seconds is None:  # one env count measured: it stands for all
-            return next(iter(table.values()))
-        return seconds * 1e6
+        """The processes runtime's time-sharing overhead when its processes outnumber the cores,
+        for the candidate's learner kernel (pearl/profile.py `_processes_factors`: one figure per
+        kernel); 1 when not measured."""
+        table = self.measured.get(f"processes|{cand.learner_kernel}")
+        return float(next(iter(table.values()))) if table else 1.0
 
     def ring_write_seconds(self, cand) -> float:
         """An actor process's write of one round (E transitions) into its shared-memory ring:

@@ -41,14 +41,15 @@ Schedules:
   parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
   wait once ahead by their allowance, leaving the cores to the learner). When the N + 1
   processes outnumber the cores, the step is c times that: c the time-sharing overhead (context
-  switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors,
-  1 when not measured.
+  switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors
+  against one actor, 1 when not measured.
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
 plus the extra cores an OpenCL-on-host kernel occupies; under the processes runtime, the cores
-its processes keep busy, (A + L) / (T_step / c)). An OpenCL device on the host (PoCL) has
-no power of its own. "Samples" are env steps: samples/J = env steps/s / W.
+its processes keep busy, (A + L) over the step before c — c's overhead burns the cores too).
+An OpenCL device on the host (PoCL) has no power of its own. "Samples" are env steps:
+samples/J = env steps/s / W.
 """
 from __future__ import annotations
 

@@ -301,13 +301,15 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
 
 
 def _processes_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
-    """The processes runtime's time-sharing overhead here, per learner kernel and envs per actor:
-    how much further a run with as many actors as cores (the N + 1 processes time-share them)
-    falls short of the model (estimator/model.py with c = 1) than a run with one actor (a core
-    each) does, both measured in the same turns: (model / measured at N = cores) / (model /
-    measured at N = 1). Set against the one-actor run, a load the shared machine carries at that
-    moment slows both and drops out. The model applies the factor whenever the processes
-    outnumber the cores; nothing of it is fitted on plans with fewer actors."""
+    """The processes runtime's time-sharing overhead here, per learner kernel: how much further a
+    run with as many actors as cores (the N + 1 processes time-share them) falls short of the
+    model (estimator/model.py with c = 1) than a run with one actor (a core each) does, both
+    measured in the same turns: (model / measured at N = cores) / (model / measured at N = 1).
+    Set against the one-actor run, a load the shared machine carries at that moment slows both
+    and drops out. Each env count gives one such ratio, from single runs on a shared machine, so
+    the factor is their median, and at least 1 (an overhead never speeds a run up). The model
+    applies it whenever the processes outnumber the cores; nothing of it is fitted on plans with
+    fewer actors."""
     from pearl.devices import cpu_devices
     from pearl.estimator.model import Candidate, predict
 
@@ -318,17 +320,18 @@ def _processes_factors(config, workload, tables, replay, envs, batch, kernels, s
              for kernel in kernels for e in envs for n in counts]
     short = {cand: predict(cand, costs).steps_per_s / run["steps_per_s"]
              for cand, run in zip(cands, measure_many(config, cands, seconds))}
-    out: dict = {}
+    ratios: dict = {}
     for cand in cands:
         if cand.actors != cores:
             continue
         alone = replace(cand, actors=1)
-        factor = round(short[cand] / (short[alone] if cores > 1 else 1.0), 4)
-        out.setdefault(f"processes|{cand.learner_kernel}", {})[str(cand.envs)] = factor
+        ratio = short[cand] / (short[alone] if cores > 1 else 1.0)
+        ratios.setdefault(cand.learner_kernel, []).append(ratio)
         if log:
             log(f"processes {cand.label()}: {short[cand]:.2f} x the model's step, one actor "
-                f"{short.get(alone, 1.0):.2f} x: time-sharing factor {factor:.2f}")
-    return out
+                f"{short.get(alone, 1.0):.2f} x: ratio {ratio:.2f}")
+    return {f"processes|{kernel}": {"0": round(max(1.0, float(np.median(values))), 4)}
+            for kernel, values in ratios.items()}
 
 
 def _ring_write_us(config, envs, rounds: int = 2000) -> dict:

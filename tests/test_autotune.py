@@ -210,8 +210,7 @@ def test_profile_processes_measures_steady_runs_and_the_time_sharing_factor(cach
     config = small_config()
     tables = prof.profile(config, [("uniform", "cpu")], envs=(1, 4), batches=(32,), kernels=("fused",),
                           seconds=0.4, processes=True)
-    assert set(tables["ring_write"]) == {"1", "4"} and set(tables["processes|fused"]) == {"1", "4"}
-    assert all(f > 0 for f in tables["processes|fused"].values())
+    assert set(tables["ring_write"]) == {"1", "4"} and tables["processes|fused"]["0"] >= 1.0
     plan = Candidate("uniform", "cpu", "cpu", "fused", 4, 32, runtime="processes", actors=2)
     run = prof.measure(config, plan, 0.4)
     assert run["steps_per_s"] > 0 and run["wall_s"] >= 0.4 * 0.9

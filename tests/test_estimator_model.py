@@ -203,7 +203,7 @@ def test_processes_schedule_is_actors_learner_or_shared_cores(platform, tmp_path
     assert 1e6 / shared.steps_per_s == pytest.approx((actors(3) + learner(3)) / 2)
     assert shared.limiting_side == "cores" and shared.utilisation["cpu"] == pytest.approx(1.0)
     # The measured time-sharing factor applies only where the processes outnumber the cores.
-    factor = Costs(platform, W, {**t, "processes|fused": {"1": 1.2, "4": 1.0}})
+    factor = Costs(platform, W, {**t, "processes|fused": {"0": 1.2}})
     assert 1e6 / predict(cand(2), factor).steps_per_s == pytest.approx(learner(2))
     assert 1e6 / predict(cand(4), factor).steps_per_s == pytest.approx(1.2 * learner(4))
     # Unmeasured, a ring write is RING_WRITE_CALLS calls plus the copy at one core's bandwidth.
