@@ -26,7 +26,7 @@ from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
 from pearl.protocol import Plan, build_tasks
 from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
-from pearl.runtime.actor import Actor
+from pearl.runtime.actor import Actor, opencl_policy
 from pearl.runtime.learners import make_learner
 from pearl.runtime import processes, threaded
 from pearl.runtime.processes import ActorRecipe
@@ -130,6 +130,14 @@ class Agent:
         if self.plan.actors != 1 and self.plan.runtime != "processes":
             raise ConfigError(f"plan.actors: the {self.plan.runtime} runtime runs 1 actor, got "
                               f"{self.plan.actors} (runtime: processes runs several)")
+        act = self.plan.device_of("act")
+        if act != "cpu":
+            if not (act.startswith("opencl:") and self.config.algo == "dqn"):
+                raise ConfigError(f"plan.devices.act: {act} has no act kernel for {self.config.algo} "
+                                  f"(act runs on cpu, or opencl:N for DQN)")
+            from pearl.devices import opencl_context
+
+            opencl_context(int(act.split(":")[1]))  # a missing device fails here, not in an actor
         replay_device = self._replay_device()
         learn_device = self.plan.device_of("learn")
         if learn_device.split(":")[0] not in ("cpu", "cuda"):
@@ -139,19 +147,19 @@ class Agent:
 
     def _replay_device(self) -> str:
         """Where the priority structure lives: the plan's `sample` device. The tree is one object,
-        so `insert` and `update_priorities` must name the same device; the actor stays on the cpu."""
+        so `insert` and `update_priorities` must name the same device."""
         devices = self.plan.devices
-        for task in ("act", "insert", "sample", "update_priorities"):
+        for task in ("insert", "sample", "update_priorities"):
             device = devices[task]
             if device == "cpu":
                 continue
             kind = self.config.replay.kind
             whole_table_on_gpu = device.startswith("cuda") and kind in ("uniform", "prioritized")
-            if task == "act" or not (whole_table_on_gpu or (device.startswith(("opencl", "fpga"))
+            if not (whole_table_on_gpu or (device.startswith(("opencl", "fpga"))
                                                             and kind == "prioritized")):
                 raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
                                   f"{kind} replay (prioritized replay runs on cpu, opencl:N, fpga:N "
-                                  f"or cuda:N, uniform replay on cpu or cuda:N; act runs on cpu)")
+                                  f"or cuda:N, uniform replay on cpu or cuda:N)")
         sample = devices["sample"]
         for task in ("insert", "update_priorities"):
             if devices[task] != sample:
@@ -176,7 +184,10 @@ class Agent:
         """The actor of the in-process runtimes (built on first use; the processes runtime builds
         its own in each actor process from `actor_recipe()`)."""
         if self._actor is None:
-            self._actor = self.actor_recipe().build(self.config.seed, self.policy)
+            on_cpu = self.plan.device_of("act") == "cpu"  # else the recipe's policy on that device
+            self._actor = self.actor_recipe().build(self.config.seed, self.policy if on_cpu else None)
+            if not on_cpu:
+                self._actor.policy.load(self.learner.policy_weights())
             if self._actor_rng_state is not None:  # a restored run's exploration stream goes on
                 self._actor.rng.bit_generator.state = self._actor_rng_state
                 self._actor_rng_state = None
@@ -401,7 +412,10 @@ class DQN(Agent):
 
     def actor_recipe(self) -> ActorRecipe:
         cfg = self.config
-        return ActorRecipe(Actor, functools.partial(QPolicy, self.policy.layout),
+        act = self.plan.device_of("act")
+        policy = (functools.partial(QPolicy, self.policy.layout) if act == "cpu" else
+                  functools.partial(opencl_policy, self.policy.layout, int(act.split(":")[1])))
+        return ActorRecipe(Actor, policy,
                            dict(env_id=cfg.env, n_envs=self.plan.envs_per_actor, n_actions=self.n_actions,
                                 n_step=cfg.dqn.n_step, gamma=cfg.dqn.gamma))
 

@@ -173,3 +173,28 @@ def test_prefetching_learner_keeps_the_counts(replay):
 def test_prefetch_needs_the_processes_runtime():
     with pytest.raises(ConfigError, match="plan.prefetch: the processes runtime prefetches"):
         Plan(prefetch=True).check()
+
+
+def test_actors_infer_on_an_opencl_device():
+    pytest.importorskip("pyopencl")
+    from pearl.devices import opencl_devices
+
+    if not opencl_devices():
+        pytest.skip("no OpenCL device")
+    plan = in_processes(actors=2, devices={**Plan().devices, "act": "opencl:0"})
+    agent = pearl.DQN("CartPole-v1", plan=plan, **FAST)
+    assert agent.actor_recipe().policy_factory.func.__name__ == "opencl_policy"
+    agent.train(2500)
+    assert agent.env_steps == 2500 and agent.updates == due(agent, 0.25)
+    assert agent.replay.inserted == agent.env_steps
+    # the sequential runtime's actor on the same device acts like the cpu policy on the same weights
+    sequential = pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, "act": "opencl:0"}), **FAST)
+    obs = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    np.testing.assert_array_equal(sequential.actor.policy.greedy(obs), sequential.policy.greedy(obs))
+
+
+def test_act_device_is_checked():
+    with pytest.raises(ConfigError, match="plan.devices.act: cuda:0 has no act kernel for dqn"):
+        pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, "act": "cuda:0"}), **FAST)
+    with pytest.raises(ConfigError, match="opencl:9: no such OpenCL device"):
+        pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, "act": "opencl:9"}), **FAST)

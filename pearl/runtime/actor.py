@@ -12,6 +12,15 @@ from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
 
+def opencl_policy(layout, index: int):
+    """The actor's Q-network on OpenCL device `index` (a plan's `act: opencl:N`): QPolicy's
+    interface, batched inference in one launch per layer."""
+    from pearl.devices import opencl_context
+    from pearl.kernels.opencl import OpenCLQPolicy
+
+    return OpenCLQPolicy(layout, context=opencl_context(index))
+
+
 class Actor:
     def __init__(self, env_id: str, n_envs: int, seed: int, policy: QPolicy, n_actions: int,
                  n_step: int, gamma: float):
