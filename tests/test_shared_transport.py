@@ -1,0 +1,110 @@
+"""The processes runtime's shared-memory transport (pearl/runtime/shared.py) against plain Python
+models: a ring delivers every transition and episode once and in order across wrap-arounds; a
+weight board never hands out a half-written vector."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pearl.runtime.shared import ActorChannel, WeightBoard
+
+FIELDS = {"obs": (np.dtype(np.float32), (3,)), "actions": (np.dtype(np.int64), ()),
+          "rewards": (np.dtype(np.float32), ()), "next_obs": (np.dtype(np.float32), (3,)),
+          "discounts": (np.dtype(np.float32), ())}
+
+
+def transitions(first: int, count: int):
+    ids = np.arange(first, first + count)
+    return (np.repeat(ids[:, None], 3, axis=1).astype(np.float32), ids.astype(np.int64),
+            ids.astype(np.float32), -np.repeat(ids[:, None], 3, axis=1).astype(np.float32),
+            (ids % 7).astype(np.float32))
+
+
+def take_copies(channel):
+    """take + release, keeping copies: the ring's views must not outlive the mapping."""
+    steps, runs, episodes = channel.take()
+    assert all(run[0].base is not None for run in runs)  # views of the ring, not copies
+    copies = [tuple(np.array(values) for values in run) for run in runs]
+    channel.release()
+    return steps, copies, episodes
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.booleans()), min_size=1, max_size=80),
+       st.integers(4, 24), st.integers(3, 8))
+def test_ring_delivers_everything_once_in_order(rounds, capacity, episode_capacity):
+    channel = ActorChannel.create(FIELDS, capacity, episode_capacity)
+    try:
+        sent, received, episodes_sent, episodes_received, steps = 0, [], [], [], 0
+        for count, n_episodes, take in rounds:
+            count = min(count, channel.free())
+            n_episodes = min(n_episodes, channel.episode_free())
+            finished = [(float(len(episodes_sent) + k), k + 1) for k in range(n_episodes)]
+            channel.put(transitions(sent, count) if count else None, finished, 2)
+            sent += count
+            steps += 2
+            episodes_sent += finished
+            if take:
+                taken_steps, runs, episodes = take_copies(channel)
+                assert taken_steps == steps
+                received += runs
+                episodes_received += episodes
+        _, runs, episodes = take_copies(channel)
+        received += runs
+        episodes_received += episodes
+        if sent:
+            got = [np.concatenate([r[i] for r in received]) for i in range(5)]
+            for want, have in zip(transitions(0, sent), got):
+                np.testing.assert_array_equal(have, want)
+        else:
+            assert not received
+        assert episodes_received == episodes_sent
+    finally:
+        channel.close()
+
+
+def test_an_attached_channel_sees_the_creators_writes():
+    channel = ActorChannel.create(FIELDS, 8)
+    try:
+        other = ActorChannel.attach(*channel.spec())
+        other.put(transitions(0, 3), [(1.5, 4)], 1)
+        steps, runs, episodes = channel.take()
+        assert steps == 1 and episodes == [(1.5, 4)]
+        np.testing.assert_array_equal(runs[0][1], [0, 1, 2])
+        del runs
+        other.report_error("Traceback ...\nValueError: boom")
+        assert channel.error().endswith("ValueError: boom")
+        other.close()
+    finally:
+        channel.close()
+
+
+WRITER = """
+import sys, numpy as np
+from pearl.runtime.shared import WeightBoard
+board = WeightBoard.attach(sys.argv[1], int(sys.argv[2]))
+for value in range(1, 20_000):
+    board.publish(np.full(board.n_weights, value, np.float32))
+"""
+
+
+def test_weight_board_never_hands_out_a_torn_vector():
+    import subprocess
+    import sys
+
+    board = WeightBoard.create(20_000)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, *map(str, board.spec())])
+    try:
+        out, seen, fresh_reads, torn_chances = np.empty(20_000, np.float32), -1, 0, 0
+        while writer.poll() is None:
+            version = board.read(out, seen)
+            if version != seen:
+                assert version % 2 == 0
+                assert out.min() == out.max()  # one publish, whole
+                fresh_reads += 1
+                seen = version
+            else:
+                torn_chances += 1  # the writer was mid-copy, or published during our copy
+        assert fresh_reads > 10 and torn_chances > 10
+    finally:
+        writer.wait()
+        board.close()
