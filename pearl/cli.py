@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--threaded", action="store_true",
                       help="also measure the threaded runtime's contention factor per learner kernel")
     prof.add_argument("--processes", action="store_true",
-                      help="also measure the processes runtime's ring write and overhead factor per learner kernel")
+                      help="also measure the processes runtime's ring write and time-sharing factor per learner kernel")
     return parser
 
 
