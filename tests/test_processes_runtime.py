@@ -12,7 +12,6 @@ import pearl
 from pearl.errors import ConfigError, PearlError
 from pearl.protocol import Plan
 from pearl.runtime import processes
-from pearl.runtime.shared import STEPS
 
 FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, hidden=[32, 32])
 
@@ -34,7 +33,7 @@ def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, en
 
     def watch(a):
         # the actors' own env steps, which may be ahead of what the learner took in
-        seen.append((sum(int(c.counters[STEPS]) for c in a.actor_processes.channels), a.updates))
+        seen.append((sum(c.totals()[2] for c in a.actor_processes.channels), a.updates))
 
     summary = agent.train(3000)
     quota = -(-3000 // (actors * envs)) * envs
@@ -108,6 +107,17 @@ def test_an_actor_exception_stops_the_run_with_its_message():
     with pytest.raises(PearlError, match="actor 0 failed:(.|\n)*lost its licence"):
         agent.train(3000)
     assert agent.actor_processes is None  # actors stopped, shared memory released
+
+
+def test_an_actor_that_cannot_start_stops_the_run(monkeypatch):
+    import shutil
+    import sys
+
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(), **FAST)
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # exits 1 at once, reads nothing
+    with pytest.raises(PearlError, match="actor 0 exited with code 1 before it could report"):
+        agent.train(2000)
+    assert agent.actor_restarts == 0
 
 
 def test_checkpoint_of_a_processes_run_loads_and_trains_on(tmp_path):

@@ -108,3 +108,24 @@ def test_weight_board_never_hands_out_a_torn_vector():
     finally:
         writer.wait()
         board.close()
+
+
+def test_a_round_cut_short_is_not_counted():
+    """What kill -9 mid-round leaves: data written, no commit. The replacement actor attached to the
+    same ring continues from the last committed round and overwrites the partial data."""
+    channel = ActorChannel.create(FIELDS, 16)
+    try:
+        dying = ActorChannel.attach(*channel.spec())
+        dying.put(transitions(0, 3), [(1.0, 3)], 1)
+        dying.fields["actions"][3:5] = 99  # the next round's data, never committed
+        dying.episodes[1] = (99.0, 99)
+        dying.close()
+        replacement = ActorChannel.attach(*channel.spec())
+        assert replacement.steps == 1 and replacement.free() == 16 - 3
+        replacement.put(transitions(3, 2), [], 1)
+        steps, runs, episodes = take_copies(channel)
+        assert steps == 2 and episodes == [(1.0, 3)]
+        np.testing.assert_array_equal(np.concatenate([run[1] for run in runs]), [0, 1, 2, 3, 4])
+        replacement.close()
+    finally:
+        channel.close()

@@ -47,7 +47,7 @@ from pearl.errors import PearlError
 from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
 from pearl.runtime.sequential import learn_one
-from pearl.runtime.shared import (ACT_NS, ACT_ROUNDS, ALLOWED, STEPS, STOP, WAIT_NS, ActorChannel,
+from pearl.runtime.shared import (ACT_NS, ALLOWED, RECORDS, ROUNDS, STOP, WAIT_NS, ActorChannel,
                                   WeightBoard)
 
 MAX_LAG = 8  # updates the learner may trail the count due, summed over actors' allowances
@@ -75,9 +75,9 @@ class ActorRecipe:
 
 def allowance(updates_per_step: float, actors: int, envs: int) -> int:
     """Env steps an actor may run ahead of the learner: the actors together at most MAX_LAG updates
-    ahead, and at least one act round each."""
-    steps = MAX_LAG / max(updates_per_step, 1e-9) / actors
-    return max(envs, int(steps // envs) * envs)
+    ahead, at least one act round each, at most half the channel's commit records."""
+    rounds = MAX_LAG / max(updates_per_step, 1e-9) / actors / envs
+    return envs * max(1, min(int(rounds), RECORDS // 2))
 
 
 def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
@@ -112,7 +112,7 @@ def actor_main() -> None:
         rounds = 0
         while not counters[STOP]:
             waited, spins = clock(), 0
-            while (counters[STEPS] + n_envs > counters[ALLOWED] or channel.free() < room
+            while (channel.steps + n_envs > counters[ALLOWED] or channel.free() < room
                    or channel.episode_free() < n_envs) and not counters[STOP]:
                 spins = _wait(spins)
                 if spins % 1000 == 0 and os.getppid() != learner_pid:
@@ -127,7 +127,6 @@ def actor_main() -> None:
             transitions, finished = actor.step(board.epsilon)
             channel.put(transitions, finished, n_envs)
             counters[ACT_NS] += clock() - started
-            counters[ACT_ROUNDS] += 1
             counters[WAIT_NS] += started - waited
             rounds += 1
             if rounds % 4096 == 0 and os.getppid() != learner_pid:
@@ -170,9 +169,12 @@ class _ActorProcesses:
         process = subprocess.Popen(
             [sys.executable, "-c", "from pearl.runtime.processes import actor_main; actor_main()"],
             stdin=subprocess.PIPE, start_new_session=True, env={**os.environ, **ONE_BLAS_THREAD})
-        pickle.dump(sys.path, process.stdin)
-        pickle.dump(args, process.stdin)
-        process.stdin.close()
+        try:
+            pickle.dump(sys.path, process.stdin)
+            pickle.dump(args, process.stdin)
+            process.stdin.close()
+        except BrokenPipeError:  # it died at once; check() reports how
+            pass
         self.processes[index] = process
 
     def _raise_reported(self, index: int) -> None:
@@ -181,14 +183,17 @@ class _ActorProcesses:
             raise PearlError(f"actor {index} failed:\n{text.rstrip()}")
 
     def check(self, done: Callable[[int], bool]) -> None:
-        """Raises an actor's exception; restarts an actor that died without one (and still has steps
-        to take)."""
+        """Raises an actor's exception; restarts an actor that a signal killed (kill -9, a segfault,
+        the OOM killer) and that still has steps to take."""
         for index, process in enumerate(self.processes):
             if process.poll() is None:
                 continue
             self._raise_reported(index)
             if done(index):
                 continue
+            if process.returncode > 0:  # it exited on its own without a report: it cannot start
+                raise PearlError(f"actor {index} exited with code {process.returncode} before it could "
+                                 f"report (its output is above)")
             self.restarts += 1
             if self.restarts > MAX_RESTARTS:
                 raise PearlError(f"actor {index} died (exit code {process.returncode}) and {MAX_RESTARTS} "
@@ -372,7 +377,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
             board.epsilon = agent.algo.epsilon(agent.env_steps)
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
-            lead = max(lead, sum(int(c.counters[STEPS]) for c in channels) - sum(taken))
+            lead = max(lead, sum(c.totals()[2] for c in channels) - sum(taken))
             finished_all = all(t >= quota for t in taken)
             if agent.env_steps > previous:
                 spins = 0
@@ -390,7 +395,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
         # count says (agent.env_steps), with exactly the updates due there
         actors.stop()
         if timer:
-            rounds = sum(int(c.counters[ACT_ROUNDS]) for c in channels)
+            rounds = sum(int(c.counters[ROUNDS]) for c in channels)
             # the actors' own clocks: time in act rounds, and waiting for the allowance or ring space
             timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
             timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)

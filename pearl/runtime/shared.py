@@ -1,17 +1,22 @@
 """Shared-memory transport between actor processes and the learner: no pickling per step.
 
 `ActorChannel` is one actor's single-producer / single-consumer ring of transitions and finished
-episodes, plus the counters the two sides exchange (env steps committed, the env-step allowance the
-learner grants, the actor's task times). `WeightBoard` carries the policy weights and the
+episodes, plus the counters the two sides exchange (what the actor committed, the env-step allowance
+the learner grants, the actor's task times). `WeightBoard` carries the policy weights and the
 exploration epsilon from the learner to every actor under a sequence lock.
 
 Memory is POSIX shared memory (`multiprocessing.shared_memory`) that the learner creates and
 unlinks; actor processes attach by name (a restarted actor attaches to the same block and continues
-where the dead one stopped). Each counter has one writer and
-sits on its own cache line. The ordering this relies on: the writer stores the data, then the
-counter; the reader loads the counter, then the data. x86-64 keeps stores in order and loads in
-order (TSO), and numpy does each store as one aligned 8-byte write, so a reader never sees a
-counter ahead of its data. (On weaker memory models, e.g. ARM, this transport would need fences.)
+where the dead one stopped). Each counter has one writer and sits on its own cache line.
+
+An act round is committed by one store: the actor writes the round's transitions and episodes,
+then a commit record (its running totals of transitions, episodes and env steps) in a ring of
+records, then the round count that points at that record. The learner loads the round count, then
+the record, then the data. So an actor killed mid-round leaves nothing half-counted: its
+replacement continues from the last record and overwrites the partial data. The ordering this
+relies on: x86-64 keeps stores in order and loads in order (TSO), and numpy does each store as one
+aligned 8-byte write, so a reader never sees a count ahead of its data. (On weaker memory models,
+e.g. ARM, this transport would need fences.)
 """
 from __future__ import annotations
 
@@ -24,23 +29,32 @@ LINE = 64  # bytes: one cache line
 _WORDS = LINE // 8
 
 # one int64 counter per cache line, each with a single writer
-COMMITTED = 0        # actor: transitions written
+ROUNDS = 0           # actor: act rounds committed; round r's totals are in records[(r - 1) % RECORDS]
 CONSUMED = 1         # learner: transitions read
-STEPS = 2            # actor: env steps taken (over all its envs), committed with their transitions
-EPISODES = 3         # actor: finished episodes written
-EPISODES_READ = 4    # learner
-ALLOWED = 5          # learner: env steps the actor may reach before it waits
-STOP = 6             # learner: 1 = finish now
-ACT_NS = 7           # actor: nanoseconds spent in act rounds
-ACT_ROUNDS = 8       # actor: act rounds taken
-WAIT_NS = 9          # actor: nanoseconds waiting for the allowance or for ring space
-ERROR_BYTES = 10     # actor: length of the error report it wrote before exiting
-_COUNTERS = 11
+EPISODES_READ = 2    # learner: episodes read
+ALLOWED = 3          # learner: env steps the actor may reach before it waits
+STOP = 4             # learner: 1 = finish now
+ACT_NS = 5           # actor: nanoseconds spent in act rounds
+WAIT_NS = 6          # actor: nanoseconds waiting for the allowance or for ring space
+ERROR_BYTES = 7      # actor: length of the error report it wrote before exiting
+_COUNTERS = 8
+# commit records: an actor may be at most RECORDS / 2 rounds ahead of the learner (the runtime caps
+# its allowance there), so the record the learner reads is never being rewritten
+RECORDS = 4096
 ERROR_CAPACITY = 8192  # bytes of an actor's error report (a traceback's tail)
 
 
 def _aligned(offset: int) -> int:
     return -(-offset // LINE) * LINE
+
+
+_CREATED: set[str] = set()  # blocks this process created (and will unlink)
+
+
+def _create(size: int) -> SharedMemory:
+    memory = SharedMemory(create=True, size=size)
+    _CREATED.add(memory.name)
+    return memory
 
 
 def _attach(name: str) -> SharedMemory:
@@ -50,8 +64,10 @@ def _attach(name: str) -> SharedMemory:
     except TypeError:
         memory = SharedMemory(name=name)
         # Python < 3.13 registers every attach with this process's resource tracker, which would
-        # unlink the block when this process exits, under the learner's feet
-        resource_tracker.unregister(memory._name, "shared_memory")
+        # unlink the block when this process exits, under the learner's feet (in the creator's
+        # own process the registration is the creator's: it stays)
+        if memory.name not in _CREATED:
+            resource_tracker.unregister(memory._name, "shared_memory")
         return memory
 
 
@@ -71,14 +87,17 @@ class _Block:
             pass
         if self.owner:
             self.memory.unlink()
+            _CREATED.discard(self.memory.name)
 
 
 class _Layout:
-    """Byte offsets of a block's parts: counters, then each field's ring, then the episode ring."""
+    """Byte offsets of a block's parts: counters, commit records, each field's ring, the episode
+    ring, the error report."""
 
     def __init__(self, fields: dict[str, tuple[np.dtype, tuple]], capacity: int, episode_capacity: int):
         self.fields, self.capacity, self.episode_capacity = fields, capacity, episode_capacity
-        offset = _COUNTERS * LINE
+        self.records_offset = _COUNTERS * LINE
+        offset = _aligned(self.records_offset + RECORDS * 3 * 8)
         self.offsets = {}
         for name, (dtype, shape) in fields.items():
             self.offsets[name] = offset
@@ -97,18 +116,20 @@ class ActorChannel(_Block):
         self.layout = layout
         raw = self.raw
         self.counters = raw[:_COUNTERS * LINE].view(np.int64)[::_WORDS]
+        self.records = raw[layout.records_offset:].view(np.int64)[:RECORDS * 3].reshape(RECORDS, 3)
         self.fields = {name: raw[layout.offsets[name]:].view(np.dtype(dtype))[:layout.capacity * int(np.prod(shape, dtype=np.int64))]
                        .reshape((layout.capacity, *shape))
                        for name, (dtype, shape) in layout.fields.items()}
         self.episodes = raw[layout.episodes_offset:].view(np.float64)[:2 * layout.episode_capacity].reshape(-1, 2)
         self._error = raw[layout.error_offset:layout.error_offset + ERROR_CAPACITY]
+        self._totals = self.totals()  # the actor's running totals (its side only)
 
     @classmethod
     def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
                episode_capacity: int = 4096) -> ActorChannel:
         """`fields`: name -> (dtype, shape of one transition's value), in the replay's add() order."""
         layout = _Layout(fields, capacity, episode_capacity)
-        return cls(SharedMemory(create=True, size=layout.size), layout, owner=True)
+        return cls(_create(layout.size), layout, owner=True)
 
     def spec(self) -> tuple:
         """What another process needs to attach (picklable)."""
@@ -118,33 +139,47 @@ class ActorChannel(_Block):
     def attach(cls, name: str, layout: _Layout) -> ActorChannel:
         return cls(_attach(name), layout)
 
+    def totals(self) -> tuple[int, int, int]:
+        """(transitions, episodes, env steps) committed by the last complete round."""
+        rounds = int(self.counters[ROUNDS])
+        if not rounds:
+            return 0, 0, 0
+        committed, episodes, steps = self.records[(rounds - 1) % RECORDS]
+        return int(committed), int(episodes), int(steps)
+
     # -- the actor's side -------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        """Env steps this actor has committed."""
+        return self._totals[2]
+
     def free(self) -> int:
-        c = self.counters
-        return self.layout.capacity - int(c[COMMITTED] - c[CONSUMED])
+        return self.layout.capacity - (self._totals[0] - int(self.counters[CONSUMED]))
+
+    def episode_free(self) -> int:
+        return self.layout.episode_capacity - (self._totals[1] - int(self.counters[EPISODES_READ]))
 
     def put(self, transitions, finished: list[tuple[float, int]], env_steps: int) -> None:
-        """Writes one act round: its transitions (arrays in field order, or None), the episodes it
-        finished and the env steps it took. The caller checked `free()` and `episode_free()`."""
-        c = self.counters
+        """Writes and commits one act round: its transitions (arrays in field order, or None), the
+        episodes it finished and the env steps it took. The caller checked `free()` and
+        `episode_free()`."""
+        committed, episodes, steps = self._totals
         if transitions is not None:
-            start, count = int(c[COMMITTED]), len(transitions[0])
-            first = start % self.layout.capacity
+            count = len(transitions[0])
+            first = committed % self.layout.capacity
             split = min(count, self.layout.capacity - first)
             for ring, values in zip(self.fields.values(), transitions):
                 ring[first:first + split] = values[:split]
                 if split < count:  # wraps around the ring's end
                     ring[:count - split] = values[split:]
+            committed += count
         for episode_return, length in finished:
-            self.episodes[int(c[EPISODES]) % self.layout.episode_capacity] = episode_return, length
-            c[EPISODES] += 1
-        if transitions is not None:
-            c[COMMITTED] += len(transitions[0])
-        c[STEPS] += env_steps
-
-    def episode_free(self) -> int:
-        c = self.counters
-        return self.layout.episode_capacity - int(c[EPISODES] - c[EPISODES_READ])
+            self.episodes[episodes % self.layout.episode_capacity] = episode_return, length
+            episodes += 1
+        self._totals = committed, episodes, steps + env_steps
+        rounds = int(self.counters[ROUNDS])
+        self.records[rounds % RECORDS] = self._totals
+        self.counters[ROUNDS] = rounds + 1  # the commit
 
     def report_error(self, text: str) -> None:
         """What an actor leaves for the learner before it exits on an exception (the tail of `text`
@@ -162,8 +197,8 @@ class ActorChannel(_Block):
         """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
         episodes). The arrays are views of the ring: consume them before calling `release`."""
         c = self.counters
-        steps = int(c[STEPS])  # loaded before COMMITTED: every transition of these steps is in
-        committed, consumed = int(c[COMMITTED]), int(c[CONSUMED])
+        committed, written, steps = self.totals()
+        consumed = int(c[CONSUMED])
         runs = []
         if committed > consumed:
             capacity = self.layout.capacity
@@ -173,8 +208,7 @@ class ActorChannel(_Block):
             if split < count:
                 runs.append(tuple(ring[:count - split] for ring in self.fields.values()))
         episodes = []
-        written, read = int(c[EPISODES]), int(c[EPISODES_READ])
-        for k in range(read, written):
+        for k in range(int(c[EPISODES_READ]), written):
             episode_return, length = self.episodes[k % self.layout.episode_capacity]
             episodes.append((float(episode_return), int(length)))
         c[EPISODES_READ] = written
@@ -201,7 +235,7 @@ class WeightBoard(_Block):
 
     @classmethod
     def create(cls, n_weights: int) -> WeightBoard:
-        return cls(SharedMemory(create=True, size=2 * LINE + 4 * n_weights), n_weights, owner=True)
+        return cls(_create(2 * LINE + 4 * n_weights), n_weights, owner=True)
 
     def spec(self) -> tuple:
         return self.memory.name, self.n_weights
