@@ -166,12 +166,11 @@ def main() -> int:
 
         Path(args.plots).mkdir(parents=True, exist_ok=True)
         plot_predicted_vs_measured(report["rows"], Path(args.plots) / "predicted_vs_measured.png",
-                                   f"ci_2core, {len(report['rows'])} plans: median |error| "
-                                   f"{100 * report['median_abs_error']:.1f}% sequential"
-                                   + "".join(f", {100 * report[f'{name}_median_abs_error']:.1f}% {name}"
+                                   f"ci_2core, {len(report['rows'])} plans (grey: +-15%)\nmedian |error|: "
+                                   f"sequential {100 * report['median_abs_error']:.1f}%"
+                                   + "".join(f", {name} {100 * report[f'{name}_median_abs_error']:.1f}%"
                                              for name in ("threaded", "processes")
-                                             if report.get(f"{name}_median_abs_error") is not None)
-                                   + " (grey: +-15%)")
+                                             if report.get(f"{name}_median_abs_error") is not None))
         plot_gantt(report["pick_prediction"], Path(args.plots) / "gantt_pick.png")
     if args.json:
         from pearl.io import atomic_write_text
