@@ -58,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
     p.add_argument("--learner-kernel", choices=["auto", "torch", "fused"], default="auto",
                    help="PEARL's learner kernel (default: auto)")
+    p.add_argument("--device", default="cpu",
+                   help="both learners' torch device: cpu or cuda[:N] (default: cpu; PEARL's fused kernel "
+                        "runs on the cpu only, so cuda means its torch learner)")
     p.add_argument("--quick", action="store_true", help="smoke test: 1500 steps, 1 seed")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     args = p.parse_args(argv)
@@ -67,20 +70,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
     if args.threads < 1:
         p.error(f"--threads: expected >= 1, got {args.threads}")
+    if args.device != "cpu":
+        import torch
+
+        if not args.device.startswith("cuda") or not torch.cuda.is_available():
+            p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
     return args
 
 
-def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str):
+def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu"):
     import pearl
 
     return pearl.DDPG(
         env=ENV_ID, seed=seed, total_steps=steps, hidden=list(HIDDEN), lr=LR, gamma=GAMMA, tau=TAU,
         batch_size=BATCH, learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1,
-        action_noise=ACTION_NOISE, replay="uniform", capacity=BUFFER, device="cpu",
+        action_noise=ACTION_NOISE, replay="uniform", capacity=BUFFER, device=device,
         learner_kernel=learner_kernel, envs_per_actor=1, torch_threads=threads)
 
 
-def make_sb3(seed: int, threads: int):
+def make_sb3(seed: int, threads: int, device: str = "cpu"):
     import gymnasium as gym
     import numpy as np
     import torch
@@ -93,18 +101,18 @@ def make_sb3(seed: int, threads: int):
     model = DDPG("MlpPolicy", env, learning_rate=LR, buffer_size=BUFFER, learning_starts=LEARNING_STARTS,
                  batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
                  action_noise=NormalActionNoise(np.zeros(dim), ACTION_NOISE * np.ones(dim)),
-                 policy_kwargs={"net_arch": list(HIDDEN)}, verbose=0, seed=seed, device="cpu")
+                 policy_kwargs={"net_arch": list(HIDDEN)}, verbose=0, seed=seed, device=device)
     torch.set_num_threads(threads)
     return model
 
 
-def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str) -> dict:
-    agent = make_pearl(seed, steps, threads, learner_kernel)
+def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu") -> dict:
+    agent = make_pearl(seed, steps, threads, learner_kernel, device)
     return time_pearl(agent, steps, threads, EVAL_EPISODES)
 
 
-def run_sb3(seed: int, steps: int, threads: int) -> dict:
-    model = make_sb3(seed, threads)
+def run_sb3(seed: int, steps: int, threads: int, device: str = "cpu") -> dict:
+    model = make_sb3(seed, threads, device)
     started = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
     wall = time.perf_counter() - started
@@ -277,8 +285,8 @@ def main(argv=None) -> int:
     print(f"PEARL vs SB3 {found['sb3']} DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
           f"torch {found['torch']} with {args.threads} thread(s), gymnasium {found['gymnasium']}")
     results = run_alternating(args.seeds, {
-        "pearl": lambda seed: run_pearl(seed, args.steps, args.threads, args.learner_kernel),
-        "sb3": lambda seed: run_sb3(seed, args.steps, args.threads)},
+        "pearl": lambda seed: run_pearl(seed, args.steps, args.threads, args.learner_kernel, args.device),
+        "sb3": lambda seed: run_sb3(seed, args.steps, args.threads, args.device)},
         lambda seed, order, rows: print_seed_table(seed, order, rows, decimals=1))
 
     bound = arithmetic_bound(args.threads, args.learner_kernel)

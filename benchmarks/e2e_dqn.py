@@ -61,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "processes beside the learner (default: sequential)")
     p.add_argument("--actors", type=int, default=1,
                    help="actor processes with --runtime processes, one env each (default: 1, SB3's one env)")
+    p.add_argument("--device", default="cpu",
+                   help="both learners' torch device: cpu or cuda[:N] (default: cpu; PEARL's fused kernel "
+                        "runs on the cpu only, so cuda means its torch learner)")
     p.add_argument("--quick", action="store_true", help="smoke test: 5000 steps, 1 seed")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     args = p.parse_args(argv)
@@ -70,13 +73,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
     if args.threads < 1:
         p.error(f"--threads: expected >= 1, got {args.threads}")
+    if args.device != "cpu":
+        import torch
+
+        if not args.device.startswith("cuda") or not torch.cuda.is_available():
+            p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
     if args.actors < 1 or (args.actors > 1 and args.runtime != "processes"):
         p.error(f"--actors: expected 1, or more with --runtime processes; got {args.actors}")
     return args
 
 
 def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str,
-              runtime: str = "sequential", actors: int = 1) -> dict:
+              runtime: str = "sequential", actors: int = 1, device: str = "cpu") -> dict:
     import pearl
     from pearl.protocol import Plan
 
@@ -86,13 +94,13 @@ def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: st
         updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0,
         double=False, dueling=False, n_step=1, max_grad_norm=MAX_GRAD_NORM,
         exploration={"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
-        replay="uniform", capacity=BUFFER, device="cpu", learner_kernel=learner_kernel,
+        replay="uniform", capacity=BUFFER, device=device, learner_kernel=learner_kernel,
         envs_per_actor=1, torch_threads=threads, plan=Plan(batch_size=BATCH, learner_kernel=learner_kernel, runtime=runtime,
-                                                            actors=actors))
+                                                            actors=actors, devices={**Plan().devices, "learn": device}))
     return time_pearl(agent, steps, threads, EVAL_EPISODES)
 
 
-def run_sb3(seed: int, steps: int, lr: float, threads: int) -> dict:
+def run_sb3(seed: int, steps: int, lr: float, threads: int, device: str = "cpu") -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN
@@ -105,7 +113,7 @@ def run_sb3(seed: int, steps: int, lr: float, threads: int) -> dict:
         exploration_fraction=EPS_FRACTION, exploration_initial_eps=EPS_INITIAL,
         exploration_final_eps=EPS_FINAL, max_grad_norm=MAX_GRAD_NORM,
         policy_kwargs={"net_arch": list(HIDDEN), "activation_fn": torch.nn.ReLU},
-        verbose=0, seed=seed, device="cpu")
+        verbose=0, seed=seed, device=device)
     torch.set_num_threads(threads)
     started = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
@@ -166,8 +174,8 @@ def main(argv=None) -> int:
           f"lr {args.lr:g}, torch {found['torch']} with {args.threads} thread(s), gymnasium {found['gymnasium']}")
     results = run_alternating(args.seeds, {
         "pearl": lambda seed: run_pearl(seed, args.steps, args.lr, args.threads, args.learner_kernel, args.runtime,
-                                       args.actors),
-        "sb3": lambda seed: run_sb3(seed, args.steps, args.lr, args.threads)}, print_seed_table)
+                                       args.actors, args.device),
+        "sb3": lambda seed: run_sb3(seed, args.steps, args.lr, args.threads, args.device)}, print_seed_table)
 
     summary = summarize(results)
     print_summary(summary, len(args.seeds), args.steps)
@@ -182,7 +190,7 @@ def main(argv=None) -> int:
                       "exploration": {"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
                       "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": EVAL_EPISODES,
                       "pearl_learner_kernel": args.learner_kernel, "pearl_runtime": args.runtime,
-                      "pearl_actors": args.actors},
+                      "pearl_actors": args.actors, "device": args.device},
             "versions": {"python": platform.python_version(), "torch": found["torch"],
                          "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
             "machine": {"platform": platform.platform(), "processor": platform.processor()},
