@@ -109,15 +109,16 @@ def actor_main() -> None:
         clock = time.perf_counter_ns
         # an act round emits at most n_envs x n_step transitions (episode ends flush pending steps)
         room = n_envs * actor.nstep.n
-        rounds = 0
-        while not counters[STOP]:
+        rounds, orphaned = 0, False
+        while not counters[STOP] and not orphaned:
             waited, spins = clock(), 0
             while (channel.steps + n_envs > counters[ALLOWED] or channel.free() < room
                    or channel.episode_free() < n_envs) and not counters[STOP]:
                 spins = _wait(spins)
                 if spins % 1000 == 0 and os.getppid() != learner_pid:
-                    counters[STOP] = 1  # the learner died: nobody will drain the ring
-            if counters[STOP]:
+                    orphaned = True  # the learner died: nobody will drain the ring
+                    break
+            if counters[STOP] or orphaned:
                 break
             started = clock()
             fresh = board.read(weights, version)
@@ -129,8 +130,7 @@ def actor_main() -> None:
             counters[ACT_NS] += clock() - started
             counters[WAIT_NS] += started - waited
             rounds += 1
-            if rounds % 4096 == 0 and os.getppid() != learner_pid:
-                break
+            orphaned = rounds % 4096 == 0 and os.getppid() != learner_pid
         actor.close()
     except BaseException:
         channel.report_error(traceback.format_exc(limit=8))
