@@ -238,7 +238,10 @@ def iteration_segments(prediction) -> list[tuple[str, str, float, float]]:
     """One iteration of the sequential runtime for a prediction, as (device, task, start us,
     length us): enough act rounds for one update at least (E envs x updates_per_step per round),
     each round act + insert, then its updates (sample, learn, update_priorities, sync_weights every
-    sync_interval), transfers on the consuming device, then the loop's overhead."""
+    sync_interval), transfers on the consuming device, then the loop's overhead. A processes plan
+    gets one row per process instead (`process_segments`)."""
+    if prediction.schedule == "processes":
+        return process_segments(prediction)
     cand, calls = prediction.candidate, prediction.call_us
     u = prediction.updates_per_s / prediction.steps_per_s
     rounds = max(1, round(1 / (u * cand.envs))) if u * cand.envs < 1 else 1
@@ -267,15 +270,51 @@ def iteration_segments(prediction) -> list[tuple[str, str, float, float]]:
     return segments
 
 
+def process_segments(prediction) -> list[tuple[str, str, float, float]]:
+    """One pass of the processes runtime's learner as the model sees it (estimator/model.py), a
+    row per process from time 0: each actor's rounds of its allowance R (act, ring write, weight
+    loads), side by side; the learner's N inserts of R transitions, its loop's time, and the
+    updates those N x R env steps are due. Where N + 1 processes outnumber the cores the rows
+    cannot all run at once (the step is then the cores' share, not the longest row)."""
+    from pearl.runtime.processes import allowance
+
+    cand, calls, step_us = prediction.candidate, prediction.call_us, prediction.step_us
+    u = prediction.updates_per_s / prediction.steps_per_s
+    run = allowance(u, cand.actors, cand.envs)
+    steps = cand.actors * run  # env steps one learner pass takes in
+    segments = []
+    for k in range(cand.actors):
+        t = 0.0
+        for _ in range(run // cand.envs):
+            for task, length in (("act", calls.get("act", 0.0)), ("ring_write", step_us["ring_write"] * cand.envs),
+                                 ("weight_loads", step_us["weight_loads"] * cand.envs)):
+                if length > 0:
+                    segments.append((f"actor {k + 1}", task, t, length))
+                    t += length
+    t = 0.0
+    learner = [("insert", calls.get("insert", 0.0))] * cand.actors + [("overhead", step_us["overhead"] * steps)]
+    for i in range(max(1, round(u * steps))):
+        learner += [(task, calls.get(task, 0.0)) for task in ("sample", "learn", "update_priorities")]
+        if (i + 1) % cand.sync_interval == 0:
+            learner.append(("sync_weights", calls.get("sync_weights", 0.0)))
+    for task, length in learner:
+        if length > 0:
+            segments.append(("learner", task, t, length))
+            t += length
+    return segments
+
+
 def plot_gantt(prediction, path, title: str = "") -> None:
-    """PNG: one iteration of the plan per device (the sequential runtime runs one task at a time)."""
+    """PNG: one iteration of the plan per device (the sequential runtime runs one task at a time),
+    or per process for a processes plan."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     segments = iteration_segments(prediction)
-    devices = list(dict.fromkeys(["cpu"] + [s[0] for s in segments]))
+    processes = prediction.schedule == "processes"
+    devices = list(dict.fromkeys(([] if processes else ["cpu"]) + [s[0] for s in segments]))
     tasks = list(dict.fromkeys(s[1] for s in segments))
     colours = dict(zip(tasks, plt.cm.tab10.colors))
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.6 * len(devices)))
@@ -288,7 +327,9 @@ def plot_gantt(prediction, path, title: str = "") -> None:
     ax.legend(handles, tasks, ncol=len(tasks), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(devices)),
               frameon=False)
     label = "SIMULATED FPGA costs; " if prediction.simulated else ""
-    ax.set_title(title or f"{label}{prediction.candidate.label()}: one iteration", fontsize=9)
+    shared = " (the cores limit: the processes time-share them)" if prediction.limiting_side == "cores" else ""
+    ax.set_title(title or f"{label}{prediction.candidate.label()}: one "
+                 f"{'learner pass' if processes else 'iteration'}{shared}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -217,3 +217,22 @@ def test_profile_processes_measures_steady_runs_and_the_time_sharing_factor(cach
     result = autotune(config, platform="ci_2core", envs=[1, 4], batches=[32], runtimes=("processes",),
                       use_profile=True)
     assert all(p.sources["act"] == "measured" for p in result.ranking.predictions if p.candidate.replay_kind == "uniform")
+
+
+def test_a_processes_plan_gets_a_row_per_process_whose_learner_row_is_its_side(cache, tmp_path):
+    """The timeline of a processes plan: an actor row per process and the learner's row, whose
+    length is the learner's predicted time for the env steps one pass takes in."""
+    from pearl.runtime.processes import allowance
+    from pearl.tune import autotune, iteration_segments, plot_gantt
+
+    result = autotune(small_config(), platform="ci_2core", envs=[4], runtimes=("processes",), actors=[2],
+                      use_profile=False)
+    best = result.best
+    segments = iteration_segments(best)
+    assert {row for row, *_ in segments} == {"actor 1", "actor 2", "learner"}
+    u = best.updates_per_s / best.steps_per_s
+    steps = 2 * allowance(u, 2, 4)
+    learner = sum(length for row, _, _, length in segments if row == "learner")
+    assert learner == pytest.approx(best.sides["learner"] * steps, rel=0.02)
+    plot_gantt(best, tmp_path / "gantt.png")
+    assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG"
