@@ -1,4 +1,4 @@
-"""The predicted-vs-measured pipeline of issue 5's acceptance, reduced (slow; ~1 min on 2 cores):
+"""The predicted-vs-measured pipeline of issue 5's acceptance, reduced (slow; ~2 min on 2 cores):
 profile, predict, measure and compare end to end on this machine. The accuracy itself (median
 error <= 15%, pick within 10% of the best) is a speed figure: it is measured by
 benchmarks/autotune_accuracy.py and recorded in docs/BENCHMARKS.md, not asserted here, where a
