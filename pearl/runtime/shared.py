@@ -86,7 +86,10 @@ class _Block:
         except BufferError:  # a caller still holds a view: the mapping goes when that view does
             pass
         if self.owner:
-            self.memory.unlink()
+            try:
+                self.memory.unlink()
+            except FileNotFoundError:  # already gone (a second close)
+                pass
             _CREATED.discard(self.memory.name)
 
 
