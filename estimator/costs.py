@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import bisect
 
-from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost,
-                                        sum_tree_cost)
+from pearl.estimator.signatures import Cost, sum_tree_cost
 
 # CartPole-v1's step + the actor's per-env bookkeeping, measured by `pearl profile` on the 2.6 GHz
 # CI machine (act at 16 envs / 16); an analytic act scales it by clock. Other envs cost more:
@@ -34,6 +33,21 @@ CALLS = {
     ("cuda", "act"): 8, ("cuda", "insert"): 6, ("cuda", "sample"): 12, ("cuda", "update_priorities"): 10,
     ("cuda", "learn", "torch"): 70, ("cuda", "sync_weights"): 2,
     ("opencl", "act"): 3, ("opencl", "insert"): 2, ("opencl", "sample"): 3, ("opencl", "update_priorities"): 2,
+}
+# The continuous algorithms' own counts where they differ (algorithm first in the key): a fused
+# update is two MLP forwards and backwards per network on preallocated buffers, two Adam steps and
+# the target lerps (pearl/runtime/fused_actor_critic.py; TD3's actor half every other update);
+# autograd's update is several hundred ops (SAC's sampling and log-prob more); acting adds the
+# policy's head and the action scaling. Counted as call-equivalents of `call_overhead_us` from
+# timing 16x16 networks at batch 8 on the 2-core machine (all overhead), and rough: `pearl
+# profile` replaces them with the real figures.
+ALGO_CALLS = {
+    ("ddpg", "cpu", "act"): 6, ("td3", "cpu", "act"): 6, ("sac", "cpu", "act"): 6,
+    ("ddpg", "cpu", "learn", "fused"): 100, ("td3", "cpu", "learn", "fused"): 90,
+    ("ddpg", "cpu", "learn", "torch"): 300, ("td3", "cpu", "learn", "torch"): 200,
+    ("sac", "cpu", "learn", "torch"): 500,
+    ("ddpg", "cuda", "learn", "torch"): 120, ("td3", "cuda", "learn", "torch"): 100,
+    ("sac", "cuda", "learn", "torch"): 200,
 }
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
@@ -123,7 +137,7 @@ class Costs:
         prioritized = cand.replay_kind != "uniform"
         tree = sum_tree_cost(w.capacity, cand.batch, w.fanout) if prioritized else Cost()
         if task == "act":
-            return mlp_forward_cost(w.sizes, cand.envs)
+            return w.act_cost(cand.envs)
         if task == "insert":
             return Cost(flops=cand.envs * (20 if prioritized else 0), bytes=cand.envs * w.transition_bytes)
         if task == "sample":
@@ -131,22 +145,29 @@ class Costs:
         if task == "update_priorities":
             return tree
         if task == "learn":
-            forwards = 3 if w.double else 2
-            return (mlp_forward_cost(w.sizes, cand.batch) * forwards + mlp_backward_cost(w.sizes, cand.batch)
-                    + adam_cost(w.n_params))
+            return w.learn_cost(cand.batch, cand.learner_kernel)
         return Cost(bytes=2 * w.n_params * 4)  # sync_weights: read + write the flat vector
+
+    def calls(self, kind: str, task: str, kernel: str) -> int:
+        """Python-level calls (cpu) or launches (cuda, opencl) of one call of `task`: the
+        algorithm's own count for this kernel or task if it has one, else the table's."""
+        algo = self.workload.algo
+        for table, key in ((ALGO_CALLS, (algo, kind, task, kernel)), (ALGO_CALLS, (algo, kind, task)),
+                           (CALLS, (kind, task, kernel)), (CALLS, (kind, task))):
+            if key in table:
+                return table[key]
+        return 1
 
     def analytic_seconds(self, task: str, cand, device) -> float:
         sig = self.signature(task, cand)
         kind = device.kind
+        calls = self.calls(kind, task, cand.learner_kernel)
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
-            calls = CALLS.get(("cpu", task, cand.learner_kernel), CALLS.get(("cpu", task), 1))
             fixed = calls * device.call_overhead_us * 1e-6
         else:
             peak, bandwidth = device.peak_gflops * 1e9, device.memory_bandwidth_gb_s * 1e9
-            calls = CALLS.get((kind, task, cand.learner_kernel), CALLS.get((kind, task), 1))
             fixed = calls * device.launch_us * 1e-6
         seconds = fixed + max(sig.flops / peak, sig.bytes / bandwidth)
         if task == "act":  # the envs step on the host whatever runs the inference

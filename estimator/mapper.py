@@ -7,7 +7,9 @@ runtime x actor processes (`actor_counts`: 1 up to the host's cores; more would 
 the cores, each loading every weight version, so the model never ranks them higher). Only
 placements the runtime accepts are generated (pearl/api.py: act on the cpu; prioritized replay
 on cpu, opencl:N, fpga:N or cuda:N, uniform on cpu or cuda:N, amper on the cpu; a replay on
-cuda:N feeds a learner on the same GPU; the fused learner is cpu-only and has no dueling head),
+cuda:N feeds a learner on the same GPU; the fused learner is cpu-only and has no dueling head;
+DDPG, TD3 and SAC (pearl/continuous.py) keep a uniform replay on the cpu, and the fused learner
+runs DDPG and TD3 only),
 so every ranked plan is one `pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
 node's eight GPUs give one set of plans, not eight); under a power cap, plans over the cap are
 dropped. The space is small (hundreds to a few thousand plans), so the rest is exhaustive.
@@ -74,13 +76,13 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
     out = []
     for kind in kinds:
         replay_devices = ["cpu"]
-        for device in distinct:
+        for device in distinct if not workload.continuous else ():  # their learners read numpy batches
             if device.kind in ("opencl", "fpga") and kind == "prioritized":
                 replay_devices.append(device.id)
             if device.kind == "cuda" and kind in ("uniform", "prioritized"):
                 replay_devices.append(device.id)
-        learners = [] if workload.dueling else [("cpu", "fused")]
-        learners += [("cpu", "torch")] + [(d.id, "torch") for d in distinct if d.kind == "cuda"]
+        learners = [("cpu", kernel) for kernel in workload.learner_kernels]
+        learners += [(d.id, "torch") for d in distinct if d.kind == "cuda"]
         for replay, (learn, kernel), e, b, s, runtime in itertools.product(
                 replay_devices, learners, envs, batches, sync_intervals, runtimes):
             if replay.startswith("cuda") and learn != replay:
@@ -94,6 +96,11 @@ def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, re
          runtimes=("sequential",), actors=None) -> Ranking:
     if metric not in METRICS:
         raise ConfigError(f"metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+    allowed = costs.workload.replay_kinds
+    refused = [kind for kind in replay_kinds or () if kind not in allowed]
+    if refused:
+        raise ConfigError(f"replay kinds: {costs.workload.algo} samples its replay {' or '.join(allowed)}, "
+                          f"not {', '.join(refused)}")
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
     cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes,

@@ -46,6 +46,20 @@ def mlp_backward_cost(sizes: list[int], batch: int) -> Cost:
                 bytes=forward.bytes + mlp_parameter_count(sizes) * FLOAT_BYTES)
 
 
+def mlp_input_gradient_cost(sizes: list[int], batch: int, first_layer_inputs: int | None = None) -> Cost:
+    """Back-propagation through an MLP whose weights are held fixed (an actor's loss through the
+    critic): one product per layer for the input gradient, none for the weights. The first layer's
+    product can be restricted to its last `first_layer_inputs` inputs (the action columns)."""
+    first_in = sizes[0] if first_layer_inputs is None else first_layer_inputs
+    matmul = 2 * first_in * sizes[1] + sum(2 * n_in * n_out for n_in, n_out in zip(sizes[1:-1], sizes[2:]))
+    return Cost(flops=batch * matmul, bytes=sum(sizes) * batch * FLOAT_BYTES + mlp_parameter_count(sizes) * FLOAT_BYTES)
+
+
+def soft_update_cost(n_params: int) -> Cost:
+    """Polyak-averaging target weights: a lerp per parameter (3 FLOPs; reads both, writes one)."""
+    return Cost(flops=3 * n_params, bytes=3 * n_params * FLOAT_BYTES)
+
+
 def adam_cost(n_params: int) -> Cost:
     """One Adam step: ~10 FLOPs per parameter; reads param, grad, m, v and writes param, m, v."""
     return Cost(flops=10 * n_params, bytes=7 * n_params * FLOAT_BYTES)

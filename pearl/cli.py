@@ -73,11 +73,12 @@ def _parser() -> argparse.ArgumentParser:
 
     prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
     prof.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
-    prof.add_argument("--replays", default="uniform,prioritized,amper",
-                      help="replay kind[@device] list, e.g. uniform,prioritized@opencl:0 (default uniform,prioritized,amper)")
+    prof.add_argument("--replays", help="replay kind[@device] list, e.g. uniform,prioritized@opencl:0 (default: "
+                                        "uniform,prioritized,amper for DQN, uniform for DDPG, TD3 and SAC)")
     prof.add_argument("--envs", default="1,4,16", help="envs per actor (default 1,4,16)")
     prof.add_argument("--batch-sizes", default="64", help="batch sizes (default 64)")
-    prof.add_argument("--kernels", default="fused,torch", help="learner kernels on the cpu (default fused,torch)")
+    prof.add_argument("--kernels", help="learner kernels on the cpu (default: the algorithm's, fused,torch "
+                                        "or torch for SAC)")
     prof.add_argument("--seconds", type=float, default=1.5, help="timed seconds per profile run (default 1.5)")
     prof.add_argument("--force", action="store_true", help="measure again even if the cache has the table")
     prof.add_argument("--threaded", action="store_true",
@@ -161,13 +162,14 @@ def _profile(args) -> int:
     from pearl.profile import cache_path, parse_replays, profile
 
     config = load_config(args.config or default_config_path())
-    kernels = [k.strip() for k in args.kernels.split(",")]
-    for kernel in kernels:
+    kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
+    for kernel in kernels or ():
         if kernel not in ("fused", "torch"):
             raise PearlError(f"--kernels: expected fused and/or torch, got {kernel!r}")
     if args.seconds <= 0:
         raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
-    tables = profile(config, parse_replays(args.replays), _int_list(args.envs, "--envs"),
+    replays = args.replays or ("uniform,prioritized,amper" if config.algo == "dqn" else "uniform")
+    tables = profile(config, parse_replays(replays), _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
                      threaded=args.threaded, processes=args.processes)

@@ -98,17 +98,24 @@ def runnable_here(cand) -> bool:
 
 
 def _agent(config, cand, warmup_steps: int, total_steps: int):
-    """An agent for `cand` whose epsilon has reached its final value by the end of the warm-up,
-    so timed steps run the policy's inference as a long run would."""
-    from pearl.api import DQN
+    """An agent of the config's algorithm for `cand` whose exploration has reached its final form
+    by the end of the warm-up (DQN's epsilon its final value; the continuous algorithms act by
+    their policy from learning_starts on), so timed steps run the policy's inference as a long
+    run would."""
+    from pearl.api import make_agent
     from pearl.config import apply_overrides
 
-    cfg = apply_overrides(config, {
-        "replay.kind": cand.replay_kind, "total_steps": total_steps, "eval.interval": 0,
-        "log.plot": False, "dqn.exploration.fraction": min(1.0, warmup_steps / total_steps)})
-    agent = DQN(config=cfg, plan=cand.to_plan())
+    overrides = {"replay.kind": cand.replay_kind, "total_steps": total_steps, "eval.interval": 0, "log.plot": False}
+    if config.algo == "dqn":
+        overrides["dqn.exploration.fraction"] = min(1.0, warmup_steps / total_steps)
+    agent = make_agent(apply_overrides(config, overrides), cand.to_plan())
     agent.train(warmup_steps)
     return agent
+
+
+def default_warmup(config) -> int:
+    """Env steps an agent trains before it is timed: past learning_starts, into steady updates."""
+    return config.algo_config.learning_starts + 500
 
 
 # The machine is shared: other processes steal the cores for whole scheduler slices, which
@@ -187,7 +194,7 @@ def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None =
     runtime refuses gets {"error": one line} instead."""
     from pearl.errors import PearlError
 
-    warmup = warmup_steps if warmup_steps is not None else config.dqn.learning_starts + 500
+    warmup = warmup_steps if warmup_steps is not None else default_warmup(config)
     agents, errors = [], {}
     for i, cand in enumerate(cands):
         try:
@@ -216,7 +223,7 @@ def measure(config, cand, seconds: float = 3.0, warmup_steps: int | None = None)
 
 def _profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
     """Per candidate: (per task, the smallest window mean in us; its least disturbed window)."""
-    warmup = config.dqn.learning_starts + 500
+    warmup = default_warmup(config)
     agents = [_agent(config, cand, warmup, warmup + 10_000_000) for cand in cands]
     out = []
     for windows in _in_turns(agents, seconds, time_tasks=True):
@@ -226,13 +233,16 @@ def _profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
     return out
 
 
-def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=("fused", "torch"),
+def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
             processes: bool = False) -> dict:
-    """The measured cost table of `config`'s workload on this machine (see the module doc)."""
+    """The measured cost table of `config`'s workload on this machine (see the module doc);
+    `kernels`: the cpu learner kernels to time (default: every one the algorithm has)."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
+    kernels = tuple(kernels or workload.learner_kernels)
+    _check_grid(workload, replays, kernels)
     wanted = _grid(replays, envs, batches, kernels)
     if use_cache:
         cached = load_cached(workload.key())
@@ -338,10 +348,10 @@ def _ring_write_us(config, envs, rounds: int = 2000) -> dict:
     """An actor process's write of one act round (E transitions) into its shared-memory ring
     (pearl/runtime/shared.py ActorChannel.put, the runtime's own code), per envs per actor: the
     best of 3 timings of `rounds` writes, the ring drained between them."""
-    from pearl.api import DQN
+    from pearl.api import make_agent
     from pearl.runtime.shared import ActorChannel
 
-    fields = DQN(config=config).transition_fields()
+    fields = make_agent(config).transition_fields()
     out = {}
     for e in envs:
         transitions = [np.zeros((e, *shape), dtype=dtype) for dtype, shape in fields.values()]
@@ -371,6 +381,22 @@ def _measured_costs(workload, tables):
     host = Device(id="cpu", kind="cpu", name="this machine", cores=cpu_devices()[0]["cores"], peak_gflops=1.0,
                   memory_bandwidth_gb_s=1.0)
     return Costs(Platform("here", "", (host,), (), "here"), workload, tables)
+
+
+def _check_grid(workload, replays, kernels) -> None:
+    """One-line errors for what the agent would refuse to build (pearl/api.py, pearl/continuous.py),
+    before any run: a kernel the algorithm lacks, a replay kind it does not sample, a continuous
+    algorithm's replay off the cpu."""
+    for kernel in kernels:
+        if kernel not in workload.learner_kernels:
+            raise ConfigError(f"--kernels: {workload.algo}{' with a dueling head' if workload.dueling else ''} "
+                              f"has the {' and '.join(workload.learner_kernels)} learner(s), not {kernel!r}")
+    for kind, device in replays:
+        if kind not in workload.replay_kinds:
+            raise ConfigError(f"--replays: {workload.algo} samples its replay "
+                              f"{' or '.join(workload.replay_kinds)}, not {kind}")
+        if workload.continuous and device != "cpu":
+            raise ConfigError(f"--replays: {workload.algo} keeps its replay on the cpu, not {device}")
 
 
 def _grid(replays, envs, batches, kernels) -> list:

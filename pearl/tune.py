@@ -4,6 +4,9 @@ plans this machine can run) set predictions against measurements.
     result = pearl.autotune("configs/cartpole_dqn.yaml", platform="ci_2core", metric="efficiency")
     result.plan.save("plan.yaml")      # pearl train --plan plan.yaml (--replay result.replay_kind)
 
+Any algorithm the estimator's workload models: DQN, and DDPG, TD3 and SAC (their uniform replay
+on the cpu; the fused learner for DDPG and TD3).
+
 Costs come from this machine's `pearl profile` table when the platform describes this machine
 (same core count, and every cuda / opencl device it names is present) and the table exists;
 otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which.
@@ -87,7 +90,7 @@ def _config_of(agent_or_config):
 def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
 
-    The limiter is built by pearl/api.py's own `_rate_limiter` for this config and plan (no copy
+    The limiter is built by the config's agent class's own `_rate_limiter` (pearl/api.py) for this config and plan (no copy
     of its formula here), then driven with the sequential loop's counts: each act round inserts
     E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
     add flushed transitions, so this is the worst case), then takes the updates due; a round of
@@ -96,19 +99,19 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     with many envs per actor, before the limiter allowed for the n-step lag)."""
     from types import SimpleNamespace
 
-    from pearl.api import DQN
+    from pearl.api import agent_class
 
-    dqn = config.dqn
-    limiter = DQN._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
+    algo = config.algo_config
+    limiter = agent_class(config.algo)._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
     per_round = cand.actors * cand.envs
     env_steps = updates = 0
-    for round_ in range(dqn.learning_starts // per_round + extra_rounds):
-        if round_ >= dqn.n_step - 1:
+    for round_ in range(algo.learning_starts // per_round + extra_rounds):
+        if round_ >= algo.n_step - 1:
             if not limiter.can_insert(per_round):
                 return False
             limiter.record_insert(per_round)
         env_steps += per_round
-        due = int(max(0, env_steps - dqn.learning_starts) * dqn.updates_per_step) - updates
+        due = int(max(0, env_steps - algo.learning_starts) * algo.updates_per_step) - updates
         for _ in range(due):
             if not limiter.can_sample(cand.batch):
                 return False
@@ -147,12 +150,12 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])
     ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
-                   batches or [config.dqn.batch_size], schedule, tuple(runtimes), actors)
+                   batches or [config.algo_config.batch_size], schedule, tuple(runtimes), actors)
     admitted = [p for p in ranking.predictions if runtime_accepts(config, p.candidate)]
     ranking.refused = len(ranking.predictions) - len(admitted)
     if not admitted:
         raise ConfigError(f"autotune: the runtime's rate limiter refuses every candidate plan of this config "
-                          f"(n_step {config.dqn.n_step}; try fewer envs per actor with --envs)")
+                          f"(n_step {config.algo_config.n_step}; try fewer envs per actor with --envs)")
     ranking.predictions = admitted
     return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w))
 
