@@ -18,6 +18,13 @@ runtime is allowed (`--runtimes sequential,threaded,processes --actors 1,2,3`).
 The config is configs/cartpole_dqn.yaml with n_step 1 (the figures in docs/BENCHMARKS.md were
 taken so, while n_step 3 with more than 3 envs per actor was refused by the runtime's rate limiter;
 fixed since).
+
+The continuous algorithms join the acceptance set: DDPG, TD3 and SAC on Pendulum-v1 (the shipped
+configs with 64x64 networks and 500 warm-up steps, so that a plan runs a few seconds on 2 cores),
+each profiled on its own grid (envs 1, 4 x batch 64, 128 x its cpu learner kernels), ranked by
+autotune on it, and their fixed plans plus each algorithm's pick measured in the same way. The
+report gives the median over the DQN sequential plans, over the continuous ones, and over both.
+`--sequential-only` leaves out the threaded and processes plans (a shorter run).
 """
 from __future__ import annotations
 
@@ -66,12 +73,56 @@ PROCESSES = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="process
              for n in PROCESS_ACTORS for e in (1, 4, 16)]
 
 
+# The continuous plans: per algorithm, the plans measured besides autotune's pick (both learner
+# kernels where the algorithm has both, both batch sizes, 1 and 4 envs).
+CONTINUOUS_ENVS, CONTINUOUS_BATCHES = (1, 4), (64, 128)
+CONTINUOUS = {
+    "ddpg": [Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128),
+             Candidate("uniform", "cpu", "cpu", "torch", 1, 64)],
+    "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64)],
+    "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128)],
+}
+
+
 def acceptance_config():
     return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
 
 
+def continuous_config(algo: str):
+    """The shipped Pendulum config of `algo`, small enough to measure in seconds on 2 cores."""
+    path = default_config_path().with_name(f"pendulum_{algo}.yaml")
+    return apply_overrides(load_config(path), {f"{algo}.hidden": [64, 64], f"{algo}.learning_starts": 500})
+
+
+def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, log=None) -> tuple[list, dict]:
+    """Per algorithm: profile its grid, autotune on it, measure its pick and fixed plans. Returns
+    (rows as `run` gives them, with `algo`; measured pick / best measured plan per algorithm)."""
+    rows, pick_vs_best = [], {}
+    for algo, fixed in plans.items():
+        config = continuous_config(algo)
+        profile(config, envs=CONTINUOUS_ENVS, batches=CONTINUOUS_BATCHES, seconds=profile_seconds, log=log,
+                use_cache=False)
+        result = autotune(config, platform="ci_2core", metric="throughput", envs=CONTINUOUS_ENVS,
+                          batches=CONTINUOUS_BATCHES, use_profile=True)
+        by_cand = {p.candidate: p for p in result.ranking.predictions}
+        pick = result.best.candidate
+        cands = list(dict.fromkeys([pick, *fixed]))
+        measured = [run_["steps_per_s"] for run_ in measure_many(config, cands, seconds)]
+        for cand, steps in zip(cands, measured):
+            predicted = by_cand[cand].steps_per_s
+            rows.append({"plan": f"{algo} {cand.label()}", "algo": algo, "runtime": cand.runtime,
+                         "predicted": predicted, "measured": steps, "measured_mean": steps,
+                         "error": (predicted - steps) / steps, "bottleneck": by_cand[cand].bottleneck,
+                         "limit": "", "watts": by_cand[cand].watts, "pick": cand == pick, "overall_pick": False})
+            if log:
+                log(f"{algo} {cand.label()}: predicted {predicted:,.0f}, measured {steps:,.0f} steps/s")
+        pick_vs_best[algo] = measured[0] / max(measured)
+    return rows, pick_vs_best
+
+
 def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
-        fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED, processes=PROCESSES) -> dict:
+        fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED, processes=PROCESSES,
+        continuous=CONTINUOUS) -> dict:
     config = acceptance_config()
     load_before = os.getloadavg()[0]
     started = time.time()
@@ -107,6 +158,8 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
     sequential = [r for r in rows if r["runtime"] == "sequential"]
     medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name)
                for name in ("sequential",) + parallel}
+    continuous_, continuous_picks = continuous_rows(seconds, profile_seconds, continuous, log) if continuous else ([], {})
+    rows += continuous_
     # processes plans with as many actors as cores are where the profile took the time-sharing
     # factor (fits); the other actor counts are predictions
     cores = cpu_devices()[0]["cores"]
@@ -117,6 +170,9 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
             **{f"{name}_median_abs_error": medians[name] for name in parallel},
             "processes_predicted_median_abs_error": statistics.median(predicted) if predicted else None,
             "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in sequential),
+            **({"continuous_median_abs_error": statistics.median(abs(r["error"]) for r in continuous_),
+                "all_median_abs_error": statistics.median(abs(r["error"]) for r in sequential + continuous_),
+                "continuous_pick_vs_best": continuous_picks} if continuous_ else {}),
             "overall_pick_vs_best": (overall_row["measured"] / max(r["measured"] for r in rows)
                                      if overall_row else None),
             "load_before": load_before, "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
@@ -132,7 +188,8 @@ def markdown(report: dict) -> str:
         lines.append(f"| {mark}{r['plan']} | {r['predicted']:,.0f} | "
                      f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | "
                      f"{r['bottleneck']}{limit} |")
-    count = lambda name: sum(1 for r in report["rows"] if r.get("runtime", "sequential") == name)
+    count = lambda name: sum(1 for r in report["rows"] if r.get("runtime", "sequential") == name
+                             and r.get("algo", "dqn") == "dqn")
     apart = [f"{name} {100 * report[f'{name}_median_abs_error']:.1f}% over {count(name)}"
              for name in ("threaded", "processes") if report.get(f"{name}_median_abs_error") is not None]
     predicted = report.get("processes_predicted_median_abs_error")
@@ -145,9 +202,23 @@ def markdown(report: dict) -> str:
                  f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured sequential plan"
                  + (f", its pick over every runtime {100 * overall:.1f}% of the best measured plan"
                     if overall is not None else "") + "; "
+                 + continuous_summary(report) +
                  f"load average {report['load_before']:.2f} before, {report['load_after']:.2f} after; "
                  f"{report['wall_s']:.0f} s; {report['when']}")
     return "\n".join(lines)
+
+
+def continuous_summary(report: dict) -> str:
+    """The continuous plans' part of the summary line, or nothing when the run had none."""
+    if "continuous_median_abs_error" not in report:
+        return ""
+    n = sum(1 for r in report["rows"] if r.get("algo", "dqn") != "dqn")
+    both = sum(1 for r in report["rows"] if r["runtime"] == "sequential")  # the continuous plans are sequential
+    picks = ", ".join(f"{algo} {100 * ratio:.1f}%" for algo, ratio in report["continuous_pick_vs_best"].items())
+    return (f"continuous plans (DDPG, TD3, SAC): median |error| {100 * report['continuous_median_abs_error']:.1f}% "
+            f"over {n}, each algorithm's pick measures of its best measured plan: {picks}; "
+            f"DQN sequential + continuous: median |error| {100 * report['all_median_abs_error']:.1f}% "
+            f"over {both} plans; ")
 
 
 def main() -> int:
@@ -155,9 +226,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--json")
+    parser.add_argument("--sequential-only", action="store_true", help="no threaded or processes plans")
     parser.add_argument("--plots", help="folder for predicted_vs_measured.png and gantt_pick.png")
     args = parser.parse_args()
-    report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr))
+    parallel = {"threaded": (), "processes": ()} if args.sequential_only else {}
+    report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
     print(markdown(report))
     if args.plots:
         from pathlib import Path
