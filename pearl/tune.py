@@ -90,8 +90,8 @@ def _config_of(agent_or_config):
 def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
 
-    The limiter is built by the config's agent class's own `_rate_limiter` (pearl/api.py) for this config and plan (no copy
-    of its formula here), then driven with the sequential loop's counts: each act round inserts
+    The limiter is built by the config's agent class's own `_rate_limiter` (pearl/api.py) for
+    this config and plan (no copy of its formula here), then driven with the sequential loop's counts: each act round inserts
     E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
     add flushed transitions, so this is the worst case), then takes the updates due; a round of
     a processes plan is every actor's (actors x E transitions). A plan the

@@ -32,10 +32,13 @@ def test_profile_predict_measure_and_compare_end_to_end(tmp_path, monkeypatch):
     report = bench.run(seconds=2.0, profile_seconds=1.0, replays=[("uniform", "cpu"), ("prioritized", "cpu"),
                                                                   ("amper", "cpu")],
                        envs=(1, 4, 16), batches=(64,), fixed=fixed, kernels=("fused",), threaded=(),
-                       processes=[Candidate("uniform", "cpu", "cpu", "fused", 4, 64, runtime="processes", actors=2)])
+                       processes=[Candidate("uniform", "cpu", "cpu", "fused", 4, 64, runtime="processes", actors=2)],
+                       continuous={"td3": [Candidate("uniform", "cpu", "cpu", "torch", 4, 64)]})
     table = bench.markdown(report)
     print(table)
     assert len(report["rows"]) >= 5 and "median |error|" in table
     assert 0.0 <= report["median_abs_error"] < float("inf")
     assert 0.0 < report["pick_vs_best"] <= 1.0  # the pick is one of the measured plans
     assert any(r["runtime"] == "processes" for r in report["rows"]) and report["processes_median_abs_error"] >= 0
+    assert any(r.get("algo") == "td3" for r in report["rows"]) and 0.0 < report["continuous_pick_vs_best"]["td3"] <= 1.0
+    assert "continuous plans (DDPG, TD3, SAC)" in table
