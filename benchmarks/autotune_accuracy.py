@@ -107,16 +107,16 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
         by_cand = {p.candidate: p for p in result.ranking.predictions}
         pick = result.best.candidate
         cands = list(dict.fromkeys([pick, *fixed]))
-        measured = [run_["steps_per_s"] for run_ in measure_many(config, cands, seconds)]
-        for cand, steps in zip(cands, measured):
-            predicted = by_cand[cand].steps_per_s
+        runs = measure_many(config, cands, seconds)
+        for cand, run_ in zip(cands, runs):
+            predicted, steps = by_cand[cand].steps_per_s, run_["steps_per_s"]
             rows.append({"plan": f"{algo} {cand.label()}", "algo": algo, "runtime": cand.runtime,
-                         "predicted": predicted, "measured": steps, "measured_mean": steps,
+                         "predicted": predicted, "measured": steps, "measured_mean": run_["mean_steps_per_s"],
                          "error": (predicted - steps) / steps, "bottleneck": by_cand[cand].bottleneck,
                          "limit": "", "watts": by_cand[cand].watts, "pick": cand == pick, "overall_pick": False})
             if log:
                 log(f"{algo} {cand.label()}: predicted {predicted:,.0f}, measured {steps:,.0f} steps/s")
-        pick_vs_best[algo] = measured[0] / max(measured)
+        pick_vs_best[algo] = runs[0]["steps_per_s"] / max(run_["steps_per_s"] for run_ in runs)
     return rows, pick_vs_best
 
 
