@@ -28,7 +28,7 @@ from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor, opencl_policy
 from pearl.runtime.learners import make_learner
-from pearl.runtime import processes, threaded
+from pearl.runtime import crossed, processes, threaded
 from pearl.runtime.processes import ActorRecipe
 from pearl.runtime.sequential import TaskTimer
 
@@ -77,11 +77,6 @@ def default_plan(config: ExperimentConfig) -> Plan:
     return Plan(devices={**Plan().devices, "learn": config.runtime.device},
                 envs_per_actor=config.runtime.envs_per_actor, batch_size=config.algo_config.batch_size,
                 learner_kernel=config.runtime.learner_kernel)
-
-
-def crossed(previous: int, current: int, interval: int) -> bool:
-    """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
-    return bool(interval) and current // interval > previous // interval
 
 
 @contextmanager

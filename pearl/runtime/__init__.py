@@ -9,3 +9,8 @@ RUNTIMES = ("sequential", "threaded", "processes")  # modules of this package, e
 def run(name: str, agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
     """Advances `agent` by `steps` env steps with the runtime `name` (the Plan's `runtime`)."""
     import_module(f"pearl.runtime.{name}").run(agent, steps, on_progress, time_tasks)
+
+
+def crossed(previous: int, current: int, interval: int) -> bool:
+    """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
+    return bool(interval) and current // interval > previous // interval

@@ -29,6 +29,7 @@ import threading
 import time
 
 from pearl.kernels.cpu import flush_denormals
+from pearl.runtime import crossed
 
 MAX_LAG = 4  # updates the learner may trail the count due (the replay's rate limiter allows for it)
 
@@ -141,9 +142,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
                 if shared["error"] is not None:
                     raise shared["error"]
             if on_progress is not None:
-                crosses = ((log_every and agent.env_steps // log_every > previous // log_every)
-                           or (eval_every and agent.env_steps % eval_every < n_envs))
-                if crosses:
+                if crossed(previous, agent.env_steps, log_every) or crossed(previous, agent.env_steps, eval_every):
                     with pause:  # the learner between updates: consistent weights to log and evaluate
                         on_progress(agent)
                 else:
