@@ -243,7 +243,9 @@ def main() -> int:
                                    f"sequential {100 * report['median_abs_error']:.1f}%"
                                    + "".join(f", {name} {100 * report[f'{name}_median_abs_error']:.1f}%"
                                              for name in ("threaded", "processes")
-                                             if report.get(f"{name}_median_abs_error") is not None))
+                                             if report.get(f"{name}_median_abs_error") is not None)
+                                   + (f", continuous {100 * report['continuous_median_abs_error']:.1f}%"
+                                      if "continuous_median_abs_error" in report else ""))
         plot_gantt(report["pick_prediction"], Path(args.plots) / "gantt_pick.png")
     if args.json:
         from pearl.io import atomic_write_text
