@@ -227,7 +227,7 @@ def main() -> int:
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--json")
     parser.add_argument("--sequential-only", action="store_true", help="no threaded or processes plans")
-    parser.add_argument("--plots", help="folder for predicted_vs_measured.png and gantt_pick.png")
+    parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
     args = parser.parse_args()
     parallel = {"threaded": (), "processes": ()} if args.sequential_only else {}
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
@@ -238,7 +238,7 @@ def main() -> int:
         from pearl.tune import plot_gantt, plot_predicted_vs_measured
 
         Path(args.plots).mkdir(parents=True, exist_ok=True)
-        plot_predicted_vs_measured(report["rows"], Path(args.plots) / "predicted_vs_measured.png",
+        plot_predicted_vs_measured(report["rows"], Path(args.plots) / "autotune_predicted_vs_measured.png",
                                    f"ci_2core, {len(report['rows'])} plans (grey: +-15%)\nmedian |error|: "
                                    f"sequential {100 * report['median_abs_error']:.1f}%"
                                    + "".join(f", {name} {100 * report[f'{name}_median_abs_error']:.1f}%"
@@ -246,7 +246,7 @@ def main() -> int:
                                              if report.get(f"{name}_median_abs_error") is not None)
                                    + (f", continuous {100 * report['continuous_median_abs_error']:.1f}%"
                                       if "continuous_median_abs_error" in report else ""))
-        plot_gantt(report["pick_prediction"], Path(args.plots) / "gantt_pick.png")
+        plot_gantt(report["pick_prediction"], Path(args.plots) / "autotune_gantt_ci_pick.png")
     if args.json:
         from pearl.io import atomic_write_text
 

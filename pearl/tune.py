@@ -356,8 +356,9 @@ def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
         runtime = r.get("runtime", "sequential")
         kind = r["plan"].split()[0] + ("" if runtime == "sequential" else f" {runtime}")
         kinds.setdefault(kind, []).append(r)
-    for kind, group in kinds.items():
-        ax.scatter([r["measured"] for r in group], [r["predicted"] for r in group], label=kind, s=25)
+    for i, (kind, group) in enumerate(kinds.items()):  # tab20: a colour each for up to 20 kinds
+        ax.scatter([r["measured"] for r in group], [r["predicted"] for r in group], label=kind, s=25,
+                   color=plt.cm.tab20(i % 20))
     ax.set_xscale("log")
     ax.set_yscale("log")
     from matplotlib.ticker import NullFormatter, StrMethodFormatter
@@ -370,7 +371,7 @@ def plot_predicted_vs_measured(rows, path, title: str = "") -> None:
     ax.set_xlabel("measured env steps/s")
     ax.set_ylabel("predicted env steps/s")
     ax.legend(fontsize=7)
-    ax.set_title(title or "predicted vs measured (grey: +-15%)", fontsize=9)
+    ax.set_title(title or "predicted vs measured (grey: +-15%)", fontsize=8, wrap=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
