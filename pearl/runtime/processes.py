@@ -20,10 +20,10 @@ What it does not keep: determinism (the interleaving of the actors' steps depend
 and the exact epsilon at each step: an actor reads the epsilon of the env steps the learner has
 taken in, at most `allowance` steps behind its own.
 
-An actor process that dies (killed, segfault) is restarted with the same ring: what it committed
-is kept, the n-step transitions it was still assembling and its unfinished episodes are lost (as
-when resuming from a checkpoint). An actor that raises an exception stops the run with its
-message. The run ends at the first multiple of actors x envs_per_actor env steps at or past the
+An actor process that a signal kills (kill -9, a segfault, the OOM killer) is restarted with the
+same ring: what it committed is kept, the n-step transitions it was still assembling and its
+unfinished episodes are lost (as when resuming from a checkpoint). An actor that raises an
+exception stops the run with its message, as does one that exits before it can report. The run ends at the first multiple of actors x envs_per_actor env steps at or past the
 requested count.
 """
 from __future__ import annotations
@@ -241,10 +241,8 @@ class Prefetcher:
         self.thread = threading.Thread(target=self._serve, name="pearl-prefetch", daemon=True)
         self.thread.start()
 
-    def sample_now(self) -> Batch:
-        return self._sample()
-
-    def _sample(self) -> Batch:
+    def sample(self) -> Batch:
+        """A copy of a freshly drawn batch (on the calling thread; the learner's while none is in flight)."""
         clock = time.perf_counter
         t0 = clock()
         batch = self.replay.sample(self.batch_size, self.rng)
@@ -266,7 +264,7 @@ class Prefetcher:
                     self.replay.update_priorities(*pending)
                     if self.timer:
                         self.timer.add("update_priorities", time.perf_counter() - t0)
-                self.results.put(self._sample() if more else None)
+                self.results.put(self.sample() if more else None)
             except BaseException as error:  # raised in the learner's thread by finish()
                 self.results.put(error)
 
@@ -331,7 +329,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
         run beside it, and no batch is drawn that is not due."""
         if agent.updates >= target_updates:
             return
-        batch, pending = prefetcher.sample_now(), None
+        batch, pending = prefetcher.sample(), None
         while agent.updates < target_updates:
             more = agent.updates + 1 < target_updates
             prefetcher.start(pending, more)
