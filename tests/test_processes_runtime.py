@@ -208,3 +208,16 @@ def test_act_device_is_checked():
         pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, "act": "cuda:0"}), **FAST)
     with pytest.raises(ConfigError, match="opencl:9: no such OpenCL device"):
         pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, "act": "opencl:9"}), **FAST)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("replay_on_gpu", [False, True])
+def test_actor_processes_feed_a_gpu_learner(replay_on_gpu):
+    gpu = {"learn": "cuda:0"}
+    if replay_on_gpu:
+        gpu.update(sample="cuda:0", insert="cuda:0", update_priorities="cuda:0")
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, devices={**Plan().devices, **gpu}),
+                      replay="prioritized", **FAST)
+    agent.train(2500)
+    assert agent.env_steps == 2500 and agent.updates == due(agent, 0.25)
+    assert len(agent.replay) == agent.env_steps
