@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from pearl.errors import ConfigError, PearlError
+from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 
 SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}

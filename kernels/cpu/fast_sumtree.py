@@ -46,7 +46,6 @@ the order of a whole batch-256 sample on 2 shared cores).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
