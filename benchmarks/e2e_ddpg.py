@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns, time_pearl, versions  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import (add_common_arguments, check_common_arguments, print_seed_table,  # noqa: E402
+                          run_alternating, sb3_greedy_returns, time_pearl, versions)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
@@ -53,28 +54,9 @@ TARGET_BOUND_FRACTION = 0.95
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
-    p.add_argument("--steps", type=int, default=5000, help="env steps per run (default: 5000)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
-    p.add_argument("--learner-kernel", choices=["auto", "torch", "fused"], default="auto",
-                   help="PEARL's learner kernel (default: auto)")
-    p.add_argument("--device", default="cpu",
-                   help="both learners' torch device: cpu or cuda[:N] (default: cpu; PEARL's fused kernel "
-                        "runs on the cpu only, so cuda means its torch learner)")
-    p.add_argument("--quick", action="store_true", help="smoke test: 1500 steps, 1 seed")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    add_common_arguments(p, steps=5000, quick_steps=1500)
     args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.seeds = 1500, args.seeds[:1]
-    if args.steps <= LEARNING_STARTS:
-        p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
-    if args.threads < 1:
-        p.error(f"--threads: expected >= 1, got {args.threads}")
-    if args.device != "cpu":
-        import torch
-
-        if not args.device.startswith("cuda") or not torch.cuda.is_available():
-            p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
+    check_common_arguments(p, args, LEARNING_STARTS, quick_steps=1500)
     return args
 
 

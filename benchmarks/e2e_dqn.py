@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import print_seed_table, run_alternating, sb3_greedy_returns, time_pearl, versions  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import (add_common_arguments, check_common_arguments, print_seed_table,  # noqa: E402
+                          run_alternating, sb3_greedy_returns, time_pearl, versions)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "CartPole-v1"
 HIDDEN = [64, 64]
@@ -48,36 +49,17 @@ TARGET_SPEEDUP = 10.0
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
-    p.add_argument("--steps", type=int, default=50_000, help="env steps per run (default: 50000)")
+    add_common_arguments(p, steps=50_000, quick_steps=5000)
     # 2e-3 gave the best median final return for both among 2.5e-4 .. 4e-3 (seeds 0-2, 50k steps);
     # neither implementation solves CartPole (500) reliably in 50k steps with this vanilla-DQN setup.
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate for both (default: 2e-3)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
-    p.add_argument("--learner-kernel", choices=["auto", "fused", "torch"], default="auto",
-                   help="PEARL's learner kernel (default: auto)")
     p.add_argument("--runtime", choices=["sequential", "threaded", "processes"], default="sequential",
                    help="PEARL's runtime: the sequential loop, a learner thread beside the actor, or actor "
                         "processes beside the learner (default: sequential)")
     p.add_argument("--actors", type=int, default=1,
                    help="actor processes with --runtime processes, one env each (default: 1, SB3's one env)")
-    p.add_argument("--device", default="cpu",
-                   help="both learners' torch device: cpu or cuda[:N] (default: cpu; PEARL's fused kernel "
-                        "runs on the cpu only, so cuda means its torch learner)")
-    p.add_argument("--quick", action="store_true", help="smoke test: 5000 steps, 1 seed")
-    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     args = p.parse_args(argv)
-    if args.quick:
-        args.steps, args.seeds = 5000, args.seeds[:1]
-    if args.steps <= LEARNING_STARTS:
-        p.error(f"--steps: expected more than learning_starts ({LEARNING_STARTS}), got {args.steps}")
-    if args.threads < 1:
-        p.error(f"--threads: expected >= 1, got {args.threads}")
-    if args.device != "cpu":
-        import torch
-
-        if not args.device.startswith("cuda") or not torch.cuda.is_available():
-            p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
+    check_common_arguments(p, args, LEARNING_STARTS, quick_steps=5000)
     if args.actors < 1 or (args.actors > 1 and args.runtime != "processes"):
         p.error(f"--actors: expected 1, or more with --runtime processes; got {args.actors}")
     return args

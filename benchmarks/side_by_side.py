@@ -9,10 +9,41 @@
 - `print_seed_table`: one seed's rows and the speed ratio.
 - `versions(script)`: the library versions both sides run with, or None (and why) without SB3.
 - `time_pearl(agent, steps, threads, episodes)`: a PEARL agent's timed training and evaluation row.
+- `add_common_arguments(parser, steps, quick_steps)` / `check_common_arguments(parser, args,
+  learning_starts, quick_steps)`: the options every end-to-end benchmark takes (seeds, steps,
+  torch threads, PEARL's learner kernel, both learners' device, --quick, --json) and their checks.
 """
+import argparse
 import sys
 
 import gymnasium as gym
+
+
+def add_common_arguments(p: argparse.ArgumentParser, steps: int, quick_steps: int) -> None:
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default: 0 1 2)")
+    p.add_argument("--steps", type=int, default=steps, help=f"env steps per run (default: {steps})")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
+    p.add_argument("--learner-kernel", choices=["auto", "fused", "torch"], default="auto",
+                   help="PEARL's learner kernel (default: auto)")
+    p.add_argument("--device", default="cpu",
+                   help="both learners' torch device: cpu or cuda[:N] (default: cpu; PEARL's fused kernel "
+                        "runs on the cpu only, so cuda means its torch learner)")
+    p.add_argument("--quick", action="store_true", help=f"smoke test: {quick_steps} steps, 1 seed")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+
+
+def check_common_arguments(p: argparse.ArgumentParser, args, learning_starts: int, quick_steps: int) -> None:
+    if args.quick:
+        args.steps, args.seeds = quick_steps, args.seeds[:1]
+    if args.steps <= learning_starts:
+        p.error(f"--steps: expected more than learning_starts ({learning_starts}), got {args.steps}")
+    if args.threads < 1:
+        p.error(f"--threads: expected >= 1, got {args.threads}")
+    if args.device != "cpu":
+        import torch
+
+        if not args.device.startswith("cuda") or not torch.cuda.is_available():
+            p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
 
 
 def run_alternating(seeds, runners: dict, report) -> list[dict]:
