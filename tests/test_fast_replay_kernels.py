@@ -2,6 +2,8 @@
 reference sum tree, a float64 cumsum/searchsorted reference and plain numpy storage."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -35,8 +37,13 @@ def filled(capacity, fanout, priorities):
 def test_one_contiguous_array_with_level_offsets():
     tree = NumbaSumTree(1000, 4)
     assert tree.depth == SumTree(1000, 4).depth == 5
-    assert tree.sums[0].base is tree.mins[0].base is tree._prefix.base is tree._buffer
-    np.testing.assert_array_equal(tree.offsets, np.cumsum([0, 1, 4, 16, 64, 256, 1024]))
+    assert tree.sums[0].base is tree.mins[0].base is tree._prefix.base is tree._buffer.base
+    # every level starts a cache line (64 bytes), right after the previous one
+    np.testing.assert_array_equal(tree.offsets, [0, 8, 16, 32, 96, 352, 1376])
+    assert tree._buffer.ctypes.data % 64 == 0
+    assert [len(level) for level in tree.sums] == [1, 4, 16, 64, 256, 1024]
+    restored = pickle.loads(pickle.dumps(tree))
+    assert restored._buffer.ctypes.data % 64 == 0 and restored.depth == 5
     assert tree.total == 0.0 and tree.min() == np.inf
     with pytest.raises(ValueError):
         NumbaSumTree(0)
@@ -71,7 +78,6 @@ def test_matches_reference_bit_for_bit(capacity, fanout):
             continue
         uniforms = rng.random(256)
         np.testing.assert_array_equal(fast.sample(uniforms), ref.sample(uniforms))
-        np.testing.assert_array_equal(fast.sample_per_member(uniforms), ref.sample(uniforms))
         out, prio = np.empty(256, np.int64), np.empty(256)
         fast.sample_into(uniforms, out, prio)
         np.testing.assert_array_equal(out, ref.sample(uniforms))
@@ -118,11 +124,11 @@ def test_update_from_td_and_fill():
     top = fast.update_from_td(idx, td, 0.6, 1e-6)
     ref.update(idx, (np.abs(td) + 1e-6) ** 0.6)
     assert top == np.max(np.abs(td) + 1e-6)
-    np.testing.assert_allclose(fast.leaves, ref.leaves, rtol=1e-15)
+    np.testing.assert_allclose(fast.leaves, ref.leaves, rtol=2e-13)  # the fast power (fastmath.py)
     assert fast.total == pytest.approx(ref.total, rel=1e-14)
     fast.update_from_td(idx, td.astype(np.float32), 0.5, 0.0)  # float32 TD errors accepted
     np.testing.assert_allclose(fast.get(idx[-1:]), np.sqrt(np.abs(td[-1:].astype(np.float32)).astype(np.float64)),
-                               rtol=1e-15)
+                               rtol=2e-13)
     fast.fill(95, 10, 2.0)  # wraps: 95..99, 0..4
     ref.update((95 + np.arange(10)) % 100, np.full(10, 2.0))
     ref.update(idx, np.sqrt(np.abs(td.astype(np.float32).astype(np.float64))))
@@ -276,14 +282,14 @@ def test_importance_weights_match_numpy(beta):
     total, min_priority = priorities.sum(), priorities.min()
     idx = rng.integers(0, size, 32)
     out = np.empty(32, np.float32)
-    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out)
+    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out, np.empty(32))
     w = (size * priorities / total) ** -beta
     expected = w[idx] / (size * min_priority / total) ** -beta
     np.testing.assert_allclose(out, expected.astype(np.float32), rtol=1e-6)
     assert out.max() <= 1.0 + 1e-6
     out64 = np.empty(32)
-    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out64)
+    fs.importance_weights(priorities[idx], total, min_priority, size, beta, out64, np.empty(32))
     np.testing.assert_allclose(out64, expected, rtol=1e-13)
     # no usable minimum: normalised by the batch's largest weight
-    fs.importance_weights(priorities[idx], total, np.inf, size, beta, out64)
+    fs.importance_weights(priorities[idx], total, np.inf, size, beta, out64, np.empty(32))
     np.testing.assert_allclose(out64, w[idx] / w[idx].max(), rtol=1e-13)

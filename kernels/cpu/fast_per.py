@@ -13,7 +13,8 @@ from numba import njit
 
 from pearl.kernels.cpu.amper import AmperSampler, _min_mean, _sample
 from pearl.kernels.cpu.fast_storage import RowRing, _copy_rows, _prefetch_row, importance_weights
-from pearl.kernels.cpu.fast_sumtree import NumbaSumTree, _sample_sync
+from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
 
 _NJIT = dict(cache=True, nogil=True)
 
@@ -21,13 +22,13 @@ _NJIT = dict(cache=True, nogil=True)
 @njit(**_NJIT)
 def _sample_gather(sums, prefix, mins, offsets, depth, k, uniforms, mass, indices, priorities, size,
                    beta, weights, rows, out, row_offsets, widths):
-    _sample_sync(sums, prefix, offsets, depth, k, uniforms, mass, indices)
+    _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices)
     for i in range(indices.shape[0]):
         _prefetch_row(rows, indices[i])
     leaf = offsets[depth]
     for i in range(indices.shape[0]):
         priorities[i] = sums[leaf + indices[i]]
-    importance_weights(priorities, sums[0], mins[0], size, beta, weights)
+    importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
     _copy_rows(rows, indices, out, row_offsets, widths)
 
 

@@ -14,8 +14,8 @@ two lines.
   per-field C-contiguous outputs (one preallocated block per batch size, reused by the next gather
   of that size) in one compiled call.
 - `gather_rows(rows, indices, out, row_offsets, widths)`: the gather kernel, in 4-byte words.
-- `importance_weights(priorities_of_batch, total, min_priority, size, beta, out)`: prioritized
-  replay's w_i = (N P(i))^-beta / (N P_min)^-beta.
+- `importance_weights(priorities_of_batch, total, min_priority, size, beta, out, scratch)`:
+  prioritized replay's w_i = (N P(i))^-beta / (N P_min)^-beta.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from pearl.kernels.cpu.fast_sumtree import _prefetch
+from pearl.kernels.cpu.fastmath import power
 
 _NJIT = dict(cache=True, nogil=True)
 LINE = 64  # bytes in a cache line
@@ -69,15 +70,17 @@ def gather_rows(rows, indices, out, row_offsets, widths):
 
 
 @njit(**_NJIT)
-def importance_weights(priorities_of_batch, total, min_priority, size, beta, out):
+def importance_weights(priorities_of_batch, total, min_priority, size, beta, out, scratch):
     """out[i] = (N P(i))^-beta / (N P_min)^-beta with P(i) = p_i / total, N = size, computed as
-    ((p_i / total) / (p_min / total)) ** -beta (prioritized replay's formula). Without a
-    usable minimum (empty tree: inf, or 0), normalised by the batch's largest weight instead."""
+    ((p_i / total) / (p_min / total)) ** -beta (prioritized replay's formula; the power by
+    kernels/cpu/fastmath.py, `scratch` a float64 array as long as the batch). Without a usable
+    minimum (empty tree: inf, or 0), normalised by the batch's largest weight instead."""
     n = priorities_of_batch.shape[0]
     if min_priority > 0 and min_priority < np.inf and total > 0:
         p_min = min_priority / total
         for i in range(n):
-            out[i] = ((priorities_of_batch[i] / total) / p_min) ** -beta
+            scratch[i] = (priorities_of_batch[i] / total) / p_min
+        power(scratch[:n], -beta, out)
         return out
     top = 0.0
     for i in range(n):

@@ -4,7 +4,8 @@ Same interface and same results as the numpy reference, bit for bit:
 
     NumbaSumTree(capacity, fanout=16)
     update(indices, priorities)          last duplicate wins
-    update_from_td(indices, td, alpha, eps)  priorities (|td| + eps) ** alpha computed in the kernel;
+    update_from_td(indices, td, alpha, eps)  priorities (|td| + eps) ** alpha computed in the kernel
+                                         (within 2e-13 of np.power: kernels/cpu/fastmath.py);
                                          returns max(|td| + eps) (for the "max priority seen")
     find(prefix_sums)                    leaf whose bracket [c_{j-1}, c_j) holds each prefix sum
     sample(uniforms)                     stratified find((i + u_i) * total / B)
@@ -12,37 +13,42 @@ Same interface and same results as the numpy reference, bit for bit:
     total, min(), get(indices), capacity, fanout, depth, sums, mins, leaves
 
 Layout: one float64 allocation holds three arrays that share the level offsets (level d starts at
-offsets[d] = (K^d - 1) / (K - 1)):
+offsets[d], the end of level d - 1 rounded up to a cache line, so a group of 16 children is
+exactly two lines):
 - `sums`: every node's sum, root first, leaves last, as in the reference;
-- `prefix`: for every node, the sequential cumulative sum of its sibling group up to and
+- `prefix`: for every internal node, the sequential cumulative sum of its sibling group up to and
   including it (np.cumsum of the K children of its parent, exactly what the reference's descent
-  computes on the fly);
+  computes on the fly). Not stored for the leaves: their group's cumulative sums are summed
+  during the descent (two lines the descent reads anyway), so an update never rewrites them and
+  a sample + update touches half the leaf-level lines;
 - `mins`: the min tree's internal levels only. A leaf's own min is its priority (inf when zero),
-  which `sums` already holds, so the parents of the leaves take their min straight from the leaf
-  sums and an update never touches a separate min-leaf line.
+  which `sums` already holds.
 
 Why the prefix array: a descent that recomputes K cumulative sums per level costs K dependent
 adds and compares per member and level; with the cumulative sums stored, "the first child whose
-cumulative sum exceeds the remaining mass" is a branchless binary search, log2(K) loads. Measured
-at capacity 1M, fanout 16, batch 256 (2-core VM): 18 -> 9 us warm, 23 -> 15 us cold.
+cumulative sum exceeds the remaining mass" is a branchless binary search, log2(K) loads.
 
 Bit-identical to the reference: a parent is the sum of its K children in numpy's own order
 (`ndarray.sum` over a contiguous row is numpy's pairwise summation: below 8 elements a plain loop,
 otherwise 8 running partial sums combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) plus the
-remainder, recursing above 128); the stored cumulative sums are the reference's sequential cumsum,
-non-decreasing because priorities are >= 0, so counting the sums <= mass by binary search gives
-the reference's child; the mass left is mass - cumsum[child - 1] as in the reference; the
-rounding guard (no child's cumulative sum exceeds the mass: the last child with positive mass) is
-the same, so a zero-priority leaf is never returned.
+remainder, recursing above 128); the cumulative sums are the reference's sequential cumsum,
+non-decreasing because priorities are >= 0, so counting the sums <= mass gives the reference's
+child; the mass left is mass - cumsum[child - 1] as in the reference; the rounding guard (no
+child's cumulative sum exceeds the mass: the last child with positive mass) is the same, so a
+zero-priority leaf is never returned; mins are exact in any order.
 
 Kernels (`@njit(cache=True, nogil=True)`; no `parallel=True`: a parallel region's start-up is of
 the order of a whole batch-256 sample on 2 shared cores).
 - sample: level-synchronous descent (every batch member advances one level per pass, so the loads
   of different members are independent and their cache misses overlap), with a software prefetch
   of each member's next-level group issued as soon as its node is known.
-- update: write leaves in batch order (last duplicate wins), then per level collect each touched
-  parent once (a stamp array, no sort/unique) and recompute its group's cumulative sums, its sum
-  and its min from its children.
+- update: write leaves in batch order (last duplicate wins) keeping the min tree exact on the way
+  (an ancestor's min is rescanned only when its old min rose), then per level collect each
+  touched parent once (a stamp array, no sort/unique) and recompute its children's cumulative
+  sums and its sum from its children, never from deltas, so rounding never drifts.
+Measured at capacity 1M, fanout 16, batch 256, sample then update of the sampled leaves (2-core
+VM): 37 -> 22 us against the previous layout (leaf cumulative sums stored, every ancestor's min
+recomputed, unaligned levels).
 """
 from __future__ import annotations
 
@@ -51,7 +57,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from pearl.kernels.cpu.fastmath import power
+
 _NJIT = dict(cache=True, nogil=True)
+LINE_FLOATS = 8  # float64s in a 64-byte cache line
 
 
 @intrinsic
@@ -153,7 +162,7 @@ def _min_children(a, start, k):
     return m2 if m2 < m0 else m0
 
 
-# -- descent --------------------------------------------------------------------------------------
+# -- descent ----------------------------------------------------------------------------------------
 @njit(inline="always")
 def _count_not_above(prefix, first, k, mass):
     """How many of the non-decreasing prefix[first:first+k] are <= mass: a branchless binary search
@@ -189,76 +198,80 @@ def _prefetch_group(arr, first, k):
 
 
 @njit(**_NJIT)
-def _find_sync(sums, prefix, offsets, depth, k, mass, out):
+def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
+    """Every member moves from its node to the child (an internal node, on the level starting at
+    `base`) whose bracket of stored cumulative sums holds its mass, and prefetches that child's
+    own children in `ahead` (their cumulative sums, or the leaves' priorities on the last step).
+    One pass per level, in its own function: with the leaf step in the same function LLVM compiled
+    this loop 2x slower (measured)."""
+    for i in range(out.shape[0]):
+        first = base + out[i] * k
+        m = mass[i]
+        if k == 16:  # a constant k unrolls the binary search
+            child = _count_not_above(prefix, first, 16, m)
+        else:
+            child = _count_not_above(prefix, first, k, m)
+        if child >= k:
+            child = _last_positive(sums, first, k)
+        mass[i] = m - (prefix[first + child - 1] if child > 0 else 0.0)
+        node = out[i] * k + child
+        out[i] = node
+        _prefetch_group(ahead, ahead_base + node * k, k)
+
+
+@njit(**_NJIT)
+def _descend_leaves(sums, base, k, mass, out):
+    """The last step, to a leaf: the leaves' cumulative sums are not stored (an update would have
+    to rewrite them, and their lines would double the memory a sample and an update touch), so
+    they are summed here in np.cumsum's order, counting those <= mass as the reference does."""
+    for i in range(out.shape[0]):
+        first = np.uintp(base + out[i] * k)
+        m = mass[i]
+        c = 0.0
+        child = np.int64(0)
+        for j in range(k):
+            c += sums[first + np.uintp(j)]
+            child += np.int64(c <= m)
+        if child >= k:
+            child = _last_positive(sums, np.int64(first), k)
+        out[i] = out[i] * k + child
+
+
+@njit(**_NJIT)
+def _find(sums, prefix, offsets, depth, k, mass, out):
     """Level-synchronous descent: `mass` (consumed) -> leaf indices in `out`. Each pass moves every
-    member down one level and prefetches the member's next group as soon as its node is known, so
-    the loads of the next pass are already in flight."""
-    b = mass.shape[0]
-    for i in range(b):
+    member down one level, so the loads of different members are independent and their cache
+    misses overlap, and prefetches the group each member reads next."""
+    for i in range(out.shape[0]):
         out[i] = 0
-    for level in range(1, depth + 1):
-        base = offsets[level]
-        nxt = offsets[level + 1]
-        last = level == depth
-        for i in range(b):
-            first = base + out[i] * k
-            m = mass[i]
-            if k == 16:
-                child = _count_not_above(prefix, first, 16, m)
-            else:
-                child = _count_not_above(prefix, first, k, m)
-            if child >= k:
-                child = _last_positive(sums, first, k)
-            mass[i] = m - (prefix[first + child - 1] if child > 0 else 0.0)
-            node = out[i] * k + child
-            out[i] = node
-            if not last:
-                _prefetch_group(prefix, nxt + node * k, k)
-            else:  # the leaf's own priority, which callers read next (for importance weights)
-                _prefetch(sums, base + node)
+    for level in range(1, depth - 1):
+        _descend_internal(sums, prefix, offsets[level], k, mass, out, prefix, offsets[level + 1])
+    if depth > 1:
+        _descend_internal(sums, prefix, offsets[depth - 1], k, mass, out, sums, offsets[depth])
+    _descend_leaves(sums, offsets[depth], k, mass, out)
     return out
 
 
 @njit(**_NJIT)
-def _sample_sync(sums, prefix, offsets, depth, k, uniforms, mass, out):
+def _sample(sums, prefix, offsets, depth, k, uniforms, mass, out):
     """Stratified sample, level-synchronous: out[i] = find((i + u_i) * total / B)."""
     b = uniforms.shape[0]
     step = sums[0] / b
     for i in range(b):
         mass[i] = (i + uniforms[i]) * step
-    return _find_sync(sums, prefix, offsets, depth, k, mass[:b], out)
+    return _find(sums, prefix, offsets, depth, k, mass[:b], out)
 
 
 @njit(**_NJIT)
-def _sample_sync_prio(sums, prefix, offsets, depth, k, uniforms, mass, out, out_prio):
-    _sample_sync(sums, prefix, offsets, depth, k, uniforms, mass, out)
+def _sample_priorities(sums, prefix, offsets, depth, k, uniforms, mass, out, out_prio):
+    _sample(sums, prefix, offsets, depth, k, uniforms, mass, out)
     leaf = offsets[depth]
     for i in range(uniforms.shape[0]):
         out_prio[i] = sums[leaf + out[i]]
     return out
 
 
-@njit(**_NJIT)
-def _sample_member(sums, prefix, offsets, depth, k, uniforms, out):
-    """Per-member descent (one member root to leaf, then the next): the slower alternative, kept
-    for the comparison in the benchmark."""
-    b = uniforms.shape[0]
-    step = sums[0] / b
-    for i in range(b):
-        m = (i + uniforms[i]) * step
-        node = 0
-        for level in range(1, depth + 1):
-            first = offsets[level] + node * k
-            child = _count_not_above(prefix, first, k, m)
-            if child >= k:
-                child = _last_positive(sums, first, k)
-            m = m - (prefix[first + child - 1] if child > 0 else 0.0)
-            node = node * k + child
-        out[i] = node
-    return out
-
-
-# -- update ---------------------------------------------------------------------------------------
+# -- update -----------------------------------------------------------------------------------------
 @njit(inline="always")
 def _parent(node, k, shift):
     """node // k, as a shift when k is a power of two (shift >= 0): an integer division by a
@@ -266,96 +279,138 @@ def _parent(node, k, shift):
     return node >> shift if shift >= 0 else node // k
 
 
+@njit(inline="always")
+def _as_min(priority):
+    """A leaf's entry in the min tree: its priority, inf when zero (empty slots never count)."""
+    return priority if priority > 0 else np.inf
+
+
 @njit(**_NJIT)
-def _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes):
-    """Recomputes every ancestor of the leaves `indices` once, bottom-up, from its children.
-    `marks[g] == stamp` marks internal node g (global id) as already collected in this call; the
-    stamp lives in marks[-1] and advances per call, so marks never need clearing."""
-    stamp = marks[-1] + 1
-    marks[-1] = stamp
-    n = indices.shape[0]
+def _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities):
+    """Writes the leaves in batch order (the last duplicate wins) and keeps the min tree exact as
+    it goes: an ancestor changes only if the new value undercuts its min, or if the old value was
+    its min and rose (then its children are scanned again); the walk stops at the first ancestor
+    that keeps its min, usually the leaf's parent. Mins are exact in any order, so this equals the
+    reference's recompute from the children."""
+    leaves = offsets[depth]
+    for i in range(indices.shape[0]):
+        _prefetch(mins, offsets[depth - 1] + _parent(indices[i], k, shift))
+    for i in range(indices.shape[0]):
+        node = indices[i]
+        new = priorities[i]
+        old = sums[leaves + node]
+        sums[leaves + node] = new
+        new_min = _as_min(new)
+        old_min = _as_min(old)
+        for level in range(depth - 1, -1, -1):
+            parent = _parent(node, k, shift)
+            slot = offsets[level] + parent
+            current = mins[slot]
+            if new_min < current:
+                mins[slot] = new_min
+            elif old_min == current and new_min > old_min:
+                first = offsets[level + 1] + parent * k
+                if level + 1 == depth:
+                    smallest = np.inf
+                    for j in range(k):  # selects, not branches: these would be mispredicted
+                        v = _as_min(sums[first + j])
+                        smallest = v if v < smallest else smallest
+                else:
+                    smallest = _min_children(mins, first, k)
+                if smallest == current:
+                    break
+                mins[slot] = smallest
+                new_min = smallest
+            else:
+                break
+            old_min = current
+            node = parent
+
+
+@njit(**_NJIT)
+def _collect_parents(children, count, k, shift, marks, level_base, stamp, parents, sums, child_base):
+    """The distinct parents of children[:count], in first-touch order, into `parents` (which may be
+    `children` itself: parent j is written only after child j is read). `marks[level_base + p] ==
+    stamp` marks parent p as collected; the stamp advances per update, so marks are never cleared.
+    Prefetches each parent's children sums, which its recompute reads next."""
+    found = 0
+    for i in range(count):
+        parent = _parent(children[i], k, shift)
+        if marks[level_base + parent] != stamp:
+            marks[level_base + parent] = stamp
+            parents[found] = parent
+            found += 1
+            _prefetch_group(sums, child_base + parent * k, k)
+    return found
+
+
+@njit(**_NJIT)
+def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
+    """The cumulative sums of each node's K children, sequential as np.cumsum, two nodes side by
+    side: each is a chain of K dependent adds, and two independent chains overlap (measured faster
+    than one node at a time; four were no faster)."""
+    i = 0
+    while i + 2 <= count:
+        f0 = child_base + nodes[i] * k
+        f1 = child_base + nodes[i + 1] * k
+        c0 = 0.0
+        c1 = 0.0
+        if k == 16:  # unrolled: a variable trip count made this pass 2x slower (measured)
+            for j in range(16):
+                c0 += sums[f0 + j]
+                c1 += sums[f1 + j]
+                prefix[f0 + j] = c0
+                prefix[f1 + j] = c1
+        else:
+            for j in range(k):
+                c0 += sums[f0 + j]
+                c1 += sums[f1 + j]
+                prefix[f0 + j] = c0
+                prefix[f1 + j] = c1
+        i += 2
+    if i < count:
+        first = child_base + nodes[i] * k
+        c = 0.0
+        for j in range(k):
+            c += sums[first + j]
+            prefix[first + j] = c
+
+
+@njit(**_NJIT)
+def _recompute_sums(sums, base, child_base, k, nodes, count):
+    """Each node's sum from its K children in numpy's pairwise order."""
+    for i in range(count):
+        first = child_base + nodes[i] * k
+        if k == 16:
+            sums[base + nodes[i]] = _pairwise_small(sums, first, 16)
+        elif k <= 128:
+            sums[base + nodes[i]] = _pairwise_small(sums, first, k)
+        else:
+            sums[base + nodes[i]] = _pairwise_sum(sums, first, k)
+
+
+@njit(**_NJIT)
+def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes):
+    """Sets the leaves `indices` to `priorities` and recomputes every ancestor once, bottom-up:
+    the leaves in order (with the min tree), then per level the distinct touched nodes' children
+    cumulative sums and their own sums. Each recompute reads only the children, so nothing drifts."""
     shift = -1
     if k & (k - 1) == 0:
         shift = 0
         while (1 << shift) < k:
             shift += 1
-    # parents of the leaves, each once, in first-touch order
-    base = offsets[depth - 1]
-    m = 0
-    for i in range(n):
-        p = _parent(indices[i], k, shift)
-        g = base + p
-        if marks[g] != stamp:
-            marks[g] = stamp
-            nodes[m] = p
-            m += 1
-    # what the two lowest levels' recompute reads and a sample did not touch (it walks the
-    # cumulative sums): the leaves' sibling groups and their parents' (sums and mins)
-    for i in range(m):
-        _prefetch_group(sums, offsets[depth] + nodes[i] * k, k)
-        if depth >= 2:
-            first = _parent(nodes[i], k, shift) * k
-            _prefetch_group(sums, base + first, k)
-            _prefetch_group(mins, base + first, k)
+    stamp = marks[-1] + 1
+    marks[-1] = stamp
+    _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities)
+    count = _collect_parents(indices, indices.shape[0], k, shift, marks, offsets[depth - 1], stamp,
+                             nodes, sums, offsets[depth])
     for level in range(depth - 1, -1, -1):
-        # each touched node from its K children: their cumulative sums (sequential, as np.cumsum),
-        # its sum (numpy's pairwise order) and its min (a leaf's min is its priority, inf when 0).
-        # Written out here rather than in a helper: a non-inlined call per node costs a refcount
-        # round trip per array argument, which tripled the update's time (measured)
-        base = offsets[level]
-        child_base = offsets[level + 1]
-        leaf_children = level + 1 == depth
-        # the cumulative sums in a pass of their own, two nodes interleaved: each is a chain of k
-        # dependent adds, and two independent chains run side by side (measured faster than one
-        # fused pass per node)
-        i = 0
-        while i + 2 <= m:
-            f0 = child_base + nodes[i] * k
-            f1 = child_base + nodes[i + 1] * k
-            c0 = sums[f0]
-            c1 = sums[f1]
-            prefix[f0] = c0
-            prefix[f1] = c1
-            for j in range(1, k):
-                c0 = c0 + sums[f0 + j]
-                c1 = c1 + sums[f1 + j]
-                prefix[f0 + j] = c0
-                prefix[f1 + j] = c1
-            i += 2
-        if i < m:
-            first = child_base + nodes[i] * k
-            c = sums[first]
-            prefix[first] = c
-            for j in range(1, k):
-                c = c + sums[first + j]
-                prefix[first + j] = c
-        for i in range(m):
-            node = nodes[i]
-            first = child_base + node * k
-            if k <= 128:
-                sums[base + node] = _pairwise_small(sums, first, k)
-            else:
-                sums[base + node] = _pairwise_sum(sums, first, k)
-            if leaf_children:
-                smallest = np.inf
-                for j in range(k):  # selects, not branches: these would be mispredicted
-                    v = sums[first + j]
-                    v = v if v > 0 else np.inf
-                    smallest = v if v < smallest else smallest
-                mins[base + node] = smallest
-            else:
-                mins[base + node] = _min_children(mins, first, k)
+        if level + 1 < depth:  # the leaves' cumulative sums are not stored (see _descend_leaves)
+            _recompute_prefix(sums, prefix, offsets[level + 1], k, nodes, count)
+        _recompute_sums(sums, offsets[level], offsets[level + 1], k, nodes, count)
         if level > 0:
-            up = offsets[level - 1]
-            mm = 0
-            for i in range(m):
-                p = _parent(nodes[i], k, shift)
-                g = up + p
-                if marks[g] != stamp:
-                    marks[g] = stamp
-                    nodes[mm] = p  # mm <= i: overwrites only entries already consumed
-                    mm += 1
-            m = mm
+            count = _collect_parents(nodes, count, k, shift, marks, offsets[level - 1], stamp, nodes,
+                                     sums, offsets[level])
 
 
 @njit(**_NJIT)
@@ -372,28 +427,25 @@ def _update(sums, prefix, mins, offsets, depth, k, capacity, indices, priorities
     bad = _check_indices(indices, capacity)
     if bad >= 0:
         return bad
-    leaf = offsets[depth]
-    for i in range(indices.shape[0]):
-        sums[leaf + indices[i]] = priorities[i]
-    _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes)
+    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
     return -1
 
 
 @njit(**_NJIT)
 def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td, alpha, eps, marks,
-                    nodes):
-    """Priorities (|td| + eps) ** alpha; returns (first bad index or -1, max(|td| + eps))."""
+                    nodes, raw, priorities):
+    """Priorities (|td| + eps) ** alpha (via the scratch arrays `raw` and `priorities`); returns
+    (first bad index or -1, max(|td| + eps))."""
     bad = _check_indices(indices, capacity)
     if bad >= 0:
         return bad, 0.0
-    leaf = offsets[depth]
     top = -np.inf
     for i in range(indices.shape[0]):
-        raw = abs(np.float64(td[i])) + eps
-        if raw > top:
-            top = raw
-        sums[leaf + indices[i]] = raw ** alpha
-    _propagate(sums, prefix, mins, offsets, depth, k, indices, marks, nodes)
+        r = abs(np.float64(td[i])) + eps
+        top = r if r > top else top
+        raw[i] = r
+    power(raw, alpha, priorities)
+    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
     return -1, top
 
 
@@ -401,21 +453,19 @@ def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td
 def _fill_uniform(sums, prefix, mins, offsets, depth, k, start, count, capacity, priority, marks,
                   nodes):
     """Sets `count` consecutive leaves from `start` (wrapping at capacity) to one priority: the
-    insert path of prioritized replay (new transitions get the max priority) without building
-    index/priority arrays."""
-    idx = np.empty(count, np.int64)
-    leaf = offsets[depth]
+    insert path of prioritized replay (new transitions get the max priority)."""
+    indices = np.empty(count, np.int64)
+    priorities = np.full(count, priority)
     j = start
     for i in range(count):
-        idx[i] = j
-        sums[leaf + j] = priority
+        indices[i] = j
         j += 1
         if j == capacity:
             j = 0
-    _propagate(sums, prefix, mins, offsets, depth, k, idx, marks, nodes)
+    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
 
 
-# -- the tree -------------------------------------------------------------------------------------
+# -- the tree ---------------------------------------------------------------------------------------
 def _as_index_array(indices) -> np.ndarray:
     if type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
         return indices
@@ -428,6 +478,15 @@ def _as_float_array(values) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(-1))
 
 
+def _line_aligned(values: np.ndarray) -> np.ndarray:
+    """A copy of a float64 array whose first element starts a cache line."""
+    raw = np.empty(values.shape[0] + LINE_FLOATS, dtype=np.float64)
+    start = (-raw.ctypes.data // 8) % LINE_FLOATS
+    aligned = raw[start:start + values.shape[0]]
+    aligned[:] = values
+    return aligned
+
+
 class NumbaSumTree:
     """`kernels.cpu.sumtree.SumTree`'s interface and results on flat arrays (see the module doc)."""
 
@@ -438,23 +497,25 @@ class NumbaSumTree:
         self.depth = 1
         while fanout ** self.depth < capacity:
             self.depth += 1
-        sizes = [fanout ** d for d in range(self.depth + 1)]
-        self.offsets = np.zeros(self.depth + 2, dtype=np.int64)  # offsets[depth + 1] = node count
-        self.offsets[1:] = np.cumsum(sizes)
-        nodes, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
-        self._buffer = np.zeros(2 * nodes + internal, dtype=np.float64)  # [sums | prefix | mins]
-        self._buffer[2 * nodes:] = np.inf
+        self.sizes = [fanout ** d for d in range(self.depth + 1)]
+        self.offsets = np.zeros(self.depth + 2, dtype=np.int64)  # offsets[depth + 1]: all slots
+        for d, size in enumerate(self.sizes):
+            self.offsets[d + 1] = -(-(self.offsets[d] + size) // LINE_FLOATS) * LINE_FLOATS
+        slots, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
+        buffer = np.zeros(slots + 2 * internal)  # [sums | prefix | mins], each line-aligned
+        buffer[slots + internal:] = np.inf
+        self._buffer = _line_aligned(buffer)
         self._views()
         self._marks = np.zeros(internal + 1, dtype=np.int64)  # last entry: the current stamp
         self._scratch_nodes = np.empty(0, dtype=np.int64)
-        self._scratch_mass = np.empty(0, dtype=np.float64)
+        self._scratch_floats = np.empty(0, dtype=np.float64)
 
     def _views(self) -> None:
-        nodes = int(self.offsets[-1])
-        self._sums = self._buffer[:nodes]
-        self._prefix = self._buffer[nodes:2 * nodes]
-        self._mins = self._buffer[2 * nodes:]
-        self.sums = [self._sums[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth + 1)]
+        slots, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
+        self._sums = self._buffer[:slots]
+        self._prefix = self._buffer[slots:slots + internal]
+        self._mins = self._buffer[slots + internal:]
+        self.sums = [self._sums[self.offsets[d]:self.offsets[d] + size] for d, size in enumerate(self.sizes)]
         self._leaves = self.sums[-1]
 
     # -- reads
@@ -465,7 +526,7 @@ class NumbaSumTree:
     @property
     def mins(self) -> list[np.ndarray]:
         """The reference's min tree, level by level (the leaf level is computed from the leaves)."""
-        internal = [self._mins[self.offsets[d]:self.offsets[d + 1]] for d in range(self.depth)]
+        internal = [self._mins[self.offsets[d]:self.offsets[d] + self.sizes[d]] for d in range(self.depth)]
         return internal + [np.where(self._leaves > 0, self._leaves, np.inf)]
 
     @property
@@ -484,6 +545,11 @@ class NumbaSumTree:
             self._scratch_nodes = np.empty(max(n, 2 * self._scratch_nodes.shape[0]), dtype=np.int64)
         return self._scratch_nodes
 
+    def _floats(self, n: int) -> np.ndarray:
+        if self._scratch_floats.shape[0] < n:
+            self._scratch_floats = np.empty(max(n, 2 * self._scratch_floats.shape[0]), dtype=np.float64)
+        return self._scratch_floats
+
     def _arrays(self):
         return self._sums, self._prefix, self._mins, self.offsets, self.depth, self.fanout
 
@@ -501,17 +567,19 @@ class NumbaSumTree:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
 
     def update_from_td(self, indices, td_errors, alpha: float, eps: float) -> float:
-        """Sets priorities (|td| + eps) ** alpha; returns max(|td| + eps) of the batch (-inf when
-        empty). Equal to update(indices, (abs(td) + eps) ** alpha) up to the last bit of pow."""
+        """Sets priorities (|td| + eps) ** alpha (the power by kernels/cpu/fastmath.py, within
+        2e-13 of np.power); returns max(|td| + eps) of the batch (-inf when empty)."""
         indices = _as_index_array(indices)
         td = td_errors if (type(td_errors) is np.ndarray and td_errors.ndim == 1
                            and td_errors.dtype in (np.float32, np.float64)) else _as_float_array(td_errors)
-        if indices.shape[0] != td.shape[0]:
-            raise ValueError(f"{indices.shape[0]} indices but {td.shape[0]} TD errors")
-        if indices.shape[0] == 0:
+        n = indices.shape[0]
+        if n != td.shape[0]:
+            raise ValueError(f"{n} indices but {td.shape[0]} TD errors")
+        if n == 0:
             return -np.inf
+        scratch = self._floats(2 * n)
         bad, top = _update_from_td(*self._arrays(), self.capacity, indices, td, float(alpha), float(eps),
-                                   self._marks, self._nodes(indices.shape[0]))
+                                   self._marks, self._nodes(n), scratch[:n], scratch[n:2 * n])
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
         return top
@@ -527,38 +595,26 @@ class NumbaSumTree:
                       self._nodes(count))
 
     # -- sampling
-    def _mass(self, n: int) -> np.ndarray:
-        if self._scratch_mass.shape[0] < n:
-            self._scratch_mass = np.empty(max(n, 2 * self._scratch_mass.shape[0]), dtype=np.float64)
-        return self._scratch_mass
-
     def find(self, prefix_sums) -> np.ndarray:
         mass = np.array(prefix_sums, dtype=np.float64).reshape(-1)
         out = np.empty(mass.shape[0], dtype=np.int64)
-        return _find_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, mass, out)
+        return _find(self._sums, self._prefix, self.offsets, self.depth, self.fanout, mass, out)
 
     def sample(self, uniforms) -> np.ndarray:
         uniforms = _as_float_array(uniforms)
         out = np.empty(uniforms.shape[0], dtype=np.int64)
-        return _sample_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
-                            self._mass(uniforms.shape[0]), out)
+        return _sample(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
+                       self._floats(uniforms.shape[0]), out)
 
     def sample_into(self, uniforms, out_indices, out_priorities=None) -> np.ndarray:
         """sample() into a preallocated int64 array (and the sampled leaves' priorities into
         `out_priorities`, float64, when given); no allocation. Returns out_indices."""
         b = uniforms.shape[0]
         if out_priorities is None:
-            return _sample_sync(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
-                                self._mass(b), out_indices)
-        return _sample_sync_prio(self._sums, self._prefix, self.offsets, self.depth, self.fanout,
-                                 uniforms, self._mass(b), out_indices, out_priorities)
-
-    def sample_per_member(self, uniforms) -> np.ndarray:
-        """sample() by per-member descent (same result; the slower variant, for benchmarks)."""
-        uniforms = _as_float_array(uniforms)
-        out = np.empty(uniforms.shape[0], dtype=np.int64)
-        return _sample_member(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
-                              out)
+            return _sample(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
+                           self._floats(b), out_indices)
+        return _sample_priorities(self._sums, self._prefix, self.offsets, self.depth, self.fanout,
+                                  uniforms, self._floats(b), out_indices, out_priorities)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -568,19 +624,6 @@ class NumbaSumTree:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._buffer = _line_aligned(self._buffer)
         self._views()
 
-
-def compile_all() -> None:
-    """Compiles (or loads from the cache) every kernel of the float64/int64 signatures."""
-    tree = NumbaSumTree(5, 2)
-    tree.update(np.arange(5), np.arange(1.0, 6.0))
-    tree.update_from_td(np.arange(2), np.ones(2), 0.6, 1e-6)
-    tree.update_from_td(np.arange(2), np.ones(2, np.float32), 0.6, 1e-6)
-    tree.fill(3, 4, 1.0)
-    tree.find(np.array([0.5]))
-    tree.sample(np.array([0.5, 0.25]))
-    out = np.empty(2, np.int64)
-    tree.sample_into(np.array([0.5, 0.25]), out)
-    tree.sample_into(np.array([0.5, 0.25]), out, np.empty(2))
-    tree.sample_per_member(np.array([0.5]))
