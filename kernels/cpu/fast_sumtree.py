@@ -41,14 +41,19 @@ Kernels (`@njit(cache=True, nogil=True)`; no `parallel=True`: a parallel region'
 the order of a whole batch-256 sample on 2 shared cores).
 - sample: level-synchronous descent (every batch member advances one level per pass, so the loads
   of different members are independent and their cache misses overlap), with a software prefetch
-  of each member's next-level group issued as soon as its node is known.
+  of each member's next-level group issued as soon as its node is known. At fanout 16 a member's
+  child is one 16-wide vector compare of the group's cumulative sums and a popcount of its mask
+  (an LLVM intrinsic below); other fanouts take a branchless binary search. The leaf step can
+  prefetch each found leaf's transition row for the gather that follows (kernels/cpu/fast_per.py).
 - update: write leaves in batch order (last duplicate wins) keeping the min tree exact on the way
   (an ancestor's min is rescanned only when its old min rose), then per level collect each
-  touched parent once (a stamp array, no sort/unique) and recompute its children's cumulative
-  sums and its sum from its children, never from deltas, so rounding never drifts.
-Measured at capacity 1M, fanout 16, batch 256, sample then update of the sampled leaves (2-core
-VM): 37 -> 22 us against the previous layout (leaf cumulative sums stored, every ancestor's min
-recomputed, unaligned levels).
+  touched parent once (sorted input, as a stratified sample's leaves are: by comparing neighbours;
+  otherwise with a stamp array, no sort/unique) and recompute its children's cumulative sums and
+  its sum from its children (fanout 16: one pass, the children read once), never from deltas, so
+  rounding never drifts.
+Measured at capacity 1M, fanout 16, batch 256, sample then update of the sampled leaves through
+PrioritizedReplay (2-core VM): 58 -> 35 us against the previous layout (leaf cumulative sums
+stored, every ancestor's min recomputed, unaligned levels, binary search at every level, libm pow).
 """
 from __future__ import annotations
 
@@ -83,6 +88,29 @@ def _prefetch(typingctx, arr, index):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def _count16_not_above(typingctx, arr, first, mass):
+    """How many of the float64s arr[first:first+16] are <= mass: one 16-wide vector compare and a
+    population count of its mask (two AVX-512 compares where the CPU has them), instead of a
+    binary search's four dependent loads."""
+    if not isinstance(arr, types.Array) or arr.dtype != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        lanes = ir.VectorType(ir.DoubleType(), 16)
+        vector = builder.load(builder.bitcast(builder.gep(ary.data, [args[1]]), lanes.as_pointer()), align=8)
+        undefined = ir.Constant(lanes, ir.Undefined)
+        first_lane = builder.insert_element(undefined, args[2], ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(first_lane, undefined,
+                                       ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
+        mask = builder.bitcast(builder.fcmp_ordered("<=", vector, splat), ir.IntType(16))
+        popcount = builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(64)])
+        return builder.call(popcount, [builder.zext(mask, ir.IntType(64))])
+
+    return types.int64(arr, first, mass), codegen
 
 
 # -- summation in numpy's order -------------------------------------------------------------------
@@ -207,8 +235,8 @@ def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
     for i in range(out.shape[0]):
         first = base + out[i] * k
         m = mass[i]
-        if k == 16:  # a constant k unrolls the binary search
-            child = _count_not_above(prefix, first, 16, m)
+        if k == 16:
+            child = _count16_not_above(prefix, first, m)
         else:
             child = _count_not_above(prefix, first, k, m)
         if child >= k:
@@ -220,10 +248,12 @@ def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
 
 
 @njit(**_NJIT)
-def _descend_leaves(sums, base, k, mass, out):
+def _descend_leaves(sums, base, k, mass, out, rows):
     """The last step, to a leaf: the leaves' cumulative sums are not stored (an update would have
     to rewrite them, and their lines would double the memory a sample and an update touch), so
-    they are summed here in np.cumsum's order, counting those <= mass as the reference does."""
+    they are summed here in np.cumsum's order, counting those <= mass as the reference does.
+    `rows` (or None): a (capacity, words) array whose row of each found leaf is prefetched at once,
+    for a gather that follows."""
     for i in range(out.shape[0]):
         first = np.uintp(base + out[i] * k)
         m = mass[i]
@@ -235,10 +265,13 @@ def _descend_leaves(sums, base, k, mass, out):
         if child >= k:
             child = _last_positive(sums, np.int64(first), k)
         out[i] = out[i] * k + child
+        if rows is not None:
+            for word in range(0, rows.shape[1], LINE_FLOATS * 2):
+                _prefetch(rows[out[i]], word)
 
 
 @njit(**_NJIT)
-def _find(sums, prefix, offsets, depth, k, mass, out):
+def _find(sums, prefix, offsets, depth, k, mass, out, rows=None):
     """Level-synchronous descent: `mass` (consumed) -> leaf indices in `out`. Each pass moves every
     member down one level, so the loads of different members are independent and their cache
     misses overlap, and prefetches the group each member reads next."""
@@ -248,18 +281,18 @@ def _find(sums, prefix, offsets, depth, k, mass, out):
         _descend_internal(sums, prefix, offsets[level], k, mass, out, prefix, offsets[level + 1])
     if depth > 1:
         _descend_internal(sums, prefix, offsets[depth - 1], k, mass, out, sums, offsets[depth])
-    _descend_leaves(sums, offsets[depth], k, mass, out)
+    _descend_leaves(sums, offsets[depth], k, mass, out, rows)
     return out
 
 
 @njit(**_NJIT)
-def _sample(sums, prefix, offsets, depth, k, uniforms, mass, out):
+def _sample(sums, prefix, offsets, depth, k, uniforms, mass, out, rows=None):
     """Stratified sample, level-synchronous: out[i] = find((i + u_i) * total / B)."""
     b = uniforms.shape[0]
     step = sums[0] / b
     for i in range(b):
         mass[i] = (i + uniforms[i]) * step
-    return _find(sums, prefix, offsets, depth, k, mass[:b], out)
+    return _find(sums, prefix, offsets, depth, k, mass[:b], out, rows)
 
 
 @njit(**_NJIT)
@@ -345,6 +378,30 @@ def _collect_parents(children, count, k, shift, marks, level_base, stamp, parent
 
 
 @njit(**_NJIT)
+def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base):
+    """_collect_parents for non-decreasing children (a stratified sample's leaves are): equal
+    parents are adjacent, so each is compared with the last one kept, and no marks are touched."""
+    found = 0
+    last = -1
+    for i in range(count):
+        parent = _parent(children[i], k, shift)
+        if parent != last:
+            parents[found] = parent
+            found += 1
+            last = parent
+            _prefetch_group(sums, child_base + parent * k, k)
+    return found
+
+
+@njit(**_NJIT)
+def _is_sorted(values):
+    unsorted = 0
+    for i in range(1, values.shape[0]):
+        unsorted += values[i] < values[i - 1]
+    return unsorted == 0
+
+
+@njit(**_NJIT)
 def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
     """The cumulative sums of each node's K children, sequential as np.cumsum, two nodes side by
     side: each is a chain of K dependent adds, and two independent chains overlap (measured faster
@@ -377,6 +434,21 @@ def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
 
 
 @njit(**_NJIT)
+def _recompute_nodes16(sums, prefix, base, child_base, nodes, count, with_prefix):
+    """Fanout 16: each node's children read once into registers, their cumulative sums (when
+    stored) and the node's pairwise sum from the same values."""
+    for i in range(count):
+        node = nodes[i]
+        first = child_base + node * 16
+        if with_prefix:
+            c = 0.0
+            for j in range(16):
+                c += sums[first + j]
+                prefix[first + j] = c
+        sums[base + node] = _pairwise_small(sums, first, 16)
+
+
+@njit(**_NJIT)
 def _recompute_sums(sums, base, child_base, k, nodes, count):
     """Each node's sum from its K children in numpy's pairwise order."""
     for i in range(count):
@@ -402,15 +474,25 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, no
     stamp = marks[-1] + 1
     marks[-1] = stamp
     _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities)
-    count = _collect_parents(indices, indices.shape[0], k, shift, marks, offsets[depth - 1], stamp,
-                             nodes, sums, offsets[depth])
+    ordered = _is_sorted(indices)
+    if ordered:
+        count = _collect_sorted_parents(indices, indices.shape[0], k, shift, nodes, sums, offsets[depth])
+    else:
+        count = _collect_parents(indices, indices.shape[0], k, shift, marks, offsets[depth - 1], stamp,
+                                 nodes, sums, offsets[depth])
     for level in range(depth - 1, -1, -1):
-        if level + 1 < depth:  # the leaves' cumulative sums are not stored (see _descend_leaves)
-            _recompute_prefix(sums, prefix, offsets[level + 1], k, nodes, count)
-        _recompute_sums(sums, offsets[level], offsets[level + 1], k, nodes, count)
+        if k == 16:
+            _recompute_nodes16(sums, prefix, offsets[level], offsets[level + 1], nodes, count, level + 1 < depth)
+        else:
+            if level + 1 < depth:  # the leaves' cumulative sums are not stored (see _descend_leaves)
+                _recompute_prefix(sums, prefix, offsets[level + 1], k, nodes, count)
+            _recompute_sums(sums, offsets[level], offsets[level + 1], k, nodes, count)
         if level > 0:
-            count = _collect_parents(nodes, count, k, shift, marks, offsets[level - 1], stamp, nodes,
-                                     sums, offsets[level])
+            if ordered:  # parents of sorted distinct nodes are sorted too
+                count = _collect_sorted_parents(nodes, count, k, shift, nodes, sums, offsets[level])
+            else:
+                count = _collect_parents(nodes, count, k, shift, marks, offsets[level - 1], stamp, nodes,
+                                         sums, offsets[level])
 
 
 @njit(**_NJIT)
