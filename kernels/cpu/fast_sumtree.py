@@ -515,12 +515,15 @@ def _update(sums, prefix, mins, offsets, depth, k, capacity, indices, priorities
 
 @njit(**_NJIT)
 def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td, alpha, eps, marks,
-                    nodes, raw, priorities):
-    """Priorities (|td| + eps) ** alpha (via the scratch arrays `raw` and `priorities`); returns
-    (first bad index or -1, max(|td| + eps))."""
+                    nodes, scratch):
+    """Priorities (|td| + eps) ** alpha (via `scratch`, two floats per index); returns (first bad
+    index or -1, max(|td| + eps))."""
     bad = _check_indices(indices, capacity)
     if bad >= 0:
         return bad, 0.0
+    n = indices.shape[0]
+    raw = scratch[:n]
+    priorities = scratch[n:2 * n]
     top = -np.inf
     for i in range(indices.shape[0]):
         r = abs(np.float64(td[i])) + eps
@@ -653,15 +656,15 @@ class NumbaSumTree:
         2e-13 of np.power); returns max(|td| + eps) of the batch (-inf when empty)."""
         indices = _as_index_array(indices)
         td = td_errors if (type(td_errors) is np.ndarray and td_errors.ndim == 1
-                           and td_errors.dtype in (np.float32, np.float64)) else _as_float_array(td_errors)
+                           and td_errors.dtype.char in "fd") else _as_float_array(td_errors)
         n = indices.shape[0]
         if n != td.shape[0]:
             raise ValueError(f"{n} indices but {td.shape[0]} TD errors")
         if n == 0:
             return -np.inf
-        scratch = self._floats(2 * n)
-        bad, top = _update_from_td(*self._arrays(), self.capacity, indices, td, float(alpha), float(eps),
-                                   self._marks, self._nodes(n), scratch[:n], scratch[n:2 * n])
+        bad, top = _update_from_td(self._sums, self._prefix, self._mins, self.offsets, self.depth,
+                                   self.fanout, self.capacity, indices, td, float(alpha), float(eps),
+                                   self._marks, self._nodes(n), self._floats(2 * n))
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
         return top

@@ -93,8 +93,9 @@ class PrioritizedReplay(Replay):
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         uniforms = rng.random(batch_size)
         if self._sampler is not None:
-            indices, weights, fields = self._sampler.sample(uniforms, self.size, self.beta)
-            return Batch(*fields, indices=indices, weights=weights)
+            indices, weights, (obs, actions, rewards, next_obs, discounts) = self._sampler.sample(
+                uniforms, self.size, self.beta)
+            return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
         total = self.tree.total
         indices = self.tree.sample(uniforms)
         probabilities = self.tree.get(indices) / total
