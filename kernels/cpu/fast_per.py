@@ -22,10 +22,7 @@ _NJIT = dict(cache=True, nogil=True)
 @njit(**_NJIT)
 def _sample_gather(sums, prefix, mins, offsets, depth, k, uniforms, mass, indices, priorities, size,
                    beta, weights, rows, out, row_offsets, widths):
-    _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices, rows)
-    leaf = offsets[depth]
-    for i in range(indices.shape[0]):
-        priorities[i] = sums[leaf + indices[i]]
+    _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices, priorities, rows)
     importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
     _copy_rows(rows, indices, out, row_offsets, widths)
 

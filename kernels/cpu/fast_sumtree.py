@@ -90,27 +90,34 @@ def _prefetch(typingctx, arr, index):
     return sig, codegen
 
 
-@intrinsic
-def _count16_not_above(typingctx, arr, first, mass):
-    """How many of the float64s arr[first:first+16] are <= mass: one 16-wide vector compare and a
-    population count of its mask (two AVX-512 compares where the CPU has them), instead of a
-    binary search's four dependent loads."""
-    if not isinstance(arr, types.Array) or arr.dtype != types.float64:
-        return None
+def _count_not_above_intrinsic(width):
+    @intrinsic
+    def count(typingctx, arr, first, mass):
+        """How many of the float64s arr[first:first+width] are <= mass: one vector compare and a
+        population count of its mask, instead of a binary search's dependent loads."""
+        if not isinstance(arr, types.Array) or arr.dtype != types.float64:
+            return None
 
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        lanes = ir.VectorType(ir.DoubleType(), 16)
-        vector = builder.load(builder.bitcast(builder.gep(ary.data, [args[1]]), lanes.as_pointer()), align=8)
-        undefined = ir.Constant(lanes, ir.Undefined)
-        first_lane = builder.insert_element(undefined, args[2], ir.Constant(ir.IntType(32), 0))
-        splat = builder.shuffle_vector(first_lane, undefined,
-                                       ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
-        mask = builder.bitcast(builder.fcmp_ordered("<=", vector, splat), ir.IntType(16))
-        popcount = builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(64)])
-        return builder.call(popcount, [builder.zext(mask, ir.IntType(64))])
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            lanes = ir.VectorType(ir.DoubleType(), width)
+            vector = builder.load(builder.bitcast(builder.gep(ary.data, [args[1]]), lanes.as_pointer()),
+                                  align=8)
+            undefined = ir.Constant(lanes, ir.Undefined)
+            first_lane = builder.insert_element(undefined, args[2], ir.Constant(ir.IntType(32), 0))
+            splat = builder.shuffle_vector(first_lane, undefined,
+                                           ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+            mask = builder.bitcast(builder.fcmp_ordered("<=", vector, splat), ir.IntType(width))
+            popcount = builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(64)])
+            return builder.call(popcount, [builder.zext(mask, ir.IntType(64))])
 
-    return types.int64(arr, first, mass), codegen
+        return types.int64(arr, first, mass), codegen
+    return count
+
+
+_count8_not_above = _count_not_above_intrinsic(8)
+_count16_not_above = _count_not_above_intrinsic(16)
+_count32_not_above = _count_not_above_intrinsic(32)
 
 
 # -- summation in numpy's order -------------------------------------------------------------------
@@ -237,6 +244,10 @@ def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
         m = mass[i]
         if k == 16:
             child = _count16_not_above(prefix, first, m)
+        elif k == 8:
+            child = _count8_not_above(prefix, first, m)
+        elif k == 32:
+            child = _count32_not_above(prefix, first, m)
         else:
             child = _count_not_above(prefix, first, k, m)
         if child >= k:
@@ -248,12 +259,12 @@ def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
 
 
 @njit(**_NJIT)
-def _descend_leaves(sums, base, k, mass, out, rows):
+def _descend_leaves(sums, base, k, mass, out, priorities, rows):
     """The last step, to a leaf: the leaves' cumulative sums are not stored (an update would have
     to rewrite them, and their lines would double the memory a sample and an update touch), so
     they are summed here in np.cumsum's order, counting those <= mass as the reference does.
-    `rows` (or None): a (capacity, words) array whose row of each found leaf is prefetched at once,
-    for a gather that follows."""
+    `priorities` (or None) receives each found leaf's priority; `rows` (or None): a (capacity,
+    words) array whose row of each found leaf is prefetched at once, for a gather that follows."""
     for i in range(out.shape[0]):
         first = np.uintp(base + out[i] * k)
         m = mass[i]
@@ -265,13 +276,15 @@ def _descend_leaves(sums, base, k, mass, out, rows):
         if child >= k:
             child = _last_positive(sums, np.int64(first), k)
         out[i] = out[i] * k + child
+        if priorities is not None:
+            priorities[i] = sums[np.int64(first) + child]
         if rows is not None:
             for word in range(0, rows.shape[1], LINE_FLOATS * 2):
                 _prefetch(rows[out[i]], word)
 
 
 @njit(**_NJIT)
-def _find(sums, prefix, offsets, depth, k, mass, out, rows=None):
+def _find(sums, prefix, offsets, depth, k, mass, out, priorities=None, rows=None):
     """Level-synchronous descent: `mass` (consumed) -> leaf indices in `out`. Each pass moves every
     member down one level, so the loads of different members are independent and their cache
     misses overlap, and prefetches the group each member reads next."""
@@ -281,27 +294,18 @@ def _find(sums, prefix, offsets, depth, k, mass, out, rows=None):
         _descend_internal(sums, prefix, offsets[level], k, mass, out, prefix, offsets[level + 1])
     if depth > 1:
         _descend_internal(sums, prefix, offsets[depth - 1], k, mass, out, sums, offsets[depth])
-    _descend_leaves(sums, offsets[depth], k, mass, out, rows)
+    _descend_leaves(sums, offsets[depth], k, mass, out, priorities, rows)
     return out
 
 
 @njit(**_NJIT)
-def _sample(sums, prefix, offsets, depth, k, uniforms, mass, out, rows=None):
+def _sample(sums, prefix, offsets, depth, k, uniforms, mass, out, priorities=None, rows=None):
     """Stratified sample, level-synchronous: out[i] = find((i + u_i) * total / B)."""
     b = uniforms.shape[0]
     step = sums[0] / b
     for i in range(b):
         mass[i] = (i + uniforms[i]) * step
-    return _find(sums, prefix, offsets, depth, k, mass[:b], out, rows)
-
-
-@njit(**_NJIT)
-def _sample_priorities(sums, prefix, offsets, depth, k, uniforms, mass, out, out_prio):
-    _sample(sums, prefix, offsets, depth, k, uniforms, mass, out)
-    leaf = offsets[depth]
-    for i in range(uniforms.shape[0]):
-        out_prio[i] = sums[leaf + out[i]]
-    return out
+    return _find(sums, prefix, offsets, depth, k, mass[:b], out, priorities, rows)
 
 
 # -- update -----------------------------------------------------------------------------------------
@@ -433,19 +437,105 @@ def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
             prefix[first + j] = c
 
 
+@njit(inline="always")
+def _recompute_node(sums, prefix, base, child_base, node, with_prefix, k):
+    first = child_base + node * k
+    if with_prefix:
+        c = 0.0
+        for j in range(k):
+            c += sums[first + j]
+            prefix[first + j] = c
+    sums[base + node] = _pairwise_small(sums, first, k)
+
+
 @njit(**_NJIT)
 def _recompute_nodes16(sums, prefix, base, child_base, nodes, count, with_prefix):
-    """Fanout 16: each node's children read once into registers, their cumulative sums (when
-    stored) and the node's pairwise sum from the same values."""
+    """Fanout 16, each child read once: its cumulative sums (sequential, as np.cumsum) and numpy's
+    pairwise sum of 16 (partial sums r_j = a_j + a_{j+8}, combined in pairs) from the same loads.
+    Written out: a separate pairwise pass reloads them (the prefix stores may alias `sums`), and
+    a helper inlined into this loop kept array reference counts per node (measured slower)."""
     for i in range(count):
         node = nodes[i]
         first = child_base + node * 16
+        r0 = sums[first + 0]
+        r1 = sums[first + 1]
+        r2 = sums[first + 2]
+        r3 = sums[first + 3]
+        r4 = sums[first + 4]
+        r5 = sums[first + 5]
+        r6 = sums[first + 6]
+        r7 = sums[first + 7]
         if with_prefix:
-            c = 0.0
-            for j in range(16):
-                c += sums[first + j]
-                prefix[first + j] = c
-        sums[base + node] = _pairwise_small(sums, first, 16)
+            c = r0
+            prefix[first] = c
+            c += r1
+            prefix[first + 1] = c
+            c += r2
+            prefix[first + 2] = c
+            c += r3
+            prefix[first + 3] = c
+            c += r4
+            prefix[first + 4] = c
+            c += r5
+            prefix[first + 5] = c
+            c += r6
+            prefix[first + 6] = c
+            c += r7
+            prefix[first + 7] = c
+            v = sums[first + 8]
+            c += v
+            prefix[first + 8] = c
+            r0 += v
+            v = sums[first + 9]
+            c += v
+            prefix[first + 9] = c
+            r1 += v
+            v = sums[first + 10]
+            c += v
+            prefix[first + 10] = c
+            r2 += v
+            v = sums[first + 11]
+            c += v
+            prefix[first + 11] = c
+            r3 += v
+            v = sums[first + 12]
+            c += v
+            prefix[first + 12] = c
+            r4 += v
+            v = sums[first + 13]
+            c += v
+            prefix[first + 13] = c
+            r5 += v
+            v = sums[first + 14]
+            c += v
+            prefix[first + 14] = c
+            r6 += v
+            v = sums[first + 15]
+            c += v
+            prefix[first + 15] = c
+            r7 += v
+        else:
+            r0 += sums[first + 8]
+            r1 += sums[first + 9]
+            r2 += sums[first + 10]
+            r3 += sums[first + 11]
+            r4 += sums[first + 12]
+            r5 += sums[first + 13]
+            r6 += sums[first + 14]
+            r7 += sums[first + 15]
+        sums[base + node] = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+
+
+@njit(**_NJIT)
+def _recompute_nodes_const(sums, prefix, base, child_base, nodes, count, with_prefix, k):
+    """Fanout 8 or 32: each node's children cumulative sums (when stored) and its pairwise sum, with
+    constant trip counts."""
+    if k == 32:
+        for i in range(count):
+            _recompute_node(sums, prefix, base, child_base, nodes[i], with_prefix, 32)
+    else:
+        for i in range(count):
+            _recompute_node(sums, prefix, base, child_base, nodes[i], with_prefix, 8)
 
 
 @njit(**_NJIT)
@@ -483,6 +573,9 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, no
     for level in range(depth - 1, -1, -1):
         if k == 16:
             _recompute_nodes16(sums, prefix, offsets[level], offsets[level + 1], nodes, count, level + 1 < depth)
+        elif k == 8 or k == 32:
+            _recompute_nodes_const(sums, prefix, offsets[level], offsets[level + 1], nodes, count,
+                                   level + 1 < depth, k)
         else:
             if level + 1 < depth:  # the leaves' cumulative sums are not stored (see _descend_leaves)
                 _recompute_prefix(sums, prefix, offsets[level + 1], k, nodes, count)
@@ -698,8 +791,8 @@ class NumbaSumTree:
         if out_priorities is None:
             return _sample(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
                            self._floats(b), out_indices)
-        return _sample_priorities(self._sums, self._prefix, self.offsets, self.depth, self.fanout,
-                                  uniforms, self._floats(b), out_indices, out_priorities)
+        return _sample(self._sums, self._prefix, self.offsets, self.depth, self.fanout, uniforms,
+                       self._floats(b), out_indices, out_priorities)
 
     def __getstate__(self):
         state = dict(self.__dict__)

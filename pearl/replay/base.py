@@ -90,7 +90,8 @@ class Replay(ABC):
         """A batch of `batch_size` stored transitions, chosen by this replay's selector."""
         if not self.size:
             raise ValueError("cannot sample from an empty replay")
-        admit_sample(self.rate_limiter, batch_size)
+        if self.rate_limiter is not None:
+            admit_sample(self.rate_limiter, batch_size)
         return self._select(batch_size, rng)
 
     @abstractmethod
