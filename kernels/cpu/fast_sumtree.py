@@ -669,14 +669,17 @@ def _fill_uniform(sums, prefix, mins, offsets, depth, k, start, count, capacity,
 
 
 # -- the tree ---------------------------------------------------------------------------------------
+_INT64, _FLOAT64, _FLOAT32 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float32)
+
+
 def _as_index_array(indices) -> np.ndarray:
-    if type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
+    if type(indices) is np.ndarray and indices.dtype is _INT64 and indices.ndim == 1:
         return indices
     return np.ascontiguousarray(np.asarray(indices, dtype=np.int64).reshape(-1))
 
 
 def _as_float_array(values) -> np.ndarray:
-    if type(values) is np.ndarray and values.dtype == np.float64 and values.ndim == 1:
+    if type(values) is np.ndarray and values.dtype is _FLOAT64 and values.ndim == 1:
         return values
     return np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(-1))
 
@@ -773,8 +776,8 @@ class NumbaSumTree:
         """Sets priorities (|td| + eps) ** alpha (the power by kernels/cpu/fastmath.py, within
         2e-13 of np.power); returns max(|td| + eps) of the batch (-inf when empty)."""
         indices = _as_index_array(indices)
-        td = td_errors if (type(td_errors) is np.ndarray and td_errors.ndim == 1
-                           and td_errors.dtype.char in "fd") else _as_float_array(td_errors)
+        td = td_errors if (type(td_errors) is np.ndarray and td_errors.ndim == 1 and (
+            td_errors.dtype is _FLOAT32 or td_errors.dtype is _FLOAT64)) else _as_float_array(td_errors)
         n = indices.shape[0]
         if n != td.shape[0]:
             raise ValueError(f"{n} indices but {td.shape[0]} TD errors")

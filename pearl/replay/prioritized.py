@@ -90,12 +90,20 @@ class PrioritizedReplay(Replay):
             self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
         return slots
 
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        if self._sampler is None or self.rate_limiter is not None or not self.size:
+            return super().sample(batch_size, rng)
+        return self._compiled_sample(rng.random(batch_size))  # one Python layer less: ~0.3 us
+
+    def _compiled_sample(self, uniforms: np.ndarray) -> Batch:
+        indices, weights, (obs, actions, rewards, next_obs, discounts) = self._sampler.sample(
+            uniforms, self.size, self.beta)
+        return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
+
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
         uniforms = rng.random(batch_size)
         if self._sampler is not None:
-            indices, weights, (obs, actions, rewards, next_obs, discounts) = self._sampler.sample(
-                uniforms, self.size, self.beta)
-            return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
+            return self._compiled_sample(uniforms)
         total = self.tree.total
         indices = self.tree.sample(uniforms)
         probabilities = self.tree.get(indices) / total
