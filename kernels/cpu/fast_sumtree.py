@@ -259,24 +259,28 @@ def _descend_internal(sums, prefix, base, k, mass, out, ahead, ahead_base):
 
 
 @njit(**_NJIT)
-def _descend_cached16(sums, prefix, offsets, levels, mass, out, ahead, ahead_base):
-    """Fanout 16, the top `levels` levels in one pass: each member takes all its steps through
-    them before the next member. Their cumulative sums fit in the L1/L2 caches (16 + 256 + 4096
-    doubles), so there are no misses to overlap level by level, and one pass saves the per-level
-    stores and reloads of each member's node and mass. Prefetches the group below, in `ahead`."""
+def _descend_cached(sums, prefix, offsets, levels, k, mass, out, ahead, ahead_base):
+    """Fanout 8 or 16, the top `levels` levels in one pass: each member takes all its steps through
+    them before the next member. Their cumulative sums fit in the L1/L2 caches (at most 4096
+    doubles on the lowest of them), so there are no misses to overlap level by level, and one pass
+    saves the per-level stores and reloads of each member's node and mass. Prefetches the group
+    below, in `ahead`."""
     for i in range(out.shape[0]):
         node = 0
         m = mass[i]
         for level in range(1, levels + 1):
-            first = offsets[level] + node * 16
-            child = _count16_not_above(prefix, first, m)
-            if child >= 16:
-                child = _last_positive(sums, first, 16)
+            first = offsets[level] + node * k
+            if k == 16:
+                child = _count16_not_above(prefix, first, m)
+            else:
+                child = _count8_not_above(prefix, first, m)
+            if child >= k:
+                child = _last_positive(sums, first, k)
             m -= prefix[first + child - 1] if child > 0 else 0.0
-            node = node * 16 + child
+            node = node * k + child
         mass[i] = m
         out[i] = node
-        _prefetch_group(ahead, ahead_base + node * 16, 16)
+        _prefetch_group(ahead, ahead_base + node * k, k)
 
 
 @njit(**_NJIT)
@@ -312,9 +316,11 @@ def _find(sums, prefix, offsets, depth, k, mass, out, priorities=None, rows=None
     for i in range(out.shape[0]):
         out[i] = 0
     top = 0
-    if k == 16 and depth > 3:  # levels 1..depth-3 hold at most 16 + 256 + 4096 + ... cumulative sums
-        top = min(depth - 2, 3)
-        _descend_cached16(sums, prefix, offsets, top, mass, out, prefix, offsets[top + 1])
+    if (k == 16 or k == 8) and depth > 3:
+        top = depth - 2  # levels down to 4096 nodes: the cumulative sums the caches hold
+        while k ** top > 4096:
+            top -= 1
+        _descend_cached(sums, prefix, offsets, top, k, mass, out, prefix, offsets[top + 1])
     for level in range(top + 1, depth - 1):
         _descend_internal(sums, prefix, offsets[level], k, mass, out, prefix, offsets[level + 1])
     if depth > 1:
