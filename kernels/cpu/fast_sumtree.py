@@ -429,14 +429,6 @@ def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base
 
 
 @njit(**_NJIT)
-def _is_sorted(values):
-    unsorted = 0
-    for i in range(1, values.shape[0]):
-        unsorted += values[i] < values[i - 1]
-    return unsorted == 0
-
-
-@njit(**_NJIT)
 def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
     """The cumulative sums of each node's K children, sequential as np.cumsum, two nodes side by
     side: each is a chain of K dependent adds, and two independent chains overlap (measured faster
@@ -583,10 +575,11 @@ def _recompute_sums(sums, base, child_base, k, nodes, count):
 
 
 @njit(**_NJIT)
-def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes):
+def _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, marks, nodes):
     """Sets the leaves `indices` to `priorities` and recomputes every ancestor once, bottom-up:
     the leaves in order (with the min tree), then per level the distinct touched nodes' children
-    cumulative sums and their own sums. Each recompute reads only the children, so nothing drifts."""
+    cumulative sums and their own sums. Each recompute reads only the children, so nothing drifts.
+    `ordered`: the indices are non-decreasing."""
     shift = -1
     if k & (k - 1) == 0:
         shift = 0
@@ -595,7 +588,6 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, no
     stamp = marks[-1] + 1
     marks[-1] = stamp
     _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities)
-    ordered = _is_sorted(indices)
     if ordered:
         count = _collect_sorted_parents(indices, indices.shape[0], k, shift, nodes, sums, offsets[depth])
     else:
@@ -621,19 +613,23 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, no
 
 @njit(**_NJIT)
 def _check_indices(indices, capacity):
+    """(the first index out of [0, capacity) or -1, whether the indices are non-decreasing)."""
+    descents = 0
     for i in range(indices.shape[0]):
         j = indices[i]
         if j < 0 or j >= capacity:
-            return i
-    return -1
+            return i, False
+        if i > 0:
+            descents += j < indices[i - 1]
+    return -1, descents == 0
 
 
 @njit(**_NJIT)
 def _update(sums, prefix, mins, offsets, depth, k, capacity, indices, priorities, marks, nodes):
-    bad = _check_indices(indices, capacity)
+    bad, ordered = _check_indices(indices, capacity)
     if bad >= 0:
         return bad
-    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
+    _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, marks, nodes)
     return -1
 
 
@@ -642,7 +638,7 @@ def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td
                     nodes, scratch):
     """Priorities (|td| + eps) ** alpha (via `scratch`, two floats per index); returns (first bad
     index or -1, max(|td| + eps))."""
-    bad = _check_indices(indices, capacity)
+    bad, ordered = _check_indices(indices, capacity)
     if bad >= 0:
         return bad, 0.0
     n = indices.shape[0]
@@ -654,7 +650,7 @@ def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td
         top = r if r > top else top
         raw[i] = r
     power(raw, alpha, priorities)
-    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
+    _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, marks, nodes)
     return -1, top
 
 
@@ -671,7 +667,8 @@ def _fill_uniform(sums, prefix, mins, offsets, depth, k, start, count, capacity,
         j += 1
         if j == capacity:
             j = 0
-    _write(sums, prefix, mins, offsets, depth, k, indices, priorities, marks, nodes)
+    _write(sums, prefix, mins, offsets, depth, k, indices, start + count <= capacity, priorities, marks,
+           nodes)
 
 
 # -- the tree ---------------------------------------------------------------------------------------
