@@ -93,6 +93,31 @@ def test_matches_reference_bit_for_bit(capacity, fanout):
         np.testing.assert_array_equal(found[keep], reference_find(leaves, prefixes[keep]))
 
 
+@pytest.mark.parametrize("fanout", [3, 8, 16, 32])
+def test_sorted_and_unsorted_updates_agree(fanout):
+    """An update of non-decreasing leaves (a stratified sample's) takes its own path (neighbours
+    compared, no stamps); in any order the tree is the reference's, bit for bit."""
+    rng = np.random.default_rng(fanout)
+    capacity = 5000
+    priorities = rng.random(capacity)
+    fast, ref = filled(capacity, fanout, priorities)
+    shuffled, ordered = filled(capacity, fanout, priorities)[0], fast
+    for _ in range(5):
+        idx = np.sort(rng.integers(0, capacity, 256))  # duplicates included
+        p = rng.random(256) * (rng.random(256) < 0.95)
+        ordered.update(idx, p)
+        ref.update(idx, p)
+        last = {}  # the same final values in a shuffled order: keep each index's last value
+        for i, v in zip(idx, p):
+            last[i] = v
+        keys = np.array(list(last))[rng.permutation(len(last))]
+        shuffled.update(keys, np.array([last[i] for i in keys]))
+        assert_same_tree(ordered, ref)
+        assert_same_tree(shuffled, ref)
+        uniforms = rng.random(256)
+        np.testing.assert_array_equal(ordered.sample(uniforms), ref.sample(uniforms))
+
+
 def test_large_fanout_pairwise_recursion():
     """Fanout > 128: numpy's pairwise sum recurses; same association here."""
     rng = np.random.default_rng(0)
