@@ -415,16 +415,16 @@ def _collect_parents(children, count, k, shift, marks, level_base, stamp, parent
 @njit(**_NJIT)
 def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base):
     """_collect_parents for non-decreasing children (a stratified sample's leaves are): equal
-    parents are adjacent, so each is compared with the last one kept, and no marks are touched."""
+    parents are adjacent, so each is compared with the last one kept, and no marks are touched.
+    Branchless (a repeat overwrites its slot): which parents repeat is unpredictable."""
     found = 0
     last = -1
     for i in range(count):
         parent = _parent(children[i], k, shift)
-        if parent != last:
-            parents[found] = parent
-            found += 1
-            last = parent
-            _prefetch_group(sums, child_base + parent * k, k)
+        parents[found] = parent
+        found += parent != last
+        last = parent
+        _prefetch_group(sums, child_base + parent * k, k)
     return found
 
 
