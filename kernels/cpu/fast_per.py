@@ -13,6 +13,7 @@ from numba import njit
 
 from pearl.kernels.cpu.amper import AmperSampler, _min_mean, _sample
 from pearl.kernels.cpu.fast_storage import RowRing, _copy_rows, _prefetch_row, importance_weights
+from pearl.kernels.cpu.fastmath import power
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
 
@@ -29,16 +30,17 @@ def _sample_gather(sums, prefix, mins, offsets, depth, k, uniforms, mass, indice
 
 @njit(**_NJIT)
 def _amper_sample_gather(uniforms, mass, comp, count, page_table, pages, shift, mask, indices,
-                         probabilities, beta, weights, rows, out, row_offsets, widths):
+                         probabilities, scratch, beta, weights, rows, out, row_offsets, widths):
     """AMPER's draw with its own probabilities q_i; weights (q_i / q_min)^-beta, the formula of
-    PrioritizedReplay's generic path."""
+    PrioritizedReplay's generic path (the power by kernels/cpu/fastmath.py, via `scratch`)."""
     total = _sample(uniforms, mass, comp, count, page_table, pages, shift, mask, indices,
                     probabilities, True)
     for i in range(indices.shape[0]):
         _prefetch_row(rows, indices[i])
-    q_min = _min_mean(mass, comp, count) / total
+    reciprocal = total / _min_mean(mass, comp, count)  # 1 / q_min
     for i in range(indices.shape[0]):
-        weights[i] = (probabilities[i] / q_min) ** -beta
+        scratch[i] = probabilities[i] * reciprocal
+    power(scratch[:indices.shape[0]], -beta, weights)
     _copy_rows(rows, indices, out, row_offsets, widths)
 
 
@@ -67,7 +69,8 @@ class PrioritizedSampler:
             tail = (weights, ring.rows, words, ring._row_offsets, ring._widths)
             if self.amper:
                 call = ((), (tree._mass, tree._comp, tree._count, tree._page_table, tree._pages,
-                             tree._shift, tree._mask, indices, priorities), tail, (indices, weights, views))
+                             tree._shift, tree._mask, indices, priorities, mass), tail,
+                        (indices, weights, views))
             else:
                 call = ((tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout),
                         (mass, indices, priorities), tail, (indices, weights, views))
