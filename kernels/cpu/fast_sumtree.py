@@ -41,19 +41,21 @@ Kernels (`@njit(cache=True, nogil=True)`; no `parallel=True`: a parallel region'
 the order of a whole batch-256 sample on 2 shared cores).
 - sample: level-synchronous descent (every batch member advances one level per pass, so the loads
   of different members are independent and their cache misses overlap), with a software prefetch
-  of each member's next-level group issued as soon as its node is known. At fanout 16 a member's
-  child is one 16-wide vector compare of the group's cumulative sums and a popcount of its mask
-  (an LLVM intrinsic below); other fanouts take a branchless binary search. The leaf step can
-  prefetch each found leaf's transition row for the gather that follows (kernels/cpu/fast_per.py).
+  of each member's next-level group issued as soon as its node is known; the top levels (up to
+  4096 nodes, cache-resident) in one pass per member. At fanouts 8, 16 and 32 a member's child is
+  one vector compare of the group's cumulative sums and a popcount of its mask (an LLVM intrinsic
+  below); other fanouts take a branchless binary search. The leaf step can also return each leaf's
+  priority and prefetch its transition row for the gather that follows (kernels/cpu/fast_per.py).
 - update: write leaves in batch order (last duplicate wins) keeping the min tree exact on the way
   (an ancestor's min is rescanned only when its old min rose), then per level collect each
   touched parent once (sorted input, as a stratified sample's leaves are: by comparing neighbours;
   otherwise with a stamp array, no sort/unique) and recompute its children's cumulative sums and
-  its sum from its children (fanout 16: one pass, the children read once), never from deltas, so
-  rounding never drifts.
+  its sum from its children (fanout 16: the pairwise sum in vector registers), never from deltas,
+  so rounding never drifts.
 Measured at capacity 1M, fanout 16, batch 256, sample then update of the sampled leaves through
-PrioritizedReplay (2-core VM): 58 -> 35 us against the previous layout (leaf cumulative sums
-stored, every ancestor's min recomputed, unaligned levels, binary search at every level, libm pow).
+PrioritizedReplay (2-core VM): 58 -> ~31 us against the previous layout (leaf cumulative sums
+stored, every ancestor's min recomputed, unaligned levels, binary search at every level, libm pow;
+docs/BENCHMARKS.md, Replay, has the steps and what was tried).
 """
 from __future__ import annotations
 
@@ -118,6 +120,30 @@ def _count_not_above_intrinsic(width):
 _count8_not_above = _count_not_above_intrinsic(8)
 _count16_not_above = _count_not_above_intrinsic(16)
 _count32_not_above = _count_not_above_intrinsic(32)
+
+
+@intrinsic
+def _pairwise16(typingctx, arr, first):
+    """numpy's pairwise sum of the float64s arr[first:first+16], bit for bit, in vector registers:
+    r = a[0:8] + a[8:16], then ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) as three
+    shuffle-and-add steps (each lane pair's sum lands in both lanes; addition is commutative)."""
+    if not isinstance(arr, types.Array) or arr.dtype != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        lanes = ir.VectorType(ir.DoubleType(), 8)
+        start = builder.gep(ary.data, [args[1]])
+        low = builder.load(builder.bitcast(start, lanes.as_pointer()), align=8)
+        high = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(ir.IntType(64), 8)]),
+                                            lanes.as_pointer()), align=8)
+        vector = builder.fadd(low, high)
+        index = ir.VectorType(ir.IntType(32), 8)
+        for order in ([1, 0, 3, 2, 5, 4, 7, 6], [2, 3, 0, 1, 6, 7, 4, 5], [4, 5, 6, 7, 0, 1, 2, 3]):
+            vector = builder.fadd(vector, builder.shuffle_vector(vector, vector, ir.Constant(index, order)))
+        return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
+
+    return types.float64(arr, first), codegen
 
 
 # -- summation in numpy's order -------------------------------------------------------------------
@@ -473,80 +499,18 @@ def _recompute_node(sums, prefix, base, child_base, node, with_prefix, k):
 
 @njit(**_NJIT)
 def _recompute_nodes16(sums, prefix, base, child_base, nodes, count, with_prefix):
-    """Fanout 16, each child read once: its cumulative sums (sequential, as np.cumsum) and numpy's
-    pairwise sum of 16 (partial sums r_j = a_j + a_{j+8}, combined in pairs) from the same loads.
-    Written out: a separate pairwise pass reloads them (the prefix stores may alias `sums`), and
-    a helper inlined into this loop kept array reference counts per node (measured slower)."""
+    """Fanout 16: each node's pairwise sum in vector registers (_pairwise16, before the stores:
+    they may alias `sums`), then its children's cumulative sums (sequential, as np.cumsum)."""
     for i in range(count):
         node = nodes[i]
         first = child_base + node * 16
-        r0 = sums[first + 0]
-        r1 = sums[first + 1]
-        r2 = sums[first + 2]
-        r3 = sums[first + 3]
-        r4 = sums[first + 4]
-        r5 = sums[first + 5]
-        r6 = sums[first + 6]
-        r7 = sums[first + 7]
+        total = _pairwise16(sums, first)
         if with_prefix:
-            c = r0
-            prefix[first] = c
-            c += r1
-            prefix[first + 1] = c
-            c += r2
-            prefix[first + 2] = c
-            c += r3
-            prefix[first + 3] = c
-            c += r4
-            prefix[first + 4] = c
-            c += r5
-            prefix[first + 5] = c
-            c += r6
-            prefix[first + 6] = c
-            c += r7
-            prefix[first + 7] = c
-            v = sums[first + 8]
-            c += v
-            prefix[first + 8] = c
-            r0 += v
-            v = sums[first + 9]
-            c += v
-            prefix[first + 9] = c
-            r1 += v
-            v = sums[first + 10]
-            c += v
-            prefix[first + 10] = c
-            r2 += v
-            v = sums[first + 11]
-            c += v
-            prefix[first + 11] = c
-            r3 += v
-            v = sums[first + 12]
-            c += v
-            prefix[first + 12] = c
-            r4 += v
-            v = sums[first + 13]
-            c += v
-            prefix[first + 13] = c
-            r5 += v
-            v = sums[first + 14]
-            c += v
-            prefix[first + 14] = c
-            r6 += v
-            v = sums[first + 15]
-            c += v
-            prefix[first + 15] = c
-            r7 += v
-        else:
-            r0 += sums[first + 8]
-            r1 += sums[first + 9]
-            r2 += sums[first + 10]
-            r3 += sums[first + 11]
-            r4 += sums[first + 12]
-            r5 += sums[first + 13]
-            r6 += sums[first + 14]
-            r7 += sums[first + 15]
-        sums[base + node] = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+            c = 0.0
+            for j in range(16):
+                c += sums[first + j]
+                prefix[first + j] = c
+        sums[base + node] = total
 
 
 @njit(**_NJIT)
@@ -567,7 +531,7 @@ def _recompute_sums(sums, base, child_base, k, nodes, count):
     for i in range(count):
         first = child_base + nodes[i] * k
         if k == 16:
-            sums[base + nodes[i]] = _pairwise_small(sums, first, 16)
+            sums[base + nodes[i]] = _pairwise16(sums, first)
         elif k <= 128:
             sums[base + nodes[i]] = _pairwise_small(sums, first, k)
         else:
