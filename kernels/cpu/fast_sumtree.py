@@ -330,7 +330,7 @@ def _descend_leaves(sums, base, k, mass, out, priorities, rows):
         if priorities is not None:
             priorities[i] = sums[np.int64(first) + child]
         if rows is not None:
-            for word in range(0, rows.shape[1], LINE_FLOATS * 2):
+            for word in range(0, rows.shape[1], 2 * LINE_FLOATS):  # 4-byte words: 16 per line
                 _prefetch(rows[out[i]], word)
 
 
