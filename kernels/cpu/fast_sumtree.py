@@ -335,6 +335,61 @@ def _descend_leaves(sums, base, k, mass, out, priorities, rows):
 
 
 @njit(**_NJIT)
+def _descend_pipelined16(sums, prefix, offsets, depth, top, mass, out, priorities, rows, near, far):
+    """Fanout 16, depth - 2 == top: three stages software-pipelined in one loop. Member i takes its
+    cache-resident steps (levels 1..top) and prefetches its level top + 1 group; member i - near
+    takes its step on level top + 1 and prefetches its leaf group; member i - near - far takes
+    its leaf step (and prefetches its transition row). Each prefetch has a fixed head start."""
+    b = out.shape[0]
+    base = offsets[depth - 1]
+    leaf_base = offsets[depth]
+    for i in range(b + near + far):
+        if i < b:
+            node = 0
+            m = mass[i]
+            for level in range(1, top + 1):
+                first = offsets[level] + node * 16
+                child = _count16_not_above(prefix, first, m)
+                if child >= 16:
+                    child = _last_positive(sums, first, 16)
+                m -= prefix[first + child - 1] if child > 0 else 0.0
+                node = node * 16 + child
+            mass[i] = m
+            out[i] = node
+            _prefetch(prefix, base + node * 16)
+            _prefetch(prefix, base + node * 16 + 8)
+        h = i - near
+        if 0 <= h < b:
+            first = base + out[h] * 16
+            m = mass[h]
+            child = _count16_not_above(prefix, first, m)
+            if child >= 16:
+                child = _last_positive(sums, first, 16)
+            mass[h] = m - (prefix[first + child - 1] if child > 0 else 0.0)
+            node = out[h] * 16 + child
+            out[h] = node
+            _prefetch(sums, leaf_base + node * 16)
+            _prefetch(sums, leaf_base + node * 16 + 8)
+        j = i - near - far
+        if j >= 0:
+            first = np.uintp(leaf_base + out[j] * 16)
+            m = mass[j]
+            c = 0.0
+            child = np.int64(0)
+            for t in range(16):
+                c += sums[first + np.uintp(t)]
+                child += np.int64(c <= m)
+            if child >= 16:
+                child = _last_positive(sums, np.int64(first), 16)
+            out[j] = out[j] * 16 + child
+            if priorities is not None:
+                priorities[j] = sums[np.int64(first) + child]
+            if rows is not None:
+                for word in range(0, rows.shape[1], 2 * LINE_FLOATS):
+                    _prefetch(rows[out[j]], word)
+
+
+@njit(**_NJIT)
 def _find(sums, prefix, offsets, depth, k, mass, out, priorities=None, rows=None):
     """Level-synchronous descent: `mass` (consumed) -> leaf indices in `out`. Each pass moves every
     member down one level, so the loads of different members are independent and their cache
@@ -346,6 +401,9 @@ def _find(sums, prefix, offsets, depth, k, mass, out, priorities=None, rows=None
         top = depth - 2  # levels down to 4096 nodes: the cumulative sums the caches hold
         while k ** top > 4096:
             top -= 1
+        if k == 16 and top == depth - 2:
+            _descend_pipelined16(sums, prefix, offsets, depth, top, mass, out, priorities, rows, 16, 32)
+            return out
         _descend_cached(sums, prefix, offsets, top, k, mass, out, prefix, offsets[top + 1])
     for level in range(top + 1, depth - 1):
         _descend_internal(sums, prefix, offsets[level], k, mass, out, prefix, offsets[level + 1])
