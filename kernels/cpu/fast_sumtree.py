@@ -445,9 +445,13 @@ def _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities):
     that keeps its min, usually the leaf's parent. Mins are exact in any order, so this equals the
     reference's recompute from the children."""
     leaves = offsets[depth]
-    for i in range(indices.shape[0]):
-        _prefetch(mins, offsets[depth - 1] + _parent(indices[i], k, shift))
-    for i in range(indices.shape[0]):
+    n = indices.shape[0]
+    parents = offsets[depth - 1]
+    for i in range(min(n, 16)):
+        _prefetch(mins, parents + _parent(indices[i], k, shift))
+    for i in range(n):
+        if i + 16 < n:  # a fixed head start: all at once, the prefetches wait for fill buffers
+            _prefetch(mins, parents + _parent(indices[i + 16], k, shift))
         node = indices[i]
         new = priorities[i]
         old = sums[leaves + node]
