@@ -252,10 +252,12 @@ def _last_positive(sums, first, k):
 
 @njit(inline="always")
 def _prefetch_group(arr, first, k):
-    """Prefetches arr[first:first+k] (one hint per 64-byte line)."""
+    """Prefetches arr[first:first+k] (one hint per 64-byte line: a group of a multiple of 8
+    children starts a line, the levels being line-aligned; other groups may straddle one more)."""
     for j in range(0, k, 8):
         _prefetch(arr, first + j)
-    _prefetch(arr, first + k - 1)
+    if k % 8:
+        _prefetch(arr, first + k - 1)
 
 
 @njit(**_NJIT)
