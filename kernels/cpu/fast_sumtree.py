@@ -503,10 +503,12 @@ def _collect_parents(children, count, k, shift, marks, level_base, stamp, parent
 
 
 @njit(**_NJIT)
-def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base):
+def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base, prefetch):
     """_collect_parents for non-decreasing children (a stratified sample's leaves are): equal
     parents are adjacent, so each is compared with the last one kept, and no marks are touched.
-    Branchless (a repeat overwrites its slot): which parents repeat is unpredictable."""
+    Branchless (a repeat overwrites its slot): which parents repeat is unpredictable. With
+    `prefetch`, each parent's children sums are prefetched (fanout 16's recompute prefetches 16
+    nodes ahead itself instead: a fixed head start measured faster)."""
     found = 0
     last = -1
     for i in range(count):
@@ -514,13 +516,14 @@ def _collect_sorted_parents(children, count, k, shift, parents, sums, child_base
         parents[found] = parent
         found += parent != last
         last = parent
-        _prefetch_group(sums, child_base + parent * k, k)
+        if prefetch:
+            _prefetch_group(sums, child_base + parent * k, k)
     return found
 
 
 @njit(**_NJIT)
 def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
-    """The cumulative sums of each node's K children, sequential as np.cumsum, two nodes side by
+    """Fanouts other than 8, 16, 32: the cumulative sums of each node's K children, sequential as np.cumsum, two nodes side by
     side: each is a chain of K dependent adds, and two independent chains overlap (measured faster
     than one node at a time; four were no faster)."""
     i = 0
@@ -529,18 +532,11 @@ def _recompute_prefix(sums, prefix, child_base, k, nodes, count):
         f1 = child_base + nodes[i + 1] * k
         c0 = 0.0
         c1 = 0.0
-        if k == 16:  # unrolled: a variable trip count made this pass 2x slower (measured)
-            for j in range(16):
-                c0 += sums[f0 + j]
-                c1 += sums[f1 + j]
-                prefix[f0 + j] = c0
-                prefix[f1 + j] = c1
-        else:
-            for j in range(k):
-                c0 += sums[f0 + j]
-                c1 += sums[f1 + j]
-                prefix[f0 + j] = c0
-                prefix[f1 + j] = c1
+        for j in range(k):
+            c0 += sums[f0 + j]
+            c1 += sums[f1 + j]
+            prefix[f0 + j] = c0
+            prefix[f1 + j] = c1
         i += 2
     if i < count:
         first = child_base + nodes[i] * k
@@ -566,6 +562,13 @@ def _recompute_nodes16(sums, prefix, base, child_base, nodes, count, with_prefix
     """Fanout 16: each node's pairwise sum in vector registers (_pairwise16, before the stores:
     they may alias `sums`), then its children's cumulative sums (sequential, as np.cumsum)."""
     for i in range(count):
+        if i + 16 < count:  # a fixed head start (all at once, prefetches wait for fill buffers)
+            ahead = child_base + nodes[i + 16] * 16
+            _prefetch(sums, ahead)
+            _prefetch(sums, ahead + 8)
+            if with_prefix:
+                _prefetch(prefix, ahead)
+                _prefetch(prefix, ahead + 8)
         node = nodes[i]
         first = child_base + node * 16
         total = _pairwise16(sums, first)
@@ -591,12 +594,10 @@ def _recompute_nodes_const(sums, prefix, base, child_base, nodes, count, with_pr
 
 @njit(**_NJIT)
 def _recompute_sums(sums, base, child_base, k, nodes, count):
-    """Each node's sum from its K children in numpy's pairwise order."""
+    """Fanouts other than 8, 16, 32: each node's sum from its K children in numpy's pairwise order."""
     for i in range(count):
         first = child_base + nodes[i] * k
-        if k == 16:
-            sums[base + nodes[i]] = _pairwise16(sums, first)
-        elif k <= 128:
+        if k <= 128:
             sums[base + nodes[i]] = _pairwise_small(sums, first, k)
         else:
             sums[base + nodes[i]] = _pairwise_sum(sums, first, k)
@@ -617,7 +618,8 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, 
     marks[-1] = stamp
     _write_leaves(sums, mins, offsets, depth, k, shift, indices, priorities)
     if ordered:
-        count = _collect_sorted_parents(indices, indices.shape[0], k, shift, nodes, sums, offsets[depth])
+        count = _collect_sorted_parents(indices, indices.shape[0], k, shift, nodes, sums, offsets[depth],
+                                        k != 16)
     else:
         count = _collect_parents(indices, indices.shape[0], k, shift, marks, offsets[depth - 1], stamp,
                                  nodes, sums, offsets[depth])
@@ -633,7 +635,7 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, 
             _recompute_sums(sums, offsets[level], offsets[level + 1], k, nodes, count)
         if level > 0:
             if ordered:  # parents of sorted distinct nodes are sorted too
-                count = _collect_sorted_parents(nodes, count, k, shift, nodes, sums, offsets[level])
+                count = _collect_sorted_parents(nodes, count, k, shift, nodes, sums, offsets[level], k != 16)
             else:
                 count = _collect_parents(nodes, count, k, shift, marks, offsets[level - 1], stamp, nodes,
                                          sums, offsets[level])
