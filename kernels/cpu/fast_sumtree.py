@@ -628,7 +628,8 @@ def _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, 
                                  nodes, sums, offsets[depth])
     for level in range(depth - 1, -1, -1):
         if k == 16:
-            _recompute_nodes16(sums, prefix, offsets[level], offsets[level + 1], nodes, count, level + 1 < depth)
+            _recompute_nodes16(sums, prefix, offsets[level], offsets[level + 1], nodes, count,
+                               level + 1 < depth)
         elif k == 8 or k == 32:
             _recompute_nodes_const(sums, prefix, offsets[level], offsets[level + 1], nodes, count,
                                    level + 1 < depth, k)
