@@ -282,6 +282,37 @@ def test_insert_casts_and_broadcasts():
 
 
 @pytest.mark.parametrize("obs_dim", [1, 4, 17])
+def test_compiled_and_numpy_inserts_agree(obs_dim):
+    """Exact-dtype C-contiguous batches take the compiled row copy, anything else numpy's casting
+    assignment; both give the same fields, also across the wrap."""
+    values = batch(0, 7, obs_dim)
+    fast, slow = fs.RowRing(9, layout(obs_dim)), fs.RowRing(9, layout(obs_dim))
+    others = [(v.astype(np.float64) if v.dtype == np.float32 else v) for v in values]  # cast
+    others[1] = np.asfortranarray(np.stack([values[1], values[1]], 1))[:, 0]  # strided
+    others[-1] = np.asfortranarray(values[-1])  # not C-contiguous
+    assert fast._as_rows(7, values) and not fast._as_rows(7, others) and not fast._as_rows(6, values)
+    for start in (0, 5):  # 5: wraps after 4 rows
+        fast.insert(start, 7, values)
+        slow.insert(start, 7, others)
+        for name, _, _ in layout(obs_dim):
+            np.testing.assert_array_equal(fast.fields[name], slow.fields[name])
+
+
+@pytest.mark.parametrize("obs_dim", [1, 4, 17])
+def test_sample_uniform_scales_uniforms_and_gathers(obs_dim):
+    ring = fs.RowRing(100, layout(obs_dim))
+    ring.insert(0, 100, batch(0, 100, obs_dim))
+    uniforms = np.array([0.0, 0.5, 0.999999, 0.25, 1 - 2.0 ** -53])
+    indices, outs = ring.sample_uniform(uniforms, 60)
+    np.testing.assert_array_equal(indices, [0, 30, 59, 15, 59])
+    for got, (name, _, _) in zip(outs, layout(obs_dim)):
+        np.testing.assert_array_equal(got, ring.fields[name][indices])
+    again, _ = ring.sample_uniform(uniforms[::-1].copy(), 100)
+    assert again is indices  # preallocated per batch size
+    np.testing.assert_array_equal(indices, [99, 25, 99, 50, 0])
+
+
+@pytest.mark.parametrize("obs_dim", [1, 4, 17])
 def test_gather_matches_numpy_take(obs_dim):
     rng = np.random.default_rng(obs_dim)
     ring = fs.RowRing(100, layout(obs_dim))

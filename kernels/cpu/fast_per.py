@@ -8,6 +8,8 @@ arithmetic instead of each other.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from numba import njit
 
@@ -21,18 +23,26 @@ _NJIT = dict(cache=True, nogil=True)
 
 
 @njit(**_NJIT)
-def _sample_gather(sums, prefix, mins, offsets, depth, k, uniforms, mass, indices, priorities, size,
-                   beta, weights, rows, out, row_offsets, widths):
+def _sample_gather(sums, prefix, mins, offsets, depth, k, mass, indices, priorities, weights, rows,
+                   out, row_offsets, widths, uniforms, size, beta):
+    """Returns whether it sampled: the tree has mass (otherwise the outputs are undefined)."""
+    if not sums[0] > 0:
+        return False
     _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices, priorities, rows)
     importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
     _copy_rows(rows, indices, out, row_offsets, widths)
+    return True
 
 
 @njit(**_NJIT)
-def _amper_sample_gather(uniforms, mass, comp, count, page_table, pages, shift, mask, indices,
-                         probabilities, scratch, beta, weights, rows, out, row_offsets, widths):
+def _amper_sample_gather(state, mass, comp, count, page_table, pages, shift, mask, indices, probabilities,
+                         scratch, weights, rows, out, row_offsets, widths, uniforms, size, beta):
     """AMPER's draw with its own probabilities q_i; weights (q_i / q_min)^-beta, the formula of
-    PrioritizedReplay's generic path (the power by kernels/cpu/fastmath.py, via `scratch`)."""
+    PrioritizedReplay's generic path (the power by kernels/cpu/fastmath.py, via `scratch`).
+    `size` is unused: AMPER's probabilities are its own. Returns whether it sampled (False: no
+    stored priority is positive)."""
+    if state[1] == 0:  # AmperSampler.size
+        return False
     total = _sample(uniforms, mass, comp, count, page_table, pages, shift, mask, indices,
                     probabilities, True)
     for i in range(indices.shape[0]):
@@ -42,6 +52,7 @@ def _amper_sample_gather(uniforms, mass, comp, count, page_table, pages, shift, 
         scratch[i] = probabilities[i] * reciprocal
     power(scratch[:indices.shape[0]], -beta, weights)
     _copy_rows(rows, indices, out, row_offsets, widths)
+    return True
 
 
 class PrioritizedSampler:
@@ -56,37 +67,34 @@ class PrioritizedSampler:
         self.amper = isinstance(selector, AmperSampler)
         self._calls: dict[int, tuple] = {}
 
-    def _call(self, batch: int) -> tuple:
-        """(kernel arguments before the uniforms, those between them and `size, beta`, those after,
-        outputs) for a batch size: the arrays never change, so a sample passes them as they are
-        (each attribute lookup and buffer fetch per call cost ~1 us of a 20 us sample)."""
+    def bind(self, batch: int) -> tuple:
+        """(kernel(uniforms, size, beta), outputs) for a batch size: the kernel with every array
+        it reads or writes bound (they never change; rebuilding the argument list per call cost
+        ~1 us of a 15 us sample), and the outputs it fills, (indices, weights, field views)."""
         call = self._calls.get(batch)
         if call is None:
             indices, priorities, weights, mass = (np.empty(batch, np.int64), np.empty(batch, np.float64),
                                                   np.empty(batch, np.float32), np.empty(batch, np.float64))
             words, views = self.ring.outputs(batch)
             ring, tree = self.ring, self.tree
-            tail = (weights, ring.rows, words, ring._row_offsets, ring._widths)
+            gather = (ring.rows, words, ring._row_offsets, ring._widths)
             if self.amper:
-                call = ((), (tree._mass, tree._comp, tree._count, tree._page_table, tree._pages,
-                             tree._shift, tree._mask, indices, priorities, mass), tail,
-                        (indices, weights, views))
+                kernel = partial(_amper_sample_gather, tree._state, tree._mass, tree._comp, tree._count,
+                                 tree._page_table, tree._pages, tree._shift, tree._mask, indices,
+                                 priorities, mass, weights, *gather)
             else:
-                call = ((tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout),
-                        (mass, indices, priorities), tail, (indices, weights, views))
+                kernel = partial(_sample_gather, tree._sums, tree._prefix, tree._mins, tree.offsets,
+                                 tree.depth, tree.fanout, mass, indices, priorities, weights, *gather)
+            call = (kernel, (indices, weights, views))
             self._calls[batch] = call
         return call
 
     def sample(self, uniforms: np.ndarray, size: int, beta: float):
-        head, middle, tail, outputs = self._call(uniforms.shape[0])
-        if self.amper:
-            if self.tree.size == 0:
-                raise ValueError("AMPER: cannot sample from an empty sampler")
-            _amper_sample_gather(uniforms, *middle, beta, *tail)
-        else:
-            _sample_gather(*head, uniforms, *middle, size, beta, *tail)
+        kernel, outputs = self.bind(uniforms.shape[0])
+        if not kernel(uniforms, size, beta):
+            raise ValueError("cannot sample: no stored transition has a positive priority")
         return outputs
 
     def __getstate__(self):
-        # the cached arguments hold views of the tree's buffer, which a copy rebuilds: made again
+        # the bound kernels hold views of the tree's buffer, which a copy rebuilds: made again
         return {**self.__dict__, "_calls": {}}

@@ -19,8 +19,10 @@ two lines.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-from numba import njit
+from numba import literal_unroll, njit
 
 from pearl.kernels.cpu.fast_sumtree import _prefetch
 from pearl.kernels.cpu.fastmath import power
@@ -90,6 +92,17 @@ def gather_rows(rows, indices, out, row_offsets, widths):
 
 
 @njit(**_NJIT)
+def gather_uniform_rows(rows, indices, out, row_offsets, widths, uniforms, size):
+    """indices[i] = floor(uniforms[i] * size) (a float64 uniform in [0, 1) scaled: unbiased to
+    2^-53, ~5x cheaper than Generator.integers), then gather_rows of them."""
+    for i in range(indices.shape[0]):
+        j = np.int64(uniforms[i] * size)
+        indices[i] = j
+        _prefetch_row(rows, j)
+    _copy_rows(rows, indices, out, row_offsets, widths)
+
+
+@njit(**_NJIT)
 def importance_weights(priorities_of_batch, total, min_priority, size, beta, out, scratch):
     """out[i] = (N P(i))^-beta / (N P_min)^-beta with P(i) = p_i / total, N = size, computed as
     (p_i / p_min) ** -beta, within a few float64 ulps of the formula (the power by
@@ -110,6 +123,45 @@ def importance_weights(priorities_of_batch, total, min_priority, size, beta, out
     for i in range(n):
         out[i] = ((size * (priorities_of_batch[i] / total)) ** -beta) / top
     return out
+
+
+@njit(**_NJIT)
+def _write_words(rows, offset, width, words, start, count):
+    """rows[(start + i) % capacity, offset:offset + width] = words[i * width:(i + 1) * width].
+    Scalar fields (1 or 2 words) with constant trip counts (measured ~10% faster)."""
+    capacity = rows.shape[0]
+    slot = start
+    if width == 1:
+        for i in range(count):
+            rows[slot, offset] = words[i]
+            slot += 1
+            if slot == capacity:
+                slot = 0
+    elif width == 2:
+        for i in range(count):
+            for w in range(2):
+                rows[slot, offset + w] = words[2 * i + w]
+            slot += 1
+            if slot == capacity:
+                slot = 0
+    else:
+        for i in range(count):
+            for w in range(width):
+                rows[slot, offset + w] = words[i * width + w]
+            slot += 1
+            if slot == capacity:
+                slot = 0
+
+
+@njit(**_NJIT)
+def insert_rows(rows, row_offsets, widths, values, start, count):
+    """Writes `count` transitions at slots start, start + 1, ... (mod capacity): `values` holds one
+    C-contiguous array per field, in layout order, of exactly the field's dtype with `count` rows.
+    Field by field: one pass per field, the rows stay in L1 after the first."""
+    f = 0
+    for value in literal_unroll(values):
+        _write_words(rows, row_offsets[f], widths[f], value.view(np.uint32).reshape(-1), start, count)
+        f += 1
 
 
 def _aligned_words(rows: int, words: int) -> np.ndarray:
@@ -149,11 +201,18 @@ class RowRing:
         self._widths = np.array([self.fields[name][0].nbytes // 4 for name, _, _ in self.layout],
                                 dtype=np.int64)
         self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
+        self._uniform_calls: dict[int, tuple] = {}
+        # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field
+        self._row_arrays = tuple((dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
+                                 for _, dtype, shape in self.layout)
 
     def insert(self, start: int, count: int, values) -> None:
         """Writes `count` transitions (a value per field, in layout order: rows on a leading axis,
         or one value for every row; numpy casts and broadcasts as in `field[a:b] = value`) at
         slots start, start + 1, ... (mod capacity)."""
+        if count <= self.capacity and self._as_rows(count, values):
+            insert_rows(self.rows, self._row_offsets, self._widths, tuple(values), start, count)
+            return
         skip = max(0, count - self.capacity)  # those rows would be overwritten by later ones
         start = (start + skip) % self.capacity
         n = count - skip
@@ -170,6 +229,18 @@ class RowRing:
             if n > head:
                 field[:n - head] = rest
 
+    def _as_rows(self, count: int, values) -> bool:
+        """Whether every value is a C-contiguous array of its field's dtype with `count` rows, which
+        insert_rows copies word for word (~2x faster than numpy's per-field strided assignment);
+        anything else (other dtypes, broadcasting) takes numpy's assignment, which casts. The
+        strides of a C-contiguous (count, *shape) array do not depend on count, and with them the
+        size fixes the shape."""
+        for value, (dtype, strides, items) in zip(values, self._row_arrays):
+            if not (type(value) is np.ndarray and value.dtype is dtype and value.strides == strides
+                    and value.size == count * items):
+                return False
+        return True
+
     def outputs(self, batch: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """(word buffer, per-field C-contiguous views of it) for a batch size, made once."""
         prepared = self._outputs.get(batch)
@@ -183,6 +254,21 @@ class RowRing:
             prepared = (words, tuple(views))
             self._outputs[batch] = prepared
         return prepared
+
+    def sample_uniform(self, uniforms: np.ndarray, size: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """(indices, field views) of rows floor(uniforms * size), uniforms float64 in [0, 1) and
+        size <= capacity; both preallocated per batch size and reused by the next call."""
+        batch = uniforms.shape[0]
+        call = self._uniform_calls.get(batch)
+        if call is None:  # the arrays bound once (as in PrioritizedSampler.bind)
+            indices = np.empty(batch, np.int64)
+            words, views = self.outputs(batch)
+            call = (partial(gather_uniform_rows, self.rows, indices, words, self._row_offsets, self._widths),
+                    (indices, views))
+            self._uniform_calls[batch] = call
+        kernel, outputs = call
+        kernel(uniforms, size)
+        return outputs
 
     def gather(self, indices: np.ndarray) -> tuple[np.ndarray, ...]:
         words, views = self.outputs(indices.shape[0])

@@ -59,6 +59,8 @@ docs/BENCHMARKS.md, Replay, has the steps and what was tried).
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -668,8 +670,8 @@ def _update(sums, prefix, mins, offsets, depth, k, capacity, indices, priorities
 
 
 @njit(**_NJIT)
-def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, indices, td, alpha, eps, marks,
-                    nodes, scratch):
+def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, marks, nodes, scratch, indices, td,
+                    alpha, eps):
     """Priorities (|td| + eps) ** alpha (via `scratch`, two floats per index); returns (first bad
     index or -1, max(|td| + eps))."""
     bad, ordered = _check_indices(indices, capacity)
@@ -752,6 +754,7 @@ class NumbaSumTree:
         self._marks = np.zeros(internal + 1, dtype=np.int64)  # last entry: the current stamp
         self._scratch_nodes = np.empty(0, dtype=np.int64)
         self._scratch_floats = np.empty(0, dtype=np.float64)
+        self._td_kernels: dict[int, partial] = {}
 
     def _views(self) -> None:
         slots, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
@@ -820,9 +823,13 @@ class NumbaSumTree:
             raise ValueError(f"{n} indices but {td.shape[0]} TD errors")
         if n == 0:
             return -np.inf
-        bad, top = _update_from_td(self._sums, self._prefix, self._mins, self.offsets, self.depth,
-                                   self.fanout, self.capacity, indices, td, float(alpha), float(eps),
-                                   self._marks, self._nodes(n), self._floats(2 * n))
+        kernel = self._td_kernels.get(n)
+        if kernel is None:  # every array but the batch's own bound once per batch size (~0.5 us a call)
+            kernel = partial(_update_from_td, self._sums, self._prefix, self._mins, self.offsets, self.depth,
+                             self.fanout, self.capacity, self._marks, np.empty(n, np.int64),
+                             np.empty(2 * n, np.float64))
+            self._td_kernels[n] = kernel
+        bad, top = kernel(indices, td, float(alpha), float(eps))
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
         return top
@@ -863,6 +870,7 @@ class NumbaSumTree:
         state = dict(self.__dict__)
         for name in ("sums", "_sums", "_prefix", "_mins", "_leaves"):
             state.pop(name)
+        state["_td_kernels"] = {}  # bound to the buffer's views: rebound after a copy
         return state
 
     def __setstate__(self, state):

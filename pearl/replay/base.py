@@ -75,13 +75,15 @@ class Replay(ABC):
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         """Inserts a batch; returns the slots written."""
         count = len(rewards)
-        admit_insert(self.rate_limiter, count)
+        if self.rate_limiter is not None:
+            admit_insert(self.rate_limiter, count)
         start = self.cursor
         self._ring.insert(start, count, (obs, actions, rewards, next_obs, discounts))
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
         self.inserted += count
-        return (start + np.arange(count)) % self.capacity
+        slots = np.arange(start, start + count)
+        return slots if start + count <= self.capacity else slots % self.capacity
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         return dict(zip(FIELDS, self._ring.gather(indices)))

@@ -8,6 +8,6 @@ from pearl.replay.base import Batch, Replay
 
 class UniformReplay(Replay):
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        # A scaled float64 uniform is unbiased to 2^-53 and ~5x cheaper than Generator.integers.
-        indices = (rng.random(batch_size) * self.size).astype(np.int64)
-        return Batch(**self.gather(indices), indices=indices)
+        indices, (obs, actions, rewards, next_obs, discounts) = self._ring.sample_uniform(
+            rng.random(batch_size), self.size)
+        return Batch(obs, actions, rewards, next_obs, discounts, indices)
