@@ -674,18 +674,22 @@ def _update_from_td(sums, prefix, mins, offsets, depth, k, capacity, marks, node
                     alpha, eps):
     """Priorities (|td| + eps) ** alpha (via `scratch`, two floats per index); returns (first bad
     index or -1, max(|td| + eps))."""
-    bad, ordered = _check_indices(indices, capacity)
-    if bad >= 0:
-        return bad, 0.0
     n = indices.shape[0]
     raw = scratch[:n]
     priorities = scratch[n:2 * n]
     top = -np.inf
-    for i in range(indices.shape[0]):
+    descents = 0
+    for i in range(n):  # _check_indices and |td| + eps in one pass (scratch only: nothing written yet)
+        j = indices[i]
+        if j < 0 or j >= capacity:
+            return i, 0.0
+        if i > 0:
+            descents += j < indices[i - 1]
         r = abs(np.float64(td[i])) + eps
         top = r if r > top else top
         raw[i] = r
     power(raw, alpha, priorities)
+    ordered = descents == 0
     _write(sums, prefix, mins, offsets, depth, k, indices, ordered, priorities, marks, nodes)
     return -1, top
 
