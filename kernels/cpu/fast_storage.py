@@ -1,5 +1,5 @@
 """Transition storage for the CPU replays: every field of a transition in one row, and the compiled
-(numba) gather and importance-weight kernels.
+(numba) insert, gather and importance-weight kernels.
 
 Why rows: a batch of 256 random transitions read from one array per field (obs, actions, rewards,
 next_obs, discounts) costs 5 cache misses per transition; with the fields of a transition side by
@@ -10,10 +10,13 @@ two lines.
 - `RowRing(capacity, layout)`: the ring. `layout` is ((name, dtype, shape), ...); `fields[name]` is
   a numpy view (capacity, *shape) into the rows, so numpy code reads and writes fields as usual.
   `insert(start, count, values)` writes a batch at `start` (wrapping; a batch longer than the ring
-  keeps its last `capacity` rows, as sequential writes would). `gather(indices)` copies the rows into
-  per-field C-contiguous outputs (one preallocated block per batch size, reused by the next gather
-  of that size) in one compiled call.
+  keeps its last `capacity` rows, as sequential writes would); a batch of arrays of exactly the
+  fields' dtypes, C-contiguous, is written by one compiled call (`insert_rows`), anything else by
+  numpy's casting assignment. `gather(indices)` copies the rows into per-field C-contiguous outputs
+  (one preallocated block per batch size, reused by the next gather of that size) in one compiled
+  call; `sample_uniform(uniforms, size)` does the same for rows floor(u * size).
 - `gather_rows(rows, indices, out, row_offsets, widths)`: the gather kernel, in 4-byte words.
+  Fields wider than 8 words (observation vectors) are copied as 8-word vector loads and stores.
 - `importance_weights(priorities_of_batch, total, min_priority, size, beta, out, scratch)`:
   prioritized replay's w_i = (N P(i))^-beta / (N P_min)^-beta.
 """
