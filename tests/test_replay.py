@@ -66,6 +66,31 @@ def test_add_batch_that_wraps():
         np.testing.assert_array_equal(replay.storage["obs"][slot], transitions(tid, 1)[0][0])
 
 
+def test_actor_transitions_take_the_compiled_insert():
+    """What the n-step buffer hands the replay (float32 observations from the actor, int64 actions,
+    float32 returns and discounts) matches the rows' dtypes, so `add` takes the compiled row copy
+    (kernels/cpu/fast_storage.py) rather than numpy's casting assignment."""
+    from pearl.replay.nstep import NStepBuffer
+
+    buffer = NStepBuffer(3, 0.99, n_envs=2, obs_dim=4)
+    replay = UniformReplay(10, obs_dim=4)
+    obs = np.zeros((2, 4), np.float32)
+    no = np.zeros(2, bool)
+    emitted = 0
+    for t in range(6):
+        next_obs = np.full((2, 4), t + 1, np.float32)
+        transitions = buffer.step(obs, np.array([t, t]), np.ones(2, np.float32), next_obs, no,
+                                  np.array([False, t == 4]))
+        if transitions is not None:
+            assert replay._ring._as_rows(len(transitions[2]), transitions)
+            replay.add(*transitions)
+            emitted += len(transitions[2])
+        obs = next_obs
+    # env 0 emits one per step at t = 2..5; env 1 at t = 2, 3, then flushes its 3 pending at t = 4
+    assert emitted == len(replay) == 4 + 5
+    np.testing.assert_array_equal(replay.storage["actions"][:2], [0, 0])
+
+
 def test_add_batch_that_ends_exactly_at_capacity():
     replay = UniformReplay(capacity=4, obs_dim=OBS_DIM)
     replay.add(*transitions(0, 1))
