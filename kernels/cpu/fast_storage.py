@@ -247,8 +247,8 @@ class RowRing:
         self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
         self._uniform_calls: dict[int, tuple] = {}
         # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field
-        self._row_arrays = tuple((dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
-                                 for _, dtype, shape in self.layout)
+        self._row_arrays = tuple((dtype, np.empty((2, *shape), dtype).strides,
+                                  int(np.prod(shape, dtype=np.int64))) for _, dtype, shape in self.layout)
 
     def insert(self, start: int, count: int, values) -> None:
         """Writes `count` transitions (a value per field, in layout order: rows on a leading axis,

@@ -713,6 +713,7 @@ def _fill_uniform(sums, prefix, mins, offsets, depth, k, start, count, capacity,
 
 # -- the tree ---------------------------------------------------------------------------------------
 _INT64, _FLOAT64, _FLOAT32 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float32)
+_BOUND_BATCH_SIZES_UP_TO = 65536
 
 
 def _as_index_array(indices) -> np.ndarray:
@@ -830,9 +831,9 @@ class NumbaSumTree:
         kernel = self._td_kernels.get(n)
         if kernel is None:  # every array but the batch's own bound once per batch size (~0.5 us a call)
             kernel = partial(_update_from_td, self._sums, self._prefix, self._mins, self.offsets, self.depth,
-                             self.fanout, self.capacity, self._marks, np.empty(n, np.int64),
-                             np.empty(2 * n, np.float64))
-            self._td_kernels[n] = kernel
+                             self.fanout, self.capacity, self._marks, self._nodes(n), self._floats(2 * n))
+            if n <= _BOUND_BATCH_SIZES_UP_TO:  # a learner's batches, not a bulk reset of priorities
+                self._td_kernels[n] = kernel
         bad, top = kernel(indices, td, float(alpha), float(eps))
         if bad >= 0:
             raise IndexError(f"index {indices[bad]} out of range for capacity {self.capacity}")
