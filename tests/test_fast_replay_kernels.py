@@ -118,6 +118,30 @@ def test_sorted_and_unsorted_updates_agree(fanout):
         np.testing.assert_array_equal(ordered.sample(uniforms), ref.sample(uniforms))
 
 
+@pytest.mark.parametrize("fanout", [2, 4, 16])
+def test_min_tree_exact_when_minima_rise(fanout):
+    """The lazy min tree rescans an ancestor only when its old min rose: exact with every leaf
+    holding the min (all priorities equal) and with distinct priorities raised smallest first
+    (every raise moves the global min)."""
+    rng = np.random.default_rng(fanout)
+    capacity = 3000
+    fast, ref = filled(capacity, fanout, np.ones(capacity))
+    for _ in range(20):
+        idx = rng.integers(0, capacity, 64)
+        p = 1.0 + rng.random(64)  # each touched leaf rises from the shared min
+        fast.update(idx, p)
+        ref.update(idx, p)
+        assert_same_tree(fast, ref)
+    distinct = rng.random(capacity) + 0.01
+    fast.update(np.arange(capacity), distinct)
+    ref.update(np.arange(capacity), distinct)
+    for leaf in np.argsort(distinct)[:30]:  # raise the unique global min, again and again
+        fast.update(np.array([leaf]), np.array([5.0]))
+        ref.update(np.array([leaf]), np.array([5.0]))
+        assert fast.min() == ref.min()
+    assert_same_tree(fast, ref)
+
+
 def test_large_fanout_pairwise_recursion():
     """Fanout > 128: numpy's pairwise sum recurses; same association here."""
     rng = np.random.default_rng(0)
