@@ -20,6 +20,7 @@ from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
 
 _NJIT = dict(cache=True, nogil=True)
+NO_MASS = "cannot sample: no stored transition has a positive priority"
 
 
 @njit(**_NJIT)
@@ -92,7 +93,7 @@ class PrioritizedSampler:
     def sample(self, uniforms: np.ndarray, size: int, beta: float):
         kernel, outputs = self.bind(uniforms.shape[0])
         if not kernel(uniforms, size, beta):
-            raise ValueError("cannot sample: no stored transition has a positive priority")
+            raise ValueError(NO_MASS)
         return outputs
 
     def __getstate__(self):

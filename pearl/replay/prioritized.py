@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
-
-_NO_MASS = "cannot sample: no stored transition has a positive priority"
 
 
 def annealed_beta(beta0: float, beta_final: float, steps: int, progress: int) -> float:
@@ -98,10 +97,8 @@ class PrioritizedReplay(Replay):
         return self._compiled_sample(rng.random(batch_size))  # one Python layer less: ~0.3 us
 
     def _compiled_sample(self, uniforms: np.ndarray) -> Batch:
-        kernel, (indices, weights, (obs, actions, rewards, next_obs, discounts)) = \
-            self._sampler.bind(uniforms.shape[0])
-        if not kernel(uniforms, self.size, self.beta):
-            raise ValueError(_NO_MASS)
+        indices, weights, (obs, actions, rewards, next_obs, discounts) = self._sampler.sample(
+            uniforms, self.size, self.beta)
         return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
 
     def _select(self, batch_size: int, rng: np.random.Generator) -> Batch:
@@ -110,7 +107,7 @@ class PrioritizedReplay(Replay):
             return self._compiled_sample(uniforms)
         total = self.tree.total
         if not total > 0:
-            raise ValueError(_NO_MASS)
+            raise ValueError(NO_MASS)
         indices = self.tree.sample(uniforms)
         probabilities = self.tree.get(indices) / total
         min_probability = self.tree.min() / total
