@@ -68,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str,
               runtime: str = "sequential", actors: int = 1, device: str = "cpu") -> dict:
     import pearl
-    from pearl.protocol import Plan
+    from pearl.plan import Plan
 
     agent = pearl.DQN(
         env=ENV_ID, seed=seed, total_steps=steps,

@@ -48,7 +48,7 @@ def variants(args) -> list[tuple[str, dict]]:
 
 def run_one(args, seed: int, plan_fields: dict) -> dict:
     import pearl
-    from pearl.protocol import Plan
+    from pearl.plan import Plan
 
     agent = pearl.DQN(env=args.env, seed=seed, total_steps=args.steps, hidden=[64, 64], lr=2e-3,
                       batch_size=args.batch, learning_starts=1000, updates_per_step=args.updates_per_step,

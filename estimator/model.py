@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pearl.protocol.plan import Plan
+from pearl.plan import Plan
 
 REPLAY_TASKS = ("insert", "sample", "update_priorities")
 
@@ -87,7 +87,7 @@ class Candidate:
                 + (f" x{self.actors}" if self.actors != 1 else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
-        from pearl.protocol.tasks import TASK_NAMES
+        from pearl.plan import TASK_NAMES
 
         devices = {task: self.device_of(task) for task in TASK_NAMES}
         uses_fpga = any(d.startswith("fpga") for d in devices.values())
@@ -153,7 +153,7 @@ ACTOR_PROCESS = ("act", "ring_write", "weight_loads")  # the processes runtime's
 def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     """The model's figures for `cand` under `costs` (an estimator.costs.Costs); the schedule is
     the candidate's runtime unless given."""
-    from pearl.protocol.tasks import TASK_NAMES
+    from pearl.plan import TASK_NAMES
 
     schedule = schedule or cand.runtime
     if schedule not in SCHEDULES:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost,
+from pearl.estimator.signatures import (FLOAT_BYTES, Cost, adam_cost, mlp_backward_cost, mlp_forward_cost,
                                         mlp_input_gradient_cost, mlp_parameter_count, soft_update_cost)
 from pearl.config import CONTINUOUS_ALGOS
-from pearl.protocol.tasks import transition_bytes
 
 REPLAY_KINDS = ("uniform", "prioritized", "amper")
 # FLOPs per action component of the policy's head on act: tanh, the Gaussian noise and the clip
@@ -64,7 +63,7 @@ class Workload:
     @property
     def transition_bytes(self) -> int:
         """obs + next_obs + action + reward + discount, as the replay stores and ships them."""
-        return transition_bytes(self.obs_dim, self.n_actions if self.continuous else 1)
+        return (2 * self.obs_dim + (self.n_actions if self.continuous else 1) + 2) * FLOAT_BYTES
 
     @property
     def learner_kernels(self) -> tuple[str, ...]:

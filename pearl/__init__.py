@@ -12,7 +12,7 @@ _EXPORTS = {
     "DDPG": "pearl.continuous", "TD3": "pearl.continuous", "SAC": "pearl.continuous",
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
-    "Plan": "pearl.protocol", "load_plan": "pearl.protocol",
+    "Plan": "pearl.plan", "load_plan": "pearl.plan",
     "autotune": "pearl.tune",
 }
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,7 @@ from pearl.envs import discrete_spaces, make_env
 from pearl.errors import ConfigError, TrainingDiverged
 from pearl.io import atomic_write_text
 from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
-from pearl.protocol import Plan, build_tasks
+from pearl.plan import Plan, reconcile, replanned
 from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor, opencl_policy
@@ -73,12 +73,6 @@ def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, 
     return parse_config(config.to_dict())
 
 
-def default_plan(config: ExperimentConfig) -> Plan:
-    return Plan(devices={**Plan().devices, "learn": config.runtime.device},
-                envs_per_actor=config.runtime.envs_per_actor, batch_size=config.algo_config.batch_size,
-                learner_kernel=config.runtime.learner_kernel)
-
-
 @contextmanager
 def _stop_on_interrupt(agent):
     """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
@@ -120,11 +114,7 @@ class Agent:
     def _set_plan(self, plan: Plan | None) -> tuple[str, str]:
         """Takes `plan` (default: the config's) after checking what the runtime can run of it;
         returns (replay device, learn device)."""
-        self.plan = plan if plan is not None else default_plan(self.config)
-        self.plan.check()
-        if self.plan.actors != 1 and self.plan.runtime != "processes":
-            raise ConfigError(f"plan.actors: the {self.plan.runtime} runtime runs 1 actor, got "
-                              f"{self.plan.actors} (runtime: processes runs several)")
+        self.config, self.plan = reconcile(self.config, plan)
         act = self.plan.device_of("act")
         if act != "cpu":
             if not (act.startswith("opencl:") and self.config.algo == "dqn"):
@@ -383,6 +373,7 @@ class DQN(Agent):
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
         probe.close()
         replay_device, learn_device = self._set_plan(plan)
+        config = self.config
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
@@ -398,9 +389,6 @@ class DQN(Agent):
         self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
                                   rate_limiter=self._rate_limiter(), device=replay_device)
         self._start_counters()
-        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
-                                 self.plan.batch_size, config.dqn.updates_per_step,
-                                 self.plan.envs_per_actor, self.plan.sync_interval)
 
     # -- parts the runtime drives --------------------------------------------------------------
     action_field = (np.dtype(np.int64), ())
@@ -453,8 +441,8 @@ def load(path: str | Path, plan: Plan | None = None) -> Agent:
         path = path / "checkpoint.npz"
     header, arrays = load_checkpoint(path)
     config = parse_config(header["config"], str(path))
-    if plan is None:
-        plan = Plan.from_data({"plan": header["plan"]}, str(path))
+    saved = Plan.from_data({"plan": header["plan"]}, str(path))
+    config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     agent = make_agent(config, plan)
     agent._load_state(header, arrays)
     return agent

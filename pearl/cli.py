@@ -182,7 +182,7 @@ def _profile(args) -> int:
 def _train(args) -> int:
     from pearl.config import apply_overrides, default_config_path, load_config
     from pearl.envs import check_env_id
-    from pearl.protocol import load_plan
+    from pearl.plan import Plan, load_plan
 
     if args.resume:
         return _resume(args)
@@ -207,13 +207,14 @@ def _train(args) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.log.run_dir) / f"{config.env}-{config.algo}-s{config.seed}-{stamp}"
 
-    from pearl.api import default_plan, make_agent  # torch is imported once the inputs are known to be good
+    from pearl.api import make_agent  # torch is imported once the inputs are known to be good
 
     if args.runtime is not None or args.actors is not None:
-        plan = plan or default_plan(config)
+        plan = plan or Plan()
         plan = dataclasses.replace(plan, runtime=args.runtime or plan.runtime,
                                    actors=args.actors if args.actors is not None else plan.actors)
     agent = make_agent(config, plan)
+    config = agent.config
     actors = (f", {agent.plan.actors} actor process{'es' if agent.plan.actors > 1 else ''}"
               if agent.plan.runtime == "processes" else "")
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "

@@ -151,15 +151,15 @@ class ReplayConfig:
 
 @dataclass
 class RuntimeConfig:
-    device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N
+    device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N (a Plan's devices.learn)
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
     envs_per_actor: int = 1
     torch_threads: int = 1
 
     def check(self, at: str) -> None:
-        if not (self.device == "cpu" or self.device == "cuda" or
-                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
-            raise ConfigError(f"{at}.device: expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        from pearl.kernels.registry import parse_device
+
+        parse_device(self.device, f"{at}.device")
         _at_least(at + ".envs_per_actor", self.envs_per_actor, 1)
         _at_least(at + ".torch_threads", self.torch_threads, 1)
 

@@ -23,7 +23,7 @@ from pearl.api import Agent, resolve_config
 from pearl.config import ExperimentConfig
 from pearl.envs import make_env
 from pearl.errors import ConfigError
-from pearl.protocol import Plan, build_tasks
+from pearl.plan import Plan, reconcile
 from pearl.replay import make_replay
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
@@ -57,6 +57,7 @@ class ContinuousAgent(Agent):
         self.obs_dim, self.action_dim, self.scaler = box_spaces(probe, config.env, self.algo_name)
         probe.close()
         replay_device, learn_device = self._set_plan(plan)
+        config, cfg = self.config, self.config.algo_config
 
         torch.set_num_threads(config.runtime.torch_threads)
         self.algo = self.algorithm_class(self.obs_dim, self.action_dim, cfg, config.seed)
@@ -68,9 +69,6 @@ class ContinuousAgent(Agent):
                                   action_shape=action_shape, total_steps=config.total_steps,
                                   rate_limiter=self._rate_limiter(), device=replay_device)
         self._start_counters()
-        self.tasks = build_tasks(self.algo, config.replay.kind, config.replay.capacity,
-                                 self.plan.batch_size, cfg.updates_per_step,
-                                 self.plan.envs_per_actor, self.plan.sync_interval)
 
     def _make_learner(self, device: str, kernel: str):
         """'auto': the fused CPU kernel where one exists (DDPG, TD3 on the cpu), else autograd."""

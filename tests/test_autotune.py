@@ -10,7 +10,7 @@ import yaml
 import pearl
 from pearl.cli import main
 from pearl.config import apply_overrides, default_config_path, load_config
-from pearl.protocol import load_plan
+from pearl.plan import load_plan
 
 
 @pytest.fixture

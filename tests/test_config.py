@@ -30,7 +30,7 @@ BAD = [
     ("replay: {capacity: 0}", "replay.capacity: expected an integer >= 1"),
     ("replay: {alpha: 1.2}", "replay.alpha: expected a number in [0.0, 1.0]"),
     ("replay: {capacity: 10}", "dqn.batch_size: expected at most replay.capacity"),
-    ("runtime: {device: tpu}", "runtime.device: expected 'cpu', 'cuda' or 'cuda:N'"),
+    ("runtime: {device: tpu}", "runtime.device: expected a device like cpu, cuda:0"),
     ("runtime: {learner_kernel: magic}", "runtime.learner_kernel: expected one of"),
     ("algo: ppo", "algo: expected one of 'dqn'"),
     ("total_steps: -5", "total_steps: expected an integer >= 1"),

@@ -113,7 +113,7 @@ def test_rate_limiter_and_empty_table():
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
 def test_dqn_trains_with_the_whole_replay_table_on_the_gpu(kind, tmp_path):
     import pearl
-    from pearl.protocol import Plan
+    from pearl.plan import Plan
 
     gpu = {task: "cuda:0" for task in ("insert", "sample", "update_priorities", "learn")}
     agent = pearl.DQN("CartPole-v1", plan=Plan(devices={**Plan().devices, **gpu}), replay=kind,
@@ -129,7 +129,7 @@ def test_dqn_trains_with_the_whole_replay_table_on_the_gpu(kind, tmp_path):
 def test_continuous_agents_keep_their_replay_on_the_cpu():
     import pearl
     from pearl.errors import ConfigError
-    from pearl.protocol import Plan
+    from pearl.plan import Plan
 
     gpu = {task: "cuda:0" for task in ("insert", "sample", "update_priorities", "learn")}
     with pytest.raises(ConfigError, match="feeds the DQN learner only; td3"):

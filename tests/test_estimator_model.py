@@ -9,7 +9,7 @@ from pearl.estimator.costs import Costs
 from pearl.estimator.model import Candidate, calls_per_step, predict
 from pearl.estimator.workload import Workload
 from pearl.platforms import load_platform
-from pearl.protocol.plan import Plan
+from pearl.plan import Plan
 
 W = Workload("CartPole-v1", 4, 2, (64, 64), "prioritized", 100_000, 16, 0.25, 1000)
 

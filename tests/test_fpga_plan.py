@@ -42,7 +42,7 @@ def test_plan_validation_names_the_field():
 def test_plan_round_trips_its_platform(tmp_path):
     plan = fpga_plan(platform="zcu104")
     plan.save(tmp_path / "plan.yaml")
-    again = pearl.protocol.load_plan(tmp_path / "plan.yaml")
+    again = pearl.load_plan(tmp_path / "plan.yaml")
     assert again.platform == "zcu104" and again.devices["sample"] == "fpga:0"
 
 

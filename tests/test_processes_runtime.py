@@ -10,7 +10,7 @@ import pytest
 
 import pearl
 from pearl.errors import ConfigError, PearlError
-from pearl.protocol import Plan
+from pearl.plan import Plan
 from pearl.runtime import processes
 
 FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, hidden=[32, 32])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pearl
-from pearl.protocol import Plan
+from pearl.plan import Plan
 from pearl.runtime.threaded import MAX_LAG
 
 FAST = dict(total_steps=3000, learning_starts=500, target_update_interval=200, hidden=[32, 32])

@@ -1,0 +1,172 @@
+"""A Plan: which device runs each task, the runtime and its actors, envs per actor, batch size,
+learner kernel and replay kind. YAML in and out; complete once reconciled with a config.
+
+A plan may leave a field unset (None, or a task missing from `devices`): the config then decides
+it. A field both set differently is a conflict, never a silent winner: `reconcile` stops with one
+line naming both, unless the config's value is its default (a config that did not choose).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pearl.config import ExperimentConfig, from_dict, read_yaml
+from pearl.errors import ConfigError
+from pearl.io import atomic_write_text
+
+# The six tasks of an off-policy training loop (docs/ARCHITECTURE.md); a Plan places each on a device.
+TASK_NAMES = ("act", "insert", "sample", "learn", "update_priorities", "sync_weights")
+REPLAY_TASKS = ("insert", "sample", "update_priorities")
+
+
+@dataclass
+class Plan:
+    devices: dict[str, str] = field(default_factory=dict)  # task -> device id; a missing task: cpu
+    actors: int = 1
+    envs_per_actor: int | None = None  # None: the config's runtime.envs_per_actor
+    batch_size: int | None = None  # None: the algorithm's batch_size
+    sync_interval: int = 1  # learner updates between weight syncs to the actors
+    learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
+    replay: Literal["uniform", "prioritized", "amper"] | None = None  # None: the config's replay.kind
+    # a module of pearl/runtime (pearl.runtime.RUNTIMES): sequential, threaded, processes
+    runtime: str = "sequential"
+    # processes runtime: sample the next batch and apply the previous batch's priority update on a
+    # second thread while the learner learns (the priorities a batch is drawn with lag one update)
+    prefetch: bool = False
+    platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
+
+    def check(self) -> None:
+        from pearl.kernels.registry import parse_device
+        from pearl.runtime import RUNTIMES
+
+        if not isinstance(self.devices, dict):
+            raise ConfigError("plan.devices: expected a mapping of task name to device")
+        for task, device in self.devices.items():
+            if task not in TASK_NAMES:
+                raise ConfigError(f"plan.devices.{task}: unknown task (expected one of {', '.join(TASK_NAMES)})")
+            parse_device(device, f"plan.devices.{task}")
+        for name in ("actors", "envs_per_actor", "batch_size", "sync_interval"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"plan.{name}: expected an integer >= 1, got {value}")
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"plan.runtime: expected one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.actors != 1 and self.runtime != "processes":
+            raise ConfigError(f"plan.actors: the {self.runtime} runtime runs 1 actor, got "
+                              f"{self.actors} (runtime: processes runs several)")
+        if self.prefetch and self.runtime != "processes":
+            raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
+                              f"runtime keeps the reference order (sample, learn, update_priorities)")
+        fpgas = sorted({d for d in self.devices.values() if d.split(":")[0] == "fpga"})
+        if fpgas:
+            from pearl.platforms import load_platform
+
+            try:
+                profile = load_platform(self.platform or "alveo_u250")
+            except ConfigError as err:
+                raise ConfigError(f"plan.platform: {err}") from None
+            for device in fpgas:
+                if device not in {d.id for d in profile.devices}:
+                    raise ConfigError(f"plan.devices: {device} is not a device of platform {profile.name} "
+                                      f"(it has {', '.join(d.id for d in profile.devices)})")
+
+    def device_of(self, task: str) -> str:
+        return self.devices.get(task, "cpu")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump({"plan": self.to_dict()}, sort_keys=False)
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_text(Path(path), self.to_yaml())
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "plan") -> "Plan":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"{source}: not valid YAML") from None
+        return cls.from_data(data, source)
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "plan") -> "Plan":
+        if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
+            raise ConfigError(f"{source}: expected a mapping with a 'plan' section")
+        devices = data["plan"].get("devices", {})
+        if not isinstance(devices, dict):
+            raise ConfigError("plan.devices: expected a mapping of task name to device")
+        plan = from_dict(cls, {k: v for k, v in data["plan"].items() if k != "devices"}, "plan")
+        plan.devices = dict(devices)
+        plan.check()
+        return plan
+
+
+def load_plan(path: str | Path) -> Plan:
+    return Plan.from_data(read_yaml(path), str(path))
+
+
+# Where a Plan field and a config field say the same thing: plan field -> dotted config key. The
+# learn device is the config's runtime.device.
+_OVERLAPS = {"envs_per_actor": "runtime.envs_per_actor", "learner_kernel": "runtime.learner_kernel",
+             "replay": "replay.kind"}
+
+
+def _config_value(config: ExperimentConfig, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _normal_device(device: str) -> str:
+    return "cuda:0" if device == "cuda" else device
+
+
+def replanned(config: ExperimentConfig, saved: Plan, plan: Plan) -> tuple[ExperimentConfig, Plan]:
+    """A saved run's config and plan made ready for a new `plan`: the config's plan-owned fields
+    back to their defaults (the saved plan set them, not the user) and the new plan's unset fields
+    and tasks from the saved plan."""
+    from pearl.config import apply_overrides
+
+    default = ExperimentConfig(algo=config.algo)
+    overlaps = [*_OVERLAPS.values(), f"{config.algo}.batch_size", "runtime.device"]
+    config = apply_overrides(config, {dotted: _config_value(default, dotted) for dotted in overlaps})
+    unset = {name: getattr(saved, name) for name in (*_OVERLAPS, "batch_size") if getattr(plan, name) is None}
+    return config, dataclasses.replace(plan, devices={**saved.devices, **plan.devices}, **unset)
+
+
+def reconcile(config: ExperimentConfig, plan: Plan | None) -> tuple[ExperimentConfig, Plan]:
+    """The run's config and complete plan: the plan's unset fields from the config, the config's
+    overlapping fields from the plan. Raises ConfigError on a field both set differently (the
+    config's value counts as set when it is not its default)."""
+    from pearl.config import apply_overrides
+
+    plan = dataclasses.replace(plan, devices=dict(plan.devices)) if plan is not None else Plan()
+    default = ExperimentConfig(algo=config.algo)
+    overlaps = {**_OVERLAPS, "batch_size": f"{config.algo}.batch_size"}
+    chosen = {}
+    for name, dotted in overlaps.items():
+        mine, theirs = getattr(plan, name), _config_value(config, dotted)
+        if mine is not None and mine != theirs and theirs != _config_value(default, dotted):
+            raise ConfigError(f"plan.{name}: {mine}, but the config's {dotted} is {theirs}: make them agree "
+                              f"or leave one unset")
+        chosen[name] = theirs if mine is None else mine
+    learn, configured = plan.devices.get("learn"), _normal_device(config.runtime.device)
+    if learn is not None and _normal_device(learn) != configured and configured != default.runtime.device:
+        raise ConfigError(f"plan.devices.learn: {learn}, but the config's runtime.device is "
+                          f"{config.runtime.device}: make them agree or leave one unset")
+    chosen["learn"] = _normal_device(learn or configured)
+    plan = dataclasses.replace(plan, envs_per_actor=chosen["envs_per_actor"], batch_size=chosen["batch_size"],
+                               learner_kernel=chosen["learner_kernel"], replay=chosen["replay"],
+                               devices={task: plan.devices.get(task, "cpu") for task in TASK_NAMES})
+    plan.devices["learn"] = chosen["learn"]
+    plan.check()
+    config = apply_overrides(config, {**{dotted: chosen[name] for name, dotted in overlaps.items()},
+                                      "runtime.device": chosen["learn"]})
+    return config, plan

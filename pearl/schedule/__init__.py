@@ -1,0 +1,77 @@
+"""The schedule arithmetic every runtime keeps, in one place: how many updates are due, when the
+target network moves, when weights sync, how far a parallel runtime may run ahead, and how much
+room the replay's rate limiter leaves for it. Imported by every runtime, by the agent's builder
+(rate limiter sizing) and by the estimator; it imports nothing of pearl's.
+
+The reference semantics (the sequential runtime, docs/ARCHITECTURE.md): after each act round,
+exactly `updates_due(env_steps)` updates have been made; a target update follows the updates due
+at each env step that is a multiple of `target_update_interval`; weights go to the actors every
+`sync_interval` updates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Updates a parallel runtime's learner may trail the count due (its lag bound), by runtime.
+MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
+RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
+
+
+def updates_due(env_steps: int, learning_starts: int, updates_per_step: float) -> int:
+    """Updates made once `env_steps` env steps were taken: floor((env_steps - learning_starts) x
+    updates_per_step), never negative."""
+    return int(max(0, env_steps - learning_starts) * updates_per_step)
+
+
+def crossed(previous: int, current: int, interval: int) -> bool:
+    """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
+    return bool(interval) and current // interval > previous // interval
+
+
+def crossings(previous: int, current: int, interval: int | None) -> range:
+    """The multiples of `interval` in (previous, current]: the env steps whose target updates are
+    owed after going from `previous` to `current` (none without an interval)."""
+    if not interval:
+        return range(0)
+    return range((previous // interval + 1) * interval, current + 1, interval)
+
+
+def sync_due(updates: int, sync_interval: int) -> bool:
+    """Whether the update that made the count `updates` publishes the weights to the actors."""
+    return updates % sync_interval == 0
+
+
+def allowance(updates_per_step: float, actors: int, envs: int) -> int:
+    """Env steps a processes-runtime actor may run ahead of what the learner took in from it: the
+    actors together at most MAX_LAG['processes'] updates ahead, at least one act round each, at
+    most half of its ring's commit records."""
+    rounds = MAX_LAG["processes"] / max(updates_per_step, 1e-9) / actors / envs
+    return envs * max(1, min(int(rounds), RING_RECORDS // 2))
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The replay's rate-limiter band for a run (pearl.replay.RateLimiter's arguments)."""
+
+    samples_per_insert: float
+    min_size_to_sample: int
+    error_buffer: float
+
+
+def rate_limit(runtime: str, batch: int, updates_per_step: float, learning_starts: int, n_step: int,
+               envs: int, actors: int = 1) -> RateLimit:
+    """Samples per insert = updates per step x batch, with slack for what the runtime may have in
+    flight: one act round's inserts, which with n-step returns is up to envs x n_step transitions
+    (every env ending its episode at once flushes its pending steps), the updates one round makes
+    due, and the runtime's lag bound (a parallel runtime's actors run ahead by their allowances)."""
+    ratio = updates_per_step * batch
+    per_round = max(1.0, updates_per_step)
+    # before a round's insert the table may be ahead by the (n_step - 1) x envs pending steps, and
+    # the insert adds up to envs x n_step more: ratio x envs x (2 n_step - 1) in all
+    slack = batch * per_round * (n_step + envs) + ratio * envs * (2 * n_step - 1)
+    if runtime != "sequential":
+        slack += batch * (MAX_LAG.get(runtime, 0) + per_round * actors * envs * n_step)
+    # each env holds its last n_step - 1 steps until their n-step returns are known, so at
+    # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
+    lag = (n_step - 1) * envs
+    return RateLimit(ratio, max(1, learning_starts - lag), slack)
