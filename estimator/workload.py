@@ -117,20 +117,8 @@ class Workload:
         return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}"
 
 
-def workload_from_config(config) -> Workload:
-    """The Workload of an ExperimentConfig (its env is probed for the spaces' sizes)."""
-    from pearl.envs import discrete_spaces, make_env
-
-    probe = make_env(config.env)
-    try:
-        if config.algo in CONTINUOUS_ALGOS:
-            from pearl.continuous import box_spaces
-
-            obs_dim, n_actions, _ = box_spaces(probe, config.env, config.algo)
-        else:
-            obs_dim, n_actions = discrete_spaces(probe, config.env)
-    finally:
-        probe.close()
+def workload_of(config, obs_dim: int, n_actions: int) -> Workload:
+    """The Workload of an ExperimentConfig whose env has these spaces' sizes."""
     cfg = config.algo_config
     return Workload(env=config.env, obs_dim=obs_dim, n_actions=n_actions, hidden=tuple(cfg.hidden),
                     replay_kind=config.replay.kind, capacity=config.replay.capacity,
@@ -138,3 +126,18 @@ def workload_from_config(config) -> Workload:
                     learning_starts=cfg.learning_starts, double=getattr(cfg, "double", False),
                     dueling=getattr(cfg, "dueling", False), algo=config.algo,
                     policy_delay=getattr(cfg, "policy_delay", 1))
+
+
+def workload_from_config(config) -> Workload:
+    """The Workload of an ExperimentConfig (its env is probed for the spaces' sizes)."""
+    from pearl.envs import box_spaces, discrete_spaces, make_env
+
+    probe = make_env(config.env)
+    try:
+        if config.algo in CONTINUOUS_ALGOS:
+            obs_dim, n_actions, _, _ = box_spaces(probe, config.env, config.algo)
+        else:
+            obs_dim, n_actions = discrete_spaces(probe, config.env)
+    finally:
+        probe.close()
+    return workload_of(config, obs_dim, n_actions)

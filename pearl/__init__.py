@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "DQN": "pearl.api", "load": "pearl.api", "make_agent": "pearl.api", "resume": "pearl.api",
-    "DDPG": "pearl.continuous", "TD3": "pearl.continuous", "SAC": "pearl.continuous",
+    "DDPG": "pearl.api", "TD3": "pearl.api", "SAC": "pearl.api",
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
     "Plan": "pearl.plan", "load_plan": "pearl.plan",

@@ -1,80 +1,36 @@
-"""The Python API: `pearl.DQN(env=...)`, `.train()`, `.evaluate()`, `.act()`, `.save()`, `pearl.load()`."""
+"""The Python API: `pearl.DQN(env=...)` (and DDPG, TD3, SAC), `.train()`, `.evaluate()`, `.act()`,
+`.save()`, `pearl.load()`, `pearl.resume()`.
+
+An agent is the user's verbs over the parts the builder made (pearl/build.py) and the counters a
+runtime advances (pearl/runtime/counters.py); it keeps the run directory.
+"""
 from __future__ import annotations
 
-import dataclasses
-import functools
-import math
 import signal
 import threading
 import time
-from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import torch
 import yaml
 
 from pearl import runtime
-from pearl.algos.dqn import DQN as DQNAlgorithm
+from pearl.build import build
 from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
-from pearl.config import CONTINUOUS_ALGOS, ExperimentConfig, apply_overrides, parse_config
-from pearl.envs import discrete_spaces, make_env
-from pearl.errors import ConfigError, TrainingDiverged
+from pearl.config import ExperimentConfig, parse_config, resolve_config
+from pearl.envs import make_env
+from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
-from pearl.plan import Plan, reconcile, replanned
-from pearl.replay import RateLimiter, make_replay
+from pearl.kernels.cpu import cpu_kernel_mode
+from pearl.plan import Plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve
-from pearl.runtime.actor import Actor, opencl_policy
-from pearl.runtime.learners import make_learner
-from pearl.runtime import crossed, processes, threaded
-from pearl.runtime.processes import ActorRecipe
-from pearl.runtime.sequential import TaskTimer
-
-_SECTIONS = ("dqn", *CONTINUOUS_ALGOS)
-_TOP_LEVEL = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"algo", "replay", *_SECTIONS}
-_SECTION_FIELDS = {name: {f.name for f in dataclasses.fields(type(getattr(ExperimentConfig(), name)))}
-                   for name in _SECTIONS}
-
-
-def _overrides(kwargs: dict, algo: str = "dqn") -> dict:
-    """Maps keyword arguments (lr=..., replay='prioritized', device='cuda') to dotted config keys."""
-    out = {}
-    for key, value in kwargs.items():
-        if key in _TOP_LEVEL:
-            out[key] = value
-        elif key in _SECTION_FIELDS[algo]:
-            out[f"{algo}.{key}"] = value
-        elif key == "replay":
-            out["replay.kind"] = value
-        elif key in ("capacity", "buffer_size"):
-            out["replay.capacity"] = value
-        elif key == "checkpoint_interval":
-            out["log.checkpoint_interval"] = value
-        elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
-            out[f"runtime.{key}"] = value
-        else:
-            raise ConfigError(f"{key}: unknown {algo.upper()} option")
-    return out
-
-
-def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, options: dict,
-                   default_env: str) -> ExperimentConfig:
-    """The validated config of an agent built as `Agent(env, config=..., **options)`."""
-    if config is None:
-        config = ExperimentConfig(algo=algo, env=default_env)
-    elif config.algo != algo:
-        raise ConfigError(f"algo: the config is for {config.algo}, not {algo} (pearl.make_agent(config) builds the agent a config names)")
-    if env is not None:
-        options["env"] = env
-    if options:
-        return apply_overrides(config, _overrides(options, algo))
-    return parse_config(config.to_dict())
+from pearl.runtime.counters import Counters, Hooks
+from pearl.schedule import crossed
 
 
 @contextmanager
-def _stop_on_interrupt(agent):
+def _stop_on_interrupt(counters: Counters):
     """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
     checkpoint is consistent), a second one interrupts at once. Only the main thread can take
     signals; elsewhere Ctrl-C keeps its default behaviour."""
@@ -83,9 +39,9 @@ def _stop_on_interrupt(agent):
         return
 
     def handler(signum, frame):
-        if agent.stop_requested:
+        if counters.stop_requested:
             raise KeyboardInterrupt
-        agent.stop_requested = True
+        counters.stop_requested = True
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -94,216 +50,118 @@ def _stop_on_interrupt(agent):
         signal.signal(signal.SIGINT, previous)
 
 
+def _counted(name: str) -> property:
+    return property(lambda self: getattr(self.counters, name),
+                    lambda self, value: setattr(self.counters, name, value))
+
+
+def _part(name: str) -> property:
+    return property(lambda self: getattr(self.parts, name))
+
+
 class Agent:
-    """What every agent shares: the runtime's bookkeeping and the user's verbs (train, evaluate,
-    save; `pearl.load`). A subclass builds config, plan, algo, learner, policy, replay and the
-    actor, and says how it acts greedily (`_greedy_actor`)."""
+    """An off-policy agent on a Gymnasium environment; subclasses name the algorithm."""
 
-    def _start_counters(self) -> None:
-        self.rng = np.random.default_rng(self.config.seed)
-        self._actor = None
-        self.env_steps = self.updates = self.episodes = 0
-        self.recent_returns: deque = deque(maxlen=100)
-        self._loss_sum, self._loss_count = 0.0, 0
-        self.task_timer = TaskTimer()
-        self.stop_requested = False  # set by Ctrl-C during train(); the runtimes stop at a round's end
-        self._actor_rng_state = None  # from a checkpoint, applied when the actor is built
-        self.actor_processes = None  # the processes runtime's actors while it runs
-        self.actor_restarts = self.actor_lead = 0  # of the last processes run
+    algo_name, default_env = "", ""
 
-    def _set_plan(self, plan: Plan | None) -> tuple[str, str]:
-        """Takes `plan` (default: the config's) after checking what the runtime can run of it;
-        returns (replay device, learn device)."""
-        self.config, self.plan = reconcile(self.config, plan)
-        act = self.plan.device_of("act")
-        if act != "cpu":
-            if not (act.startswith("opencl:") and self.config.algo == "dqn"):
-                raise ConfigError(f"plan.devices.act: {act} has no act kernel for {self.config.algo} "
-                                  f"(act runs on cpu, or opencl:N for DQN)")
-            from pearl.devices import opencl_context
+    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
+                 plan: Plan | None = None, **options):
+        self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
+        self.counters = Counters()
 
-            opencl_context(int(act.split(":")[1]))  # a missing device fails here, not in an actor
-        replay_device = self._replay_device()
-        learn_device = self.plan.device_of("learn")
-        if learn_device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner for {self.config.algo} "
-                              f"(learn runs on cpu or cuda)")
-        return replay_device, learn_device
+    config, plan, algo, learner, replay, policy, rng, actor = map(
+        _part, ("config", "plan", "algo", "learner", "replay", "policy", "rng", "actor"))
+    env_steps, updates, episodes, stop_requested, task_timer, recent_returns = map(
+        _counted, ("env_steps", "updates", "episodes", "stop_requested", "task_timer", "recent_returns"))
+    actor_processes, actor_restarts, actor_lead = map(
+        _counted, ("actor_processes", "actor_restarts", "actor_lead"))
 
-    def _replay_device(self) -> str:
-        """Where the priority structure lives: the plan's `sample` device. The tree is one object,
-        so `insert` and `update_priorities` must name the same device."""
-        devices = self.plan.devices
-        for task in ("insert", "sample", "update_priorities"):
-            device = devices[task]
-            if device == "cpu":
-                continue
-            kind = self.config.replay.kind
-            whole_table_on_gpu = device.startswith("cuda") and kind in ("uniform", "prioritized")
-            if not (whole_table_on_gpu or (device.startswith(("opencl", "fpga"))
-                                                            and kind == "prioritized")):
-                raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
-                                  f"{kind} replay (prioritized replay runs on cpu, opencl:N, fpga:N "
-                                  f"or cuda:N, uniform replay on cpu or cuda:N)")
-        sample = devices["sample"]
-        for task in ("insert", "update_priorities"):
-            if devices[task] != sample:
-                raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
-                                  f"where the priority tree lives; got {devices[task]}")
-        if sample.startswith("cuda"):
-            if self.config.algo != "dqn":  # the continuous learners read numpy batches
-                raise ConfigError(f"plan.devices.sample: a replay table on {sample} feeds the DQN learner "
-                                  f"only; {self.config.algo} keeps its replay on the cpu")
-            if not torch.cuda.is_available():
-                raise ConfigError(f"plan.devices.sample: {sample} requested but torch sees no CUDA GPU "
-                                  f"(run `pearl devices`)")
-            if devices["learn"] != sample:  # the batch is a set of tensors on that GPU
-                raise ConfigError(f"plan.devices.learn: a replay on {sample} feeds a learner on the "
-                                  f"same device; got {devices['learn']}")
-        if sample.startswith("fpga") and self.plan.platform:
-            return f"{sample}@{self.plan.platform}"  # the sampler's backend name carries the profile
-        return sample
-
-    @property
-    def actor(self) -> Actor:
-        """The actor of the in-process runtimes (built on first use; the processes runtime builds
-        its own in each actor process from `actor_recipe()`)."""
-        if self._actor is None:
-            on_cpu = self.plan.device_of("act") == "cpu"  # else the recipe's policy on that device
-            self._actor = self.actor_recipe().build(self.config.seed, self.policy if on_cpu else None)
-            if not on_cpu:
-                self._actor.policy.load(self.learner.policy_weights())
-            if self._actor_rng_state is not None:  # a restored run's exploration stream goes on
-                self._actor.rng.bit_generator.state = self._actor_rng_state
-                self._actor_rng_state = None
-        return self._actor
-
-    def transition_fields(self) -> dict[str, tuple[np.dtype, tuple]]:
-        """dtype and shape of one transition's value per field, in the replay's add() order."""
-        obs = (np.dtype(np.float32), (self.obs_dim,))
-        scalar = (np.dtype(np.float32), ())
-        return {"obs": obs, "actions": self.action_field, "rewards": scalar, "next_obs": obs,
-                "discounts": scalar}
+    def transition_fields(self) -> dict:
+        return self.parts.transition_fields
 
     def fpga_device(self):
-        """The FPGA driver the replay's priority tree runs on (kernels/fpga), or None."""
-        return getattr(getattr(self.replay, "tree", None), "device", None)
-
-    def _rate_limiter(self) -> RateLimiter:
-        """Samples per insert = updates per step x batch, with slack for one round of the runtime:
-        the n-step lag of inserts and one act round's worth of updates."""
-        cfg, batch = self.config.algo_config, self.plan.batch_size
-        ratio = cfg.updates_per_step * batch
-        slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
-        if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
-            slack += batch * threaded.MAX_LAG
-        elif self.plan.runtime == "processes":  # actors run ahead by their allowances, an act round each
-            slack += batch * (processes.MAX_LAG
-                              + max(1.0, cfg.updates_per_step) * self.plan.actors * self.plan.envs_per_actor)
-        # each env holds its last n_step - 1 steps until their n-step returns are known, so at
-        # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
-        lag = (cfg.n_step - 1) * self.plan.envs_per_actor
-        return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - lag),
-                           error_buffer=slack)
-
-    def record_episodes(self, finished: list[tuple[float, int]]) -> None:
-        for episode_return, _ in finished:
-            self.recent_returns.append(episode_return)
-            self.episodes += 1
-
-    def record_loss(self, loss: float) -> None:
-        if not math.isfinite(loss):
-            raise TrainingDiverged(f"loss became {loss} at update {self.updates + 1} (env step "
-                                   f"{self.env_steps}): training stopped; the run's last checkpoint "
-                                   f"is from before it")
-        self._loss_sum += loss
-        self._loss_count += 1
-
-    def take_mean_loss(self) -> float | None:
-        if not self._loss_count:
-            return None
-        mean = self._loss_sum / self._loss_count
-        self._loss_sum, self._loss_count = 0.0, 0
-        return mean
+        return self.parts.fpga_device()
 
     def mean_return(self) -> float | None:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else None
+        return self.counters.mean_return()
 
     # -- the user's verbs ----------------------------------------------------------------------
     def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
-              time_tasks: bool = False, resume: bool = False) -> dict:
+              time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
         With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
         learning_curve.png there, the checkpoint also every `log.checkpoint_interval` env steps
         (atomically; never one with non-finite weights). `resume`: continue that run directory's
-        metrics.csv instead of starting it afresh (`pearl.resume`). Ctrl-C stops at the end of the
-        current round, writes the checkpoint and returns (`summary["interrupted"]`); a second
-        Ctrl-C aborts at once. Returns a summary (steps/s, updates, final training return).
+        metrics.csv instead of starting it afresh (`pearl.resume`). `on_round(agent)` runs after
+        each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at the end of
+        the round, writes the checkpoint and returns (`summary["interrupted"]`); a second Ctrl-C
+        aborts at once. Returns a summary (steps/s, updates, final training return).
         """
-        steps = self.config.total_steps - self.env_steps if steps is None else steps
+        counters, config = self.counters, self.config
+        steps = config.total_steps - counters.env_steps if steps is None else steps
         if steps < 1:
             raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
-        resume_after = self.env_steps if resume else None
         run_path = Path(run_dir) if run_dir is not None else None
         if run_path is not None:
             run_path.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(run_path / "config.yaml", yaml.safe_dump(self.config.to_dict(), sort_keys=False))
+            atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
         fpga = self.fpga_device()
+        label, extra, fpga_start = None, None, None
         if fpga is not None and fpga.simulated:
             fpga_start = fpga.report()  # the device may be shared: report this run's share
+            label = fpga.label
 
-            def simulated_seconds(agent):
-                return {"fpga_simulated_s": None if agent is None
-                        else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
+            def extra(c):
+                return {"fpga_simulated_s": None if c is None else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
+        log = RunLog(run_path, config.log.interval, counters.env_steps, counters.env_steps + steps, progress,
+                     label=label, extra=extra, resume_after=counters.env_steps if resume else None)
+        eval_every, log_every = config.eval.interval, config.log.interval
+        checkpoint_every = config.log.checkpoint_interval if run_path is not None else 0
+        last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
 
-            log = RunLog(run_path, self.config.log.interval, self.env_steps, self.env_steps + steps,
-                         progress, label=fpga.label, extra=simulated_seconds, resume_after=resume_after)
-        else:
-            log = RunLog(run_path, self.config.log.interval, self.env_steps, self.env_steps + steps,
-                         progress, resume_after=resume_after)
-        eval_every = self.config.eval.interval
-        checkpoint_every = self.config.log.checkpoint_interval if run_path is not None else 0
-
-        last = [self.env_steps]  # env steps at the previous call: runtimes advance by rounds or runs
-
-        def on_progress(agent):
-            previous, last[0] = last[0], agent.env_steps
-            if crossed(previous, agent.env_steps, eval_every):
-                log(agent, eval_return=agent.evaluate(self.config.eval.episodes)["mean"])
+        def after_round():
+            previous, last[0] = last[0], counters.env_steps
+            epsilon = self.algo.epsilon(counters.env_steps)
+            if crossed(previous, counters.env_steps, eval_every):
+                log(counters, epsilon, eval_return=self.evaluate(config.eval.episodes)["mean"])
             else:
-                log(agent)
-            if crossed(previous, agent.env_steps, checkpoint_every):
-                agent.checkpoint(run_path / "checkpoint.npz")
+                log(counters, epsilon)
+            if crossed(previous, counters.env_steps, checkpoint_every):
+                self.checkpoint(run_path / "checkpoint.npz")
+            if on_round is not None:
+                on_round(self)
 
-        start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
-        self.stop_requested = False
+        hooks = Hooks(after_round, lambda a, b: crossed(a, b, log_every) or crossed(a, b, eval_every),
+                      counters.task_timer if time_tasks else None)
+        start_steps, start_updates, started = counters.env_steps, counters.updates, time.perf_counter()
+        counters.stop_requested = False
         try:
-            with cpu_kernel_mode(), _stop_on_interrupt(self):
-                runtime.run(self.plan.runtime, self, steps, on_progress, time_tasks)
+            with cpu_kernel_mode(), _stop_on_interrupt(counters):
+                runtime.get(self.plan.runtime).run(self.parts, counters, steps, hooks)
         finally:
             log.close()
         wall = time.perf_counter() - started
         summary = {
-            "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
-            "wall_s": wall, "steps_per_s": (self.env_steps - start_steps) / wall,
-            "updates_per_s": (self.updates - start_updates) / wall,
-            "mean_return_100": self.mean_return(), "learner_kernel": self.learner.kernel,
-            "interrupted": self.stop_requested,
+            "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
+            "wall_s": wall, "steps_per_s": (counters.env_steps - start_steps) / wall,
+            "updates_per_s": (counters.updates - start_updates) / wall,
+            "mean_return_100": counters.mean_return(), "learner_kernel": self.learner.kernel,
+            "interrupted": counters.stop_requested,
         }
         if time_tasks:
-            summary["task_us"] = self.task_timer.mean_us()
+            summary["task_us"] = counters.task_timer.mean_us()
         if self.plan.runtime == "processes":
-            summary["actor_restarts"] = self.actor_restarts
+            summary["actor_restarts"] = counters.actor_restarts
         if fpga is not None:
             summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated
                                else {"simulated": False, "label": fpga.label})
         if run_path is not None:
             self.checkpoint(run_path / "checkpoint.npz")
-            if self.config.log.plot and log.rows:
+            if config.log.plot and log.rows:
                 plot_learning_curve(log.rows, run_path / "learning_curve.png",
-                                    f"{self.config.algo.upper()} on {self.config.env} (seed {self.config.seed})")
+                                    f"{config.algo.upper()} on {config.env} (seed {config.seed})")
         return summary
 
     def evaluate(self, episodes: int | None = None, seed: int | None = None) -> dict:
@@ -311,29 +169,43 @@ class Agent:
         episodes = episodes or self.config.eval.episodes
         base_seed = (self.config.seed + 1_000_003) if seed is None else seed
         env = make_env(self.config.env, base_seed)
-        greedy = self._greedy_actor(env)
+        family = self.parts.family
+        policy = family.policy_factory(self.config, self.algo, "cpu")()  # a copy of the current weights
+        policy.load(self.learner.policy_weights())
         returns = []
         for episode in range(episodes):
             obs, _ = env.reset(seed=base_seed + episode)
             total, done = 0.0, False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(greedy(np.asarray(obs, dtype=np.float32)))
+                batch = np.asarray(obs, dtype=np.float32)[None]
+                action = family.to_env(family.act(policy, batch, None, True, self.config))
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
         env.close()
         return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
 
+    def act(self, obs, deterministic: bool = True):
+        """The action for one observation (or a batch of them): DQN's action index, a continuous
+        algorithm's action in the env's bounds; with the policy's exploration if not deterministic
+        (DQN: epsilon_final)."""
+        obs = np.asarray(obs, dtype=np.float32)
+        self.policy.load(self.learner.policy_weights())
+        actions = self.parts.family.act(self.policy, obs.reshape(-1, self.parts.family.obs_dim), self.rng,
+                                        deterministic, self.config)
+        if obs.ndim != 1:
+            return actions
+        return int(actions[0]) if self.parts.family.action_field[1] == () else actions[0]
+
     def save(self, path: str | Path) -> None:
         """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz."""
         self.learner.sync_to_algo()
         learner_plain, learner_arrays = split_state("learner", self.learner.state_dict())
         replay_plain, replay_arrays = split_state("replay", self.replay.state_dict())
-        actor_rng = getattr(self._actor, "rng", None)
+        actor_rng = getattr(self.parts._actor, "rng", None)
         header = {"config": self.config.to_dict(), "plan": self.plan.to_dict(),
-                  "learner": learner_plain, "replay": replay_plain,
-                  "counters": {"env_steps": self.env_steps, "updates": self.updates,
-                               "episodes": self.episodes},
+                  "learner": learner_plain, "replay": replay_plain, "counters": self.counters.state(),
                   "rng": {"agent": self.rng.bit_generator.state,
                           "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
         save_checkpoint(path, header, {**learner_arrays, **replay_arrays})
@@ -347,95 +219,57 @@ class Agent:
         return True
 
     def _load_state(self, header: dict, arrays: dict) -> None:
-        counters = header["counters"]
         self.learner.load_state_dict(join_state("learner", header["learner"], arrays))
         self.replay.load_state_dict(join_state("replay", header["replay"], arrays))
         self.policy.load(self.learner.policy_weights())
-        self.env_steps, self.updates, self.episodes = (counters["env_steps"], counters["updates"],
-                                                       counters["episodes"])
+        self.counters.load(header["counters"])
         if "rng" in header:  # checkpoints from before RNG states were saved have none
             self.rng.bit_generator.state = header["rng"]["agent"]
-            self._actor_rng_state = header["rng"]["actor"]
+            self.parts.actor_rng_state = header["rng"]["actor"]
 
 
 class DQN(Agent):
-    """A DQN agent on a Gymnasium environment with a discrete action space.
+    """DQN (pearl/algos/dqn.py: double DQN, n-step returns, dueling head) on discrete actions.
 
     >>> agent = pearl.DQN(env="CartPole-v1", seed=1)
     >>> agent.train(50_000)
     >>> agent.evaluate(10)
     """
 
-    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
-                 plan: Plan | None = None, **options):
-        self.config = config = resolve_config("dqn", env, config, options, "CartPole-v1")
-        probe = make_env(config.env)
-        self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
-        probe.close()
-        replay_device, learn_device = self._set_plan(plan)
-        config = self.config
-
-        torch.set_num_threads(config.runtime.torch_threads)
-        self.algo = DQNAlgorithm(self.obs_dim, self.n_actions, config.dqn, config.total_steps, config.seed)
-        self.learner = make_learner(self.algo, self.plan.device_of("learn"), self.plan.learner_kernel)
-        hidden = config.dqn.hidden
-        layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.dqn.dueling
-                  else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
-        self.policy = QPolicy(layout)
-        self.policy.load(self.learner.policy_weights())
-        replay_config = config.replay
-        if replay_device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
-            replay_config = dataclasses.replace(replay_config, backend=replay_device)
-        self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
-                                  rate_limiter=self._rate_limiter(), device=replay_device)
-        self._start_counters()
-
-    # -- parts the runtime drives --------------------------------------------------------------
-    action_field = (np.dtype(np.int64), ())
-
-    def actor_recipe(self) -> ActorRecipe:
-        cfg = self.config
-        act = self.plan.device_of("act")
-        policy = (functools.partial(QPolicy, self.policy.layout) if act == "cpu" else
-                  functools.partial(opencl_policy, self.policy.layout, int(act.split(":")[1])))
-        return ActorRecipe(Actor, policy,
-                           dict(env_id=cfg.env, n_envs=self.plan.envs_per_actor, n_actions=self.n_actions,
-                                n_step=cfg.dqn.n_step, gamma=cfg.dqn.gamma))
-
-    def _greedy_actor(self, env):
-        """obs -> the env's action for the greedy policy, on a copy of the current weights."""
-        policy = QPolicy(self.policy.layout)
-        policy.load(self.learner.policy_weights())
-        start = int(getattr(env.action_space, "start", 0))
-        return lambda obs: int(policy.greedy(obs[None])[0]) + start
-
-    def act(self, obs, deterministic: bool = True) -> int | np.ndarray:
-        """The agent's action for one observation (or a batch); exploring with epsilon_final if not deterministic."""
-        obs = np.asarray(obs, dtype=np.float32)
-        batch = obs.reshape(-1, self.obs_dim)
-        self.policy.load(self.learner.policy_weights())
-        actions = self.policy.greedy(batch)
-        if not deterministic:
-            explore = self.rng.random(len(actions)) < self.config.dqn.exploration.final
-            actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
-        return int(actions[0]) if obs.ndim == 1 else actions
+    algo_name, default_env = "dqn", "CartPole-v1"
 
 
-def agent_class(algo: str) -> type[Agent]:
-    if algo == "dqn":
-        return DQN
-    from pearl import continuous
+class DDPG(Agent):
+    """DDPG (pearl/algos/ddpg.py); defaults are Stable-Baselines3's: 400x300 actor and critic,
+    batch 256, 1 update per env step, tau 0.005, lr 1e-3, Gaussian action noise 0.1."""
 
-    return {"ddpg": continuous.DDPG, "td3": continuous.TD3, "sac": continuous.SAC}[algo]
+    algo_name, default_env = "ddpg", "Pendulum-v1"
+
+
+class TD3(Agent):
+    """TD3 (pearl/algos/td3.py): DDPG's defaults plus policy delay 2 and target smoothing 0.2 / 0.5."""
+
+    algo_name, default_env = "td3", "Pendulum-v1"
+
+
+class SAC(Agent):
+    """SAC (pearl/algos/sac.py); defaults are Stable-Baselines3's: 256x256, lr 3e-4, batch 256,
+    1 update per env step, automatic entropy coefficient starting at 1."""
+
+    algo_name, default_env = "sac", "Pendulum-v1"
+
+
+AGENTS = {cls.algo_name: cls for cls in (DQN, DDPG, TD3, SAC)}
 
 
 def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
     """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config`."""
-    return agent_class(config.algo)(config=config, plan=plan)
+    return AGENTS[config.algo](config=config, plan=plan)
 
 
 def load(path: str | Path, plan: Plan | None = None) -> Agent:
-    """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz)."""
+    """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz); `plan`
+    replaces the saved plan (its unset fields keep the saved ones)."""
     path = Path(path)
     if path.is_dir():
         path = path / "checkpoint.npz"

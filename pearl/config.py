@@ -365,3 +365,41 @@ def default_config_path() -> Path:
     from importlib import resources
 
     return Path(str(resources.files("pearl.configs").joinpath("cartpole_dqn.yaml")))
+
+
+def _keyword_overrides(kwargs: dict, algo: str) -> dict:
+    """Maps an agent's keyword options (lr=..., replay='prioritized', device='cuda') to dotted config keys."""
+    top_level = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"algo", "replay", "dqn", *CONTINUOUS_ALGOS}
+    section = {f.name for f in dataclasses.fields(type(getattr(ExperimentConfig(), algo)))}
+    out = {}
+    for key, value in kwargs.items():
+        if key in top_level:
+            out[key] = value
+        elif key in section:
+            out[f"{algo}.{key}"] = value
+        elif key == "replay":
+            out["replay.kind"] = value
+        elif key in ("capacity", "buffer_size"):
+            out["replay.capacity"] = value
+        elif key == "checkpoint_interval":
+            out["log.checkpoint_interval"] = value
+        elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
+            out[f"runtime.{key}"] = value
+        else:
+            raise ConfigError(f"{key}: unknown {algo.upper()} option")
+    return out
+
+
+def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, options: dict,
+                   default_env: str) -> ExperimentConfig:
+    """The validated config of an agent built as `Agent(env, config=..., **options)`."""
+    if config is None:
+        config = ExperimentConfig(algo=algo, env=default_env)
+    elif config.algo != algo:
+        raise ConfigError(f"algo: the config is for {config.algo}, not {algo} (pearl.make_agent(config) builds the agent a config names)")
+    if env is not None:
+        options = {**options, "env": env}
+    if options:
+        return apply_overrides(config, _keyword_overrides(options, algo))
+    return parse_config(config.to_dict())
+

@@ -137,7 +137,7 @@ PROCESSES_SETTLE_S = 0.5
 def _window(agent, seconds: float, time_tasks: bool) -> dict:
     """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
     TaskTimer's mean us per call and total task seconds."""
-    from pearl.runtime.sequential import TaskTimer
+    from pearl.runtime.counters import TaskTimer
 
     envs = agent.plan.envs_per_actor
     chunk = max(envs, 100 * envs)
@@ -156,9 +156,6 @@ def _window(agent, seconds: float, time_tasks: bool) -> dict:
 def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, float]:
     """One run of the agent's runtime (as agent.train runs it) that stops itself `seconds` after
     settling; returns (env steps, updates, time) where the measured part began and its length."""
-    from pearl import runtime
-    from pearl.kernels.cpu import cpu_kernel_mode
-
     clock, marks = time.perf_counter, {}
 
     def on_progress(agent):
@@ -170,8 +167,7 @@ def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, floa
             agent.stop_requested = True  # the runtime stops at the end of its round
             marks["end"] = now
 
-    with cpu_kernel_mode():
-        runtime.run(agent.plan.runtime, agent, 10**12, on_progress, time_tasks)
+    agent.train(10**12, time_tasks=time_tasks, on_round=on_progress)
     agent.stop_requested = False
     steps, updates, started = marks["start"]
     return steps, updates, marks["end"] - started

@@ -16,7 +16,7 @@ class RunLog:
     def __init__(self, run_dir: Path | None, interval: int, start_steps: int, total: int, progress: bool,
                  label: str | None = None, extra=None, resume_after: int | None = None):
         """`label` (e.g. "simulated FPGA ...") starts every progress line and fills a `label`
-        column of metrics.csv; `extra(agent) -> dict` adds columns (e.g. simulated device time).
+        column of metrics.csv; `extra(counters) -> dict` adds columns (called with None for their names) (e.g. simulated device time).
         `resume_after`: continue run_dir's metrics.csv, keeping its rows up to that env step (the
         resumed checkpoint's; later rows were logged after it and are logged again)."""
         self.run_dir, self.interval, self.total, self.progress = run_dir, interval, total, progress
@@ -46,19 +46,20 @@ class RunLog:
         elapsed = time.perf_counter() - self.start
         return (env_steps - self.start_steps) / elapsed if elapsed > 0 else 0.0
 
-    def __call__(self, agent, eval_return: float | None = None) -> None:
-        if agent.env_steps < self.next_row and eval_return is None:
+    def __call__(self, counters, epsilon: float, eval_return: float | None = None) -> None:
+        """A row of `counters` (pearl.runtime.counters.Counters) if one is due or an eval is given."""
+        if counters.env_steps < self.next_row and eval_return is None:
             return
-        self.next_row = agent.env_steps - agent.env_steps % self.interval + self.interval
+        self.next_row = counters.env_steps - counters.env_steps % self.interval + self.interval
         row = {
-            "env_steps": agent.env_steps, "updates": agent.updates, "episodes": agent.episodes,
-            "mean_return_100": _round(agent.mean_return()), "eval_return": _round(eval_return),
-            "loss": _round(agent.take_mean_loss(), 6), "epsilon": round(agent.algo.epsilon(agent.env_steps), 4),
-            "steps_per_s": round(self.steps_per_s(agent.env_steps), 1),
+            "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
+            "mean_return_100": _round(counters.mean_return()), "eval_return": _round(eval_return),
+            "loss": _round(counters.take_mean_loss(), 6), "epsilon": round(epsilon, 4),
+            "steps_per_s": round(self.steps_per_s(counters.env_steps), 1),
             "wall_s": round(time.perf_counter() - self.start, 2),
         }
         if self.extra is not None:
-            row.update(self.extra(agent))
+            row.update(self.extra(counters))
         if self.label is not None:
             row["label"] = self.label
         self.rows.append(row)

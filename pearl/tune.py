@@ -21,6 +21,7 @@ import yaml
 
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
+from pearl.schedule import rate_limit
 
 SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
 # the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
@@ -90,19 +91,20 @@ def _config_of(agent_or_config):
 def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
 
-    The limiter is built by the config's agent class's own `_rate_limiter` (pearl/api.py) for
-    this config and plan (no copy of its formula here), then driven with the sequential loop's counts: each act round inserts
+    The limiter is the one the builder gives the run (pearl.schedule.rate_limit, no copy of its
+    formula here), driven with the sequential loop's counts: each act round inserts
     E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
     add flushed transitions, so this is the worst case), then takes the updates due; a round of
     a processes plan is every actor's (actors x E transitions). A plan the
     runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
     with many envs per actor, before the limiter allowed for the n-step lag)."""
-    from types import SimpleNamespace
+    from dataclasses import asdict
 
-    from pearl.api import agent_class
+    from pearl.replay.rate_limiter import RateLimiter
 
     algo = config.algo_config
-    limiter = agent_class(config.algo)._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
+    limiter = RateLimiter(**asdict(rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts,
+                                              algo.n_step, cand.envs, cand.actors)))
     per_round = cand.actors * cand.envs
     env_steps = updates = 0
     for round_ in range(algo.learning_starts // per_round + extra_rounds):

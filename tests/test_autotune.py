@@ -146,23 +146,22 @@ def test_n_step_plans_with_many_envs_are_ranked_and_run(cache):
 def test_plans_the_runtime_would_refuse_are_not_ranked(cache, monkeypatch):
     """autotune never writes a plan whose samples the runtime's own rate limiter would refuse
     (here a limiter that needs more transitions than the run ever inserts before learning)."""
-    from pearl.api import DQN
+    import dataclasses
+
+    from pearl import build, schedule, tune
     from pearl.errors import PearlError
     from pearl.estimator.model import Candidate
     from pearl.profile import measure
-    from pearl.replay import RateLimiter
     from pearl.tune import autotune, runtime_accepts
 
     config = small_config()
-    build = DQN._rate_limiter
 
-    def strict_for_many_envs(agent):
-        limiter = build(agent)
-        if agent.plan.envs_per_actor >= 4:
-            return RateLimiter(limiter.samples_per_insert, min_size_to_sample=10**9)
-        return limiter
+    def strict_for_many_envs(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors=1):
+        limit = schedule.rate_limit(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors)
+        return dataclasses.replace(limit, min_size_to_sample=10**9) if envs >= 4 else limit
 
-    monkeypatch.setattr(DQN, "_rate_limiter", strict_for_many_envs)
+    for module in (build, tune):  # the one sizing, as the builder and autotune's admission see it
+        monkeypatch.setattr(module, "rate_limit", strict_for_many_envs)
     result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
     assert result.ranking.refused > 0 and {p.candidate.envs for p in result.ranking.predictions} <= {1, 2}
     ok, refused = Candidate("uniform", "cpu", "cpu", "fused", 2, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 64)

@@ -226,7 +226,7 @@ def test_agent_stores_unit_actions_and_steps_env_in_bounds(cls):
     assert n == 400 and stored.shape == (400, 2) and stored.dtype == np.float32
     assert np.all(np.abs(stored) <= 1) and np.abs(stored).max() > 0.5
     # the env received each stored action scaled to its bounds (it echoes it in the next obs)
-    np.testing.assert_allclose(agent.replay.storage["next_obs"][:n, :2], agent.scaler.to_env(stored),
+    np.testing.assert_allclose(agent.replay.storage["next_obs"][:n, :2], agent.parts.family.scaler.to_env(stored),
                                rtol=1e-5, atol=1e-6)
     assert len(agent.evaluate(1)["returns"]) == 1
     action = agent.act(np.zeros(3))
@@ -247,7 +247,7 @@ def test_n_step_keeps_vector_actions_with_their_observations():
     # in time order within an episode, row i's action is echoed in row i+1's observation
     same_episode = np.isclose(obs[1:, 2] - obs[:-1, 2], 0.1)
     assert same_episode.sum() >= 300
-    np.testing.assert_allclose(obs[1:][same_episode, :2], agent.scaler.to_env(actions[:-1][same_episode]),
+    np.testing.assert_allclose(obs[1:][same_episode, :2], agent.parts.family.scaler.to_env(actions[:-1][same_episode]),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -256,7 +256,7 @@ def test_actor_sends_scaled_actions_to_env():
     actor = agent.actor
     transitions, _ = actor.step(1.0)  # a uniformly random warm-up action
     obs, actions, _, next_obs, _ = transitions
-    np.testing.assert_allclose(next_obs[0, :2], agent.scaler.to_env(actions[0]), rtol=1e-6)
+    np.testing.assert_allclose(next_obs[0, :2], agent.parts.family.scaler.to_env(actions[0]), rtol=1e-6)
 
 
 @pytest.mark.parametrize("cls", [pearl.DDPG, pearl.SAC])
@@ -446,7 +446,7 @@ def test_mujoco_task_trains(tmp_path, monkeypatch):
     pytest.importorskip("mujoco")
     monkeypatch.chdir(tmp_path)  # mujoco 4 writes MUJOCO_LOG.TXT (a deprecation warning) into the cwd
     agent = pearl.SAC("HalfCheetah-v5", **{**FAST, "learning_starts": 50})
-    assert (agent.obs_dim, agent.action_dim) == (17, 6)
+    assert (agent.parts.family.obs_dim, agent.parts.family.action_dim) == (17, 6)
     agent.train(150)
     assert agent.updates == 100 and agent.replay.storage["actions"][:150].shape == (150, 6)
     assert agent.act(np.zeros(17)).shape == (6,)

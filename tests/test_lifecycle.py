@@ -47,7 +47,7 @@ def test_periodic_checkpoints_and_rng_state(tmp_path):
     assert seen == [1000, 2000, 3000, 3000]  # periodic, then the end of the run
     restored = pearl.load(tmp_path)
     assert restored.rng.bit_generator.state == agent.rng.bit_generator.state
-    assert restored._actor_rng_state == agent.actor.rng.bit_generator.state
+    assert restored.parts.actor_rng_state == agent.actor.rng.bit_generator.state
 
 
 SCRIPT = """

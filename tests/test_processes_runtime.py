@@ -12,6 +12,7 @@ import pearl
 from pearl.errors import ConfigError, PearlError
 from pearl.plan import Plan
 from pearl.runtime import processes
+from pearl.schedule import MAX_LAG, allowance
 
 FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, hidden=[32, 32])
 
@@ -43,17 +44,16 @@ def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, en
     stored = agent.replay.storage["obs"][:agent.replay.inserted]
     assert len(np.unique(stored, axis=0)) == len(stored)  # none duplicated
     assert summary["actor_restarts"] == 0
-    ahead = processes.allowance(ratio, actors, envs)
+    ahead = allowance(ratio, actors, envs)
     assert 0 < agent.actor_lead <= actors * ahead
     # while running, over the actors' own steps: the updates trail the count due by at most the
     # actors' allowances (MAX_LAG updates, at least a round each), so within 2% of the configured
     # ratio once 50x that many updates are due
     agent2 = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
                        **{**FAST, "updates_per_step": ratio})
-    from pearl import runtime
-    runtime.run("processes", agent2, 4000, on_progress=watch)
+    agent2.train(4000, on_round=watch)
     bound = int(np.ceil(actors * ahead * ratio))
-    assert bound <= max(processes.MAX_LAG, int(np.ceil(actors * envs * ratio)))
+    assert bound <= max(MAX_LAG["processes"], int(np.ceil(actors * envs * ratio)))
     lags = [int(max(0, produced - 500) * ratio) - updates for produced, updates in seen]
     assert 0 <= max(lags) <= bound
     settled = [updates / ((produced - 500) * ratio) for produced, updates in seen
@@ -87,8 +87,7 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(capfd):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    from pearl import runtime
-    runtime.run("processes", agent, 4000, on_progress=kill_once)
+    agent.train(4000, on_round=kill_once)
     assert killed
     assert agent.actor_restarts == 1
     assert agent.env_steps == 4000
@@ -102,8 +101,8 @@ def test_an_actor_exception_stops_the_run_with_its_message():
     from actor_faults import ActorThatRaises
 
     agent = pearl.DQN("CartPole-v1", plan=in_processes(), **FAST)
-    recipe = agent.actor_recipe()
-    agent.actor_recipe = lambda: processes.ActorRecipe(ActorThatRaises, recipe.policy_factory, recipe.kwargs)
+    recipe = agent.parts.actor_recipe
+    agent.parts.actor_recipe = processes.ActorRecipe(ActorThatRaises, recipe.policy_factory, recipe.kwargs)
     with pytest.raises(PearlError, match="actor 0 failed:(.|\n)*lost its licence"):
         agent.train(3000)
     assert agent.actor_processes is None  # actors stopped, shared memory released
@@ -130,7 +129,7 @@ def test_checkpoint_of_a_processes_run_loads_and_trains_on(tmp_path):
     restored.train(400)
     assert restored.updates == due(restored, 0.25)
     # the actor processes never built an actor in the learner's process
-    assert restored._actor is None and agent._actor is None
+    assert restored.parts._actor is None and agent.parts._actor is None
 
 
 def test_continuous_agents_run_in_actor_processes():
@@ -193,7 +192,7 @@ def test_actors_infer_on_an_opencl_device():
         pytest.skip("no OpenCL device")
     plan = in_processes(actors=2, devices={**Plan().devices, "act": "opencl:0"})
     agent = pearl.DQN("CartPole-v1", plan=plan, **FAST)
-    assert agent.actor_recipe().policy_factory.func.__name__ == "opencl_policy"
+    assert agent.parts.actor_recipe.policy_factory.args[0] == "opencl:0"
     agent.train(2500)
     assert agent.env_steps == 2500 and agent.updates == due(agent, 0.25)
     assert agent.replay.inserted == agent.env_steps

@@ -8,7 +8,9 @@ import pytest
 
 import pearl
 from pearl.plan import Plan
-from pearl.runtime.threaded import MAX_LAG
+from pearl.runtime.threaded import RUNTIME
+
+MAX_LAG = RUNTIME.max_lag
 
 FAST = dict(total_steps=3000, learning_starts=500, target_update_interval=200, hidden=[32, 32])
 
@@ -28,8 +30,7 @@ def test_replay_ratio_exact_at_the_end_and_bounded_during_the_run(ratio, envs, r
         due = int(max(0, a.env_steps - 500) * ratio)
         lags.append(due - a.updates)
 
-    from pearl import runtime
-    runtime.run("threaded", agent, 2000, on_progress=watch)
+    agent.train(2000, on_round=watch)
     assert agent.env_steps == 2000 + (-2000 % envs)
     assert agent.updates == int((agent.env_steps - 500) * ratio)
     assert agent.replay.inserted == agent.env_steps  # 1-step transitions: none lost or duplicated

@@ -79,7 +79,8 @@ def adam(module: nn.Module, lr: float) -> torch.optim.Adam:
 class DDPG:
     """Networks, losses and update rule. `update` works on tensors of whichever device they are on."""
 
-    name = "ddpg"
+    name, family = "ddpg", "continuous"
+    policy_kind = "deterministic"  # tanh(MLP(s)) explored with Gaussian noise
     critic_class = Critic
 
     def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0):

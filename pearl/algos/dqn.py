@@ -53,6 +53,8 @@ class QNetwork(nn.Module):
 class DQN:
     """Networks, loss and update rule. `update` works on tensors of whichever device they are on."""
 
+    name, family = "dqn", "discrete"
+
     def __init__(self, obs_dim: int, n_actions: int, config, total_steps: int, seed: int = 0):
         self.obs_dim, self.n_actions, self.action_dim = obs_dim, n_actions, 1
         self.config, self.total_steps = config, total_steps

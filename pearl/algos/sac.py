@@ -79,7 +79,8 @@ class Temperature(nn.Module):
 class SAC:
     """Networks, losses and update rule. `update` works on tensors of whichever device they are on."""
 
-    name = "sac"
+    name, family = "sac", "continuous"
+    policy_kind = "squashed_gaussian"  # MLP(s) = (mean, log std), sampled and squashed by tanh
 
     def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0):
         self.obs_dim, self.action_dim, self.config = obs_dim, action_dim, config

@@ -1,16 +1,15 @@
-"""Runtimes execute a Plan. `sequential` is the reference every parallel runtime must match;
-`threaded` runs the learner on a thread beside the actor; `processes` runs actor processes beside
-the learner."""
+"""Runtimes run the built parts (pearl/build.py) for N env steps, keeping the counters and calling
+the hooks (pearl/runtime/counters.py). One module each, exposing `RUNTIME` (pearl.contracts.Runtime):
+`sequential` is the reference every other runtime must match, `threaded` runs the learner on a
+thread beside the actor, `processes` runs actor processes beside the learner. The schedule each
+keeps, its lag bound and its model for the estimator are pearl.schedule's."""
 from importlib import import_module
 
-RUNTIMES = ("sequential", "threaded", "processes")  # modules of this package, each with a `run`
+from pearl.schedule import MAX_LAG
+
+RUNTIMES = tuple(MAX_LAG)  # a runtime has a lag bound (and a schedule model) in pearl.schedule
 
 
-def run(name: str, agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
-    """Advances `agent` by `steps` env steps with the runtime `name` (the Plan's `runtime`)."""
-    import_module(f"pearl.runtime.{name}").run(agent, steps, on_progress, time_tasks)
-
-
-def crossed(previous: int, current: int, interval: int) -> bool:
-    """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
-    return bool(interval) and current // interval > previous // interval
+def get(name: str):
+    """The Runtime of module pearl.runtime.`name` (a Plan's `runtime`)."""
+    return import_module(f"pearl.runtime.{name}").RUNTIME

@@ -12,13 +12,15 @@ from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
 
-def opencl_policy(layout, index: int):
-    """The actor's Q-network on OpenCL device `index` (a plan's `act: opencl:N`): QPolicy's
-    interface, batched inference in one launch per layer."""
+def device_policy(device: str, layout):
+    """The actor's Q-network on the plan's act device: the compiled numpy one on the cpu, or
+    QPolicy's interface on OpenCL device N (`act: opencl:N`, one launch per layer for the batch)."""
+    if device == "cpu":
+        return QPolicy(layout)
     from pearl.devices import opencl_context
     from pearl.kernels.opencl import OpenCLQPolicy
 
-    return OpenCLQPolicy(layout, context=opencl_context(index))
+    return OpenCLQPolicy(layout, context=opencl_context(int(device.split(":")[1])))
 
 
 class Actor:

@@ -46,11 +46,11 @@ import numpy as np
 from pearl.errors import PearlError
 from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
+from pearl.runtime.counters import Counters, Hooks
 from pearl.runtime.sequential import learn_one
-from pearl.runtime.shared import (ACT_NS, ALLOWED, RECORDS, ROUNDS, STOP, WAIT_NS, ActorChannel,
-                                  WeightBoard)
+from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS, STOP, WAIT_NS, ActorChannel, WeightBoard
+from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
-MAX_LAG = 8  # updates the learner may trail the count due, summed over actors' allowances
 RING_ROUNDS = 1024  # act rounds of transitions each ring holds
 MAX_RESTARTS = 10  # per run: beyond that an actor that keeps dying is an error, not bad luck
 HEALTH_CHECK_S = 0.05
@@ -71,13 +71,6 @@ class ActorRecipe:
     def build(self, seed: int, policy=None):
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
                                 **self.kwargs)
-
-
-def allowance(updates_per_step: float, actors: int, envs: int) -> int:
-    """Env steps an actor may run ahead of the learner: the actors together at most MAX_LAG updates
-    ahead, at least one act round each, at most half the channel's commit records."""
-    rounds = MAX_LAG / max(updates_per_step, 1e-9) / actors / envs
-    return envs * max(1, min(int(rounds), RECORDS // 2))
 
 
 def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
@@ -151,12 +144,13 @@ class _ActorProcesses:
     Ctrl-C in the terminal reaches the learner only; the learner stops them.
     """
 
-    def __init__(self, agent, recipe: ActorRecipe, fields: dict, n_weights: int, quota: int):
-        plan = agent.plan
+    def __init__(self, parts, start_steps: int, n_weights: int, quota: int):
+        plan = parts.plan
         self.n, self.envs, self.quota = plan.actors, plan.envs_per_actor, quota
-        self.seed, self.start_steps = agent.config.seed, agent.env_steps
-        self.recipe = recipe
-        capacity = RING_ROUNDS * self.envs * max(1, agent.config.algo_config.n_step)
+        self.seed, self.start_steps = parts.seed, start_steps
+        self.recipe = parts.actor_recipe
+        fields = parts.transition_fields
+        capacity = RING_ROUNDS * self.envs * max(1, parts.n_step)
         self.channels = [ActorChannel.create(fields, capacity) for _ in range(self.n)]
         self.board = WeightBoard.create(n_weights)
         self.processes: list = [None] * self.n
@@ -283,55 +277,62 @@ class Prefetcher:
         self.thread.join()
 
 
-def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
-    """Advances `agent` by about `steps` env steps with `plan.actors` actor processes (module doc)."""
-    cfg = agent.config.algo_config
-    replay, learner, plan, rng = agent.replay, agent.learner, agent.plan, agent.rng
-    timer, clock = (agent.task_timer if time_tasks else None), time.perf_counter
+class Processes:
+    name = "processes"
+    max_lag = MAX_LAG[name]  # summed over the actors' allowances
+
+    def run(self, parts, counters: Counters, steps: int, hooks: Hooks) -> None:
+        """Advances `counters` by about `steps` env steps with `plan.actors` actor processes (module doc)."""
+        _run(parts, counters, steps, hooks)
+
+
+RUNTIME = Processes()
+
+
+def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
+    replay, learner, plan, schedule, rng = parts.replay, parts.learner, parts.plan, parts.schedule, parts.rng
+    timer, clock = hooks.timer, time.perf_counter
     n, envs = plan.actors, plan.envs_per_actor
     quota = math.ceil(steps / (n * envs)) * envs  # env steps per actor
-    ahead = allowance(cfg.updates_per_step, n, envs)
-    interval = getattr(cfg, "target_update_interval", None)
-    start = agent.env_steps
-
-    def due(env_steps: int) -> int:
-        return int(max(0, env_steps - cfg.learning_starts) * cfg.updates_per_step)
+    ahead = allowance(schedule.updates_per_step, n, envs)
+    start = counters.env_steps
+    due = schedule.due
 
     weights = learner.policy_weights()
-    actors = _ActorProcesses(agent, agent.actor_recipe(), agent.transition_fields(), weights.size, quota)
+    actors = _ActorProcesses(parts, start, weights.size, quota)
     board, channels = actors.board, actors.channels
     board.publish(weights)
-    board.epsilon = agent.algo.epsilon(agent.env_steps)
+    board.epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
     for index, channel in enumerate(channels):
         channel.counters[ALLOWED] = min(quota, ahead)
-    agent.actor_processes = actors  # while the run lasts: its actors' processes and rings
+    counters.actor_processes = actors  # while the run lasts: its actors' processes and rings
     lead = 0  # the most env steps the actors were ahead of what the learner had taken in
 
     def learned(loss: float) -> None:
-        agent.updates += 1
-        agent.record_loss(loss)
-        if agent.updates % plan.sync_interval == 0:
+        counters.updates += 1
+        counters.record_loss(loss)
+        if sync_due(counters.updates, schedule.sync_interval):
             t0 = clock()
             board.publish(learner.policy_weights())
             if timer:
                 timer.add("sync_weights", clock() - t0)
 
     def learn_until(target_updates: int) -> None:
-        while agent.updates < target_updates:
-            learned(learn_one(replay, learner, plan.batch_size, rng, timer))
+        while counters.updates < target_updates:
+            learned(learn_one(replay, learner, schedule.batch_size, rng, timer))
 
-    prefetcher = Prefetcher(replay, plan.batch_size, rng, timer) if plan.prefetch else None
+    prefetcher = Prefetcher(replay, schedule.batch_size, rng, timer) if plan.prefetch else None
 
     def learn_until_prefetching(target_updates: int) -> None:
         """learn_until with the sampling of batch u+1 and the priority update of batch u-1 on the
         prefetcher's thread while batch u trains. Within one call only: inserts (take_in) never
         run beside it, and no batch is drawn that is not due."""
-        if agent.updates >= target_updates:
+        if counters.updates >= target_updates:
             return
         batch, pending = prefetcher.sample(), None
-        while agent.updates < target_updates:
-            more = agent.updates + 1 < target_updates
+        while counters.updates < target_updates:
+            more = counters.updates + 1 < target_updates
             prefetcher.start(pending, more)
             t0 = clock()
             loss, abs_td = learner.update(batch)
@@ -351,7 +352,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
             replay.add(*run_fields)
         channel.release()
         taken[index] = actor_steps
-        agent.record_episodes(finished)
+        counters.record_episodes(finished)
 
     learn = learn_until if prefetcher is None else learn_until_prefetching
     last_check, spins = clock(), 0
@@ -359,38 +360,37 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
         for index in range(n):
             actors.start(index)
         while True:
-            previous = agent.env_steps
+            previous = counters.env_steps
             t0 = clock()
             for index in range(n):
                 take_in(index)
-            agent.env_steps = start + sum(taken)
-            replay.progress = agent.env_steps
-            if timer and agent.env_steps > previous:
+            counters.env_steps = start + sum(taken)
+            replay.progress = counters.env_steps
+            if timer and counters.env_steps > previous:
                 timer.add("insert", clock() - t0)
-            if interval:
-                for point in range((previous // interval + 1) * interval, agent.env_steps + 1, interval):
-                    learn(due(point))
-                    learner.update_target()
-            learn(due(agent.env_steps))
-            board.epsilon = agent.algo.epsilon(agent.env_steps)
+            for point in crossings(previous, counters.env_steps, schedule.target_interval):
+                learn(due(point))
+                learner.update_target()
+            learn(due(counters.env_steps))
+            board.epsilon = parts.algo.epsilon(counters.env_steps)
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
             lead = max(lead, sum(c.totals()[2] for c in channels) - sum(taken))
             finished_all = all(t >= quota for t in taken)
-            if agent.env_steps > previous:
+            if counters.env_steps > previous:
                 spins = 0
-                if on_progress is not None:
-                    on_progress(agent)
+                if hooks.on_round is not None:
+                    hooks.on_round()
             elif not finished_all:
                 spins = _wait(spins)
-            if finished_all or agent.stop_requested:
+            if finished_all or counters.stop_requested:
                 break
             if clock() - last_check > HEALTH_CHECK_S:
                 actors.check(lambda index: taken[index] >= quota)
                 last_check = clock()
     finally:
         # what actors commit after the last take_in is dropped: the run ends where the learner's
-        # count says (agent.env_steps), with exactly the updates due there
+        # count says (counters.env_steps), with exactly the updates due there
         actors.stop()
         if timer:
             rounds = sum(int(c.counters[ROUNDS]) for c in channels)
@@ -400,6 +400,6 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
         actors.close()
         if prefetcher is not None:
             prefetcher.close()
-        agent.actor_processes = None
-    agent.actor_restarts, agent.actor_lead = actors.restarts, lead
-    agent.policy.load(learner.policy_weights())
+        counters.actor_processes = None
+    counters.actor_restarts, counters.actor_lead = actors.restarts, lead
+    parts.policy.load(learner.policy_weights())  # the learner side's copy: no actor here synced it

@@ -9,24 +9,11 @@ from __future__ import annotations
 
 import time
 
-
-class TaskTimer:
-    """Wall time spent in each protocol task, so measured costs can be set against estimates."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-
-    def add(self, task: str, seconds: float, calls: int = 1) -> None:
-        if calls:
-            self.seconds[task] = self.seconds.get(task, 0.0) + seconds
-            self.calls[task] = self.calls.get(task, 0) + calls
-
-    def mean_us(self) -> dict[str, float]:
-        return {t: 1e6 * s / self.calls[t] for t, s in self.seconds.items()}
+from pearl.runtime.counters import Counters, Hooks
+from pearl.schedule import MAX_LAG, crossed, sync_due
 
 
-def learn_one(replay, learner, batch_size: int, rng, timer: TaskTimer | None) -> float:
+def learn_one(replay, learner, batch_size: int, rng, timer) -> float:
     """One update in the reference order: sample -> learn -> update_priorities. Returns the loss."""
     clock = time.perf_counter
     t0 = clock()
@@ -44,44 +31,43 @@ def learn_one(replay, learner, batch_size: int, rng, timer: TaskTimer | None) ->
     return loss
 
 
-def run(agent, steps: int, on_progress=None, time_tasks: bool = False) -> None:
-    """Advances `agent` by `steps` env steps. `on_progress(agent)` is called after each act round."""
-    cfg = agent.config.algo_config
-    actor, replay, learner, plan = agent.actor, agent.replay, agent.learner, agent.plan
-    rng = agent.rng
-    timer = agent.task_timer if time_tasks else None
-    clock = time.perf_counter
-    end = agent.env_steps + steps
-    while agent.env_steps < end and not agent.stop_requested:
-        t0 = clock()
-        transitions, finished = actor.step(agent.algo.epsilon(agent.env_steps))
-        t1 = clock()
-        if transitions is not None:
-            replay.add(*transitions)
-        t2 = clock()
-        previous = agent.env_steps
-        agent.env_steps += len(actor.envs)
-        replay.progress = agent.env_steps
-        agent.record_episodes(finished)
-        if timer:
-            timer.add("act", t1 - t0)
-            timer.add("insert", t2 - t1)
+class Sequential:
+    name = "sequential"
+    max_lag = MAX_LAG[name]
 
-        due = int(max(0, agent.env_steps - cfg.learning_starts) * cfg.updates_per_step) - agent.updates
-        for _ in range(due):
-            loss = learn_one(replay, learner, plan.batch_size, rng, timer)
-            agent.updates += 1
-            agent.record_loss(loss)
-            if agent.updates % plan.sync_interval == 0:
-                t0 = clock()
-                actor.policy.load(learner.policy_weights())
-                if timer:
-                    timer.add("sync_weights", clock() - t0)
+    def run(self, parts, counters: Counters, steps: int, hooks: Hooks) -> None:
+        """Advances `counters` by `steps` env steps; `hooks.on_round()` after each act round."""
+        actor, replay, learner, schedule = parts.actor, parts.replay, parts.learner, parts.schedule
+        rng, timer, clock = parts.rng, hooks.timer, time.perf_counter
+        end = counters.env_steps + steps
+        while counters.env_steps < end and not counters.stop_requested:
+            t0 = clock()
+            transitions, finished = actor.step(parts.algo.epsilon(counters.env_steps))
+            t1 = clock()
+            if transitions is not None:
+                replay.add(*transitions)
+            t2 = clock()
+            previous = counters.env_steps
+            counters.env_steps += len(actor.envs)
+            replay.progress = counters.env_steps
+            counters.record_episodes(finished)
+            if timer:
+                timer.add("act", t1 - t0)
+                timer.add("insert", t2 - t1)
 
-        # DDPG, TD3 and SAC have no interval: their targets move inside each update (TD3's every
-        # policy_delay-th), as part of the algorithm.
-        interval = getattr(cfg, "target_update_interval", None)
-        if interval and agent.env_steps // interval > previous // interval:
-            learner.update_target()
-        if on_progress is not None:
-            on_progress(agent)
+            for _ in range(schedule.due(counters.env_steps) - counters.updates):
+                loss = learn_one(replay, learner, schedule.batch_size, rng, timer)
+                counters.updates += 1
+                counters.record_loss(loss)
+                if sync_due(counters.updates, schedule.sync_interval):
+                    t0 = clock()
+                    actor.policy.load(learner.policy_weights())
+                    if timer:
+                        timer.add("sync_weights", clock() - t0)
+            if crossed(previous, counters.env_steps, schedule.target_interval):
+                learner.update_target()
+            if hooks.on_round is not None:
+                hooks.on_round()
+
+
+RUNTIME = Sequential()

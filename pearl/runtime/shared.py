@@ -25,6 +25,8 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from pearl.schedule import RING_RECORDS
+
 LINE = 64  # bytes: one cache line
 _WORDS = LINE // 8
 
@@ -40,7 +42,7 @@ ERROR_BYTES = 7      # actor: length of the error report it wrote before exiting
 _COUNTERS = 8
 # commit records: an actor may be at most RECORDS / 2 rounds ahead of the learner (the runtime caps
 # its allowance there), so the record the learner reads is never being rewritten
-RECORDS = 4096
+RECORDS = RING_RECORDS
 ERROR_CAPACITY = 8192  # bytes of an actor's error report (a traceback's tail)
 
 

@@ -29,35 +29,40 @@ import threading
 import time
 
 from pearl.kernels.cpu import flush_denormals
-from pearl.runtime import crossed
+from pearl.runtime.counters import Counters, Hooks
+from pearl.schedule import MAX_LAG, crossed, sync_due
 
-MAX_LAG = 4  # updates the learner may trail the count due (the replay's rate limiter allows for it)
+
+class Threaded:
+    name = "threaded"
+    max_lag = MAX_LAG[name]  # updates the learner may trail the count due (the rate limiter allows for it)
+
+    def run(self, parts, counters: Counters, steps: int, hooks: Hooks) -> None:
+        """Advances `counters` by `steps` env steps with a learner thread (see the module doc)."""
+        _run(parts, counters, steps, hooks, self.max_lag)
 
 
-def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: int = MAX_LAG) -> None:
-    """Advances `agent` by `steps` env steps with a learner thread (see the module doc)."""
-    cfg = agent.config.algo_config
-    actor, replay, learner, plan = agent.actor, agent.replay, agent.learner, agent.plan
-    rng, timer, clock = agent.rng, (agent.task_timer if time_tasks else None), time.perf_counter
-    end = agent.env_steps + steps
+RUNTIME = Threaded()
+
+
+def _run(parts, counters: Counters, steps: int, hooks: Hooks, max_lag: int) -> None:
+    actor, replay, learner, schedule = parts.actor, parts.replay, parts.learner, parts.schedule
+    rng, timer, clock = parts.rng, hooks.timer, time.perf_counter
+    end = counters.env_steps + steps
     n_envs = len(actor.envs)
-    interval = getattr(cfg, "target_update_interval", None)
-    log_every, eval_every = agent.config.log.interval, agent.config.eval.interval
-
-    def due(env_steps: int) -> int:
-        return int(max(0, env_steps - cfg.learning_starts) * cfg.updates_per_step)
+    due = schedule.due
 
     replay_lock = threading.Lock()
     pause = threading.Lock()  # held by the learner around each update; the actor takes it to pause it
     state = threading.Condition()
-    shared = {"env_steps": agent.env_steps, "done": False, "error": None, "weights": None}
+    shared = {"env_steps": counters.env_steps, "done": False, "error": None, "weights": None}
     # target updates owed: (env step at which the interval was crossed) in order
     target_points: list[int] = []
 
     def work_available() -> bool:
-        if agent.updates < due(shared["env_steps"]):
+        if counters.updates < due(shared["env_steps"]):
             return True
-        return bool(target_points) and agent.updates >= due(target_points[0])
+        return bool(target_points) and counters.updates >= due(target_points[0])
 
     def learner_loop() -> None:
         # denormal flushing is per thread (the x86 MXCSR): without it here, Adam's tiny second
@@ -70,7 +75,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
                         state.wait()
                     if not work_available():
                         return
-                    target_due = bool(target_points) and agent.updates >= due(target_points[0])
+                    target_due = bool(target_points) and counters.updates >= due(target_points[0])
                     if target_due:
                         target_points.pop(0)
                 if target_due:
@@ -80,7 +85,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
                 with pause:
                     t0 = clock()
                     with replay_lock:
-                        batch = replay.sample(plan.batch_size, rng)
+                        batch = replay.sample(schedule.batch_size, rng)
                     t1 = clock()
                     loss, abs_td = learner.update(batch)
                     t2 = clock()
@@ -89,11 +94,11 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
                             replay.update_priorities(batch.indices, abs_td)
                     t3 = clock()
                     snapshot = None
-                    if (agent.updates + 1) % plan.sync_interval == 0:
+                    if sync_due(counters.updates + 1, schedule.sync_interval):
                         snapshot = learner.policy_weights().copy()
                 with state:
-                    agent.updates += 1
-                    agent.record_loss(loss)
+                    counters.updates += 1
+                    counters.record_loss(loss)
                     if snapshot is not None:
                         shared["weights"] = snapshot
                     state.notify_all()
@@ -110,7 +115,7 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
     thread = threading.Thread(target=learner_loop, name="pearl-learner", daemon=True)
     thread.start()
     try:
-        while agent.env_steps < end and not agent.stop_requested:
+        while counters.env_steps < end and not counters.stop_requested:
             with state:
                 weights, shared["weights"] = shared["weights"], None
             if weights is not None:
@@ -119,34 +124,34 @@ def run(agent, steps: int, on_progress=None, time_tasks: bool = False, max_lag: 
                 if timer:
                     timer.add("sync_weights", clock() - t0)
             t0 = clock()
-            transitions, finished = actor.step(agent.algo.epsilon(agent.env_steps))
+            transitions, finished = actor.step(parts.algo.epsilon(counters.env_steps))
             t1 = clock()
             if transitions is not None:
                 with replay_lock:
                     replay.add(*transitions)
             t2 = clock()
-            previous = agent.env_steps
-            agent.env_steps += n_envs
-            replay.progress = agent.env_steps
-            agent.record_episodes(finished)
+            previous = counters.env_steps
+            counters.env_steps += n_envs
+            replay.progress = counters.env_steps
+            counters.record_episodes(finished)
             if timer:
                 timer.add("act", t1 - t0)
                 timer.add("insert", t2 - t1)
             with state:
-                shared["env_steps"] = agent.env_steps
-                if interval and agent.env_steps // interval > previous // interval:
-                    target_points.append(agent.env_steps)
+                shared["env_steps"] = counters.env_steps
+                if crossed(previous, counters.env_steps, schedule.target_interval):
+                    target_points.append(counters.env_steps)
                 state.notify_all()
-                while due(agent.env_steps) - agent.updates > max_lag and shared["error"] is None:
+                while due(counters.env_steps) - counters.updates > max_lag and shared["error"] is None:
                     state.wait()
                 if shared["error"] is not None:
                     raise shared["error"]
-            if on_progress is not None:
-                if crossed(previous, agent.env_steps, log_every) or crossed(previous, agent.env_steps, eval_every):
+            if hooks.on_round is not None:
+                if hooks.quiet(previous, counters.env_steps):
                     with pause:  # the learner between updates: consistent weights to log and evaluate
-                        on_progress(agent)
+                        hooks.on_round()
                 else:
-                    on_progress(agent)
+                    hooks.on_round()
     finally:
         with state:
             shared["done"] = True

@@ -17,6 +17,22 @@ MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """One run's schedule: the replay ratio from learning_starts on, the batch, how often weights
+    go to the actors and, for algorithms with one (DQN), the target network's interval in env
+    steps (None: the algorithm moves its targets inside each update, as DDPG, TD3 and SAC do)."""
+
+    learning_starts: int
+    updates_per_step: float
+    batch_size: int
+    sync_interval: int = 1
+    target_interval: int | None = None
+
+    def due(self, env_steps: int) -> int:
+        return updates_due(env_steps, self.learning_starts, self.updates_per_step)
+
+
 def updates_due(env_steps: int, learning_starts: int, updates_per_step: float) -> int:
     """Updates made once `env_steps` env steps were taken: floor((env_steps - learning_starts) x
     updates_per_step), never negative."""
