@@ -6,10 +6,7 @@ runtime advances (pearl/runtime/counters.py); it keeps the run directory.
 """
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,30 +21,9 @@ from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, replanned
-from pearl.runlog import RunLog, plot_learning_curve
-from pearl.runtime.counters import Counters, Hooks
+from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
+from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
 from pearl.schedule import crossed
-
-
-@contextmanager
-def _stop_on_interrupt(counters: Counters):
-    """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
-    checkpoint is consistent), a second one interrupts at once. Only the main thread can take
-    signals; elsewhere Ctrl-C keeps its default behaviour."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if counters.stop_requested:
-            raise KeyboardInterrupt
-        counters.stop_requested = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _counted(name: str) -> property:
@@ -108,15 +84,9 @@ class Agent:
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
         fpga = self.fpga_device()
-        label, extra, fpga_start = None, None, None
-        if fpga is not None and fpga.simulated:
-            fpga_start = fpga.report()  # the device may be shared: report this run's share
-            label = fpga.label
-
-            def extra(c):
-                return {"fpga_simulated_s": None if c is None else round(fpga.simulated_s - fpga_start["simulated_s"], 6)}
+        fpga_start = fpga.report() if fpga is not None and fpga.simulated else None  # this run's share
         log = RunLog(run_path, config.log.interval, counters.env_steps, counters.env_steps + steps, progress,
-                     label=label, extra=extra, resume_after=counters.env_steps if resume else None)
+                     resume_after=counters.env_steps if resume else None, **simulated_columns(fpga, fpga_start))
         eval_every, log_every = config.eval.interval, config.log.interval
         checkpoint_every = config.log.checkpoint_interval if run_path is not None else 0
         last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
@@ -138,7 +108,7 @@ class Agent:
         start_steps, start_updates, started = counters.env_steps, counters.updates, time.perf_counter()
         counters.stop_requested = False
         try:
-            with cpu_kernel_mode(), _stop_on_interrupt(counters):
+            with cpu_kernel_mode(), stop_on_interrupt(counters):
                 runtime.get(self.plan.runtime).run(self.parts, counters, steps, hooks)
         finally:
             log.close()

@@ -136,3 +136,16 @@ def plot_learning_curve(rows: list[dict], path: Path, title: str) -> None:
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(path)
+
+
+def simulated_columns(fpga, start: dict | None) -> dict:
+    """RunLog's label and extra column for a run on a simulated FPGA (`start`: its report at the
+    run's start, the device may be shared), or nothing."""
+    if start is None:
+        return {}
+
+    def extra(counters):
+        return {"fpga_simulated_s": None if counters is None else round(fpga.simulated_s - start["simulated_s"], 6)}
+
+    return {"label": fpga.label, "extra": extra}
+

@@ -18,7 +18,7 @@ from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.kernels.cpu import FusedQLearner
 from pearl.replay import Batch
-from pearl.runtime.learners import FusedCPULearner, TorchLearner, make_learner
+from pearl.runtime.learners import FusedCPULearner, TorchLearner
 
 REL = 1e-5
 
@@ -251,8 +251,8 @@ def _batch(rng, n, obs_dim, n_actions, weighted):
 
 def test_fused_and_torch_learners_agree_and_share_checkpoints():
     cfg = DQNConfig(hidden=[16, 16], lr=3e-3, max_grad_norm=0.5, tau=0.2)
-    fused = make_learner(DQN(4, 2, cfg, total_steps=100, seed=1), "cpu", "auto")
-    torch_learner = make_learner(DQN(4, 2, cfg, total_steps=100, seed=1), "cpu", "torch")
+    fused = FusedCPULearner(DQN(4, 2, cfg, total_steps=100, seed=1))
+    torch_learner = TorchLearner(DQN(4, 2, cfg, total_steps=100, seed=1), "cpu")
     assert isinstance(fused, FusedCPULearner) and isinstance(torch_learner, TorchLearner)
     np.testing.assert_array_equal(fused.policy_weights(), torch_learner.policy_weights())
 
@@ -274,8 +274,8 @@ def test_fused_and_torch_learners_agree_and_share_checkpoints():
     for name in ("online", "target", "exp_avg", "exp_avg_sq"):
         assert_close(fused_state[name], torch_state[name], rel=1e-4, atol=1e-10, what=name)
 
-    fused2 = make_learner(DQN(4, 2, cfg, total_steps=100, seed=99), "cpu", "fused")
-    torch2 = make_learner(DQN(4, 2, cfg, total_steps=100, seed=99), "cpu", "torch")
+    fused2 = FusedCPULearner(DQN(4, 2, cfg, total_steps=100, seed=99))
+    torch2 = TorchLearner(DQN(4, 2, cfg, total_steps=100, seed=99), "cpu")
     fused2.load_state_dict(torch_state)
     torch2.load_state_dict(fused_state)
     np.testing.assert_array_equal(DQN.flat_weights(fused2.algo.online), torch_state["online"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pearl.contracts import Actor as ActorContract, implements
 from pearl.envs import make_env
 from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
@@ -23,6 +24,7 @@ def device_policy(device: str, layout):
     return OpenCLQPolicy(layout, context=opencl_context(int(device.split(":")[1])))
 
 
+@implements(ActorContract)
 class Actor:
     def __init__(self, env_id: str, n_envs: int, seed: int, policy: QPolicy, n_actions: int,
                  n_step: int, gamma: float):

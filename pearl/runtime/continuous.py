@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pearl.contracts import Learner, implements
 from pearl.algos.dqn import DQN
 from pearl.algos.sac import LOG_STD_MAX, LOG_STD_MIN
 from pearl.kernels.cpu import MLPLayout, QPolicy
 from pearl.replay import NStepBuffer
 from pearl.runtime.actor import Actor
-from pearl.runtime.learners import check_cuda, load_optimizer_state, optimizer_state
+from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
 flat_weights, load_flat_weights = DQN.flat_weights, DQN.load_flat_weights  # one flat layout for all
 
@@ -94,6 +95,7 @@ class ContinuousActor(Actor):
         return self.scaler.to_env(actions)
 
 
+@implements(Learner)
 class ContinuousLearner:
     """Runs a DDPG / TD3 / SAC algorithm's PyTorch update on the Plan's learn device.
 
@@ -104,7 +106,6 @@ class ContinuousLearner:
     kernel = "torch"
 
     def __init__(self, algo, device: str):
-        check_cuda(device)
         self.algo = algo
         self.device = torch.device(device)
         for network in algo.networks().values():
@@ -125,6 +126,10 @@ class ContinuousLearner:
                                 self._tensor(batch.discounts))
         self._policy_stale = True
         return loss, None
+
+    def update_target(self) -> None:
+        """Nothing is owed at an interval: the targets move inside `update` (Polyak steps; TD3's
+        every policy_delay-th update)."""
 
     def policy_weights(self) -> np.ndarray:
         if self._policy_stale:

@@ -3,6 +3,9 @@ the per-task timer. The agent owns one Counters across runs (checkpoints save it
 from __future__ import annotations
 
 import math
+import signal
+import threading
+from contextlib import contextmanager
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -83,3 +86,24 @@ class Hooks:
     on_round: Callable[[], None] | None = None
     quiet: Callable[[int, int], bool] = lambda previous, env_steps: False
     timer: TaskTimer | None = None
+
+
+@contextmanager
+def stop_on_interrupt(counters: Counters):
+    """While training: the first Ctrl-C asks the runtime to stop at the end of its round (so the
+    checkpoint is consistent), a second one interrupts at once. Only the main thread can take
+    signals; elsewhere Ctrl-C keeps its default behaviour."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if counters.stop_requested:
+            raise KeyboardInterrupt
+        counters.stop_requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

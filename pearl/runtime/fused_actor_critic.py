@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pearl.contracts import Learner, implements
 from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
 
@@ -83,6 +84,7 @@ class MLPBuffers:
         return None
 
 
+@implements(Learner)
 class FusedActorCriticLearner:
     """DDPG's or TD3's update (pearl/algos/ddpg.py, td3.py) for plain MLPs on the CPU.
 
@@ -184,6 +186,10 @@ class FusedActorCriticLearner:
         self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
         self.flat["actor_target"].data.lerp_(self.flat["actor"].data, cfg.tau)
         return loss
+
+    def update_target(self) -> None:
+        """Nothing is owed at an interval: the targets move inside `update` (Polyak steps; TD3's
+        every policy_delay-th update)."""
 
     def policy_weights(self) -> np.ndarray:
         """The actor's flat weights, without a copy (the actor's policy copies them on sync)."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pearl.errors import ConfigError
+from pearl.contracts import Learner, implements
 from pearl.kernels.cpu import FusedQLearner
 
 
+@implements(Learner)
 class FusedCPULearner:
     kernel = "fused"
 
@@ -51,6 +52,7 @@ class FusedCPULearner:
         self.sync_to_algo()
 
 
+@implements(Learner)
 class TorchLearner:
     kernel = "torch"
 
@@ -129,22 +131,3 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
                 "exp_avg_sq": torch.from_numpy(state["exp_avg_sq"][offset:offset + n].copy()).view_as(p).to(p.device),
             }
             offset += n
-
-
-def check_cuda(device: str) -> None:
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"plan.devices.learn: {device} requested but torch sees no CUDA GPU "
-                          f"(run `pearl devices`)")
-
-
-def make_learner(algo, device: str, kernel: str):
-    """The learner for the Plan's learn device and kernel choice ('auto', 'fused' or 'torch')."""
-    check_cuda(device)
-    fused_ok = device == "cpu" and not algo.config.dueling
-    if kernel == "fused" and not fused_ok:
-        why = "the dueling head" if algo.config.dueling else f"device {device}"
-        raise ConfigError(f"runtime.learner_kernel: the fused kernel runs plain MLPs on the cpu, "
-                          f"not {why}; use 'torch' or 'auto'")
-    if kernel == "fused" or (kernel == "auto" and fused_ok):
-        return FusedCPULearner(algo)
-    return TorchLearner(algo, device)

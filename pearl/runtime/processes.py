@@ -43,6 +43,7 @@ from typing import Callable
 
 import numpy as np
 
+from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
@@ -277,6 +278,7 @@ class Prefetcher:
         self.thread.join()
 
 
+@implements(Runtime)
 class Processes:
     name = "processes"
     max_lag = MAX_LAG[name]  # summed over the actors' allowances

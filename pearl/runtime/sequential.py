@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from pearl.contracts import Runtime, implements
 from pearl.runtime.counters import Counters, Hooks
 from pearl.schedule import MAX_LAG, crossed, sync_due
 
@@ -31,6 +32,7 @@ def learn_one(replay, learner, batch_size: int, rng, timer) -> float:
     return loss
 
 
+@implements(Runtime)
 class Sequential:
     name = "sequential"
     max_lag = MAX_LAG[name]

@@ -28,11 +28,13 @@ from __future__ import annotations
 import threading
 import time
 
+from pearl.contracts import Runtime, implements
 from pearl.kernels.cpu import flush_denormals
 from pearl.runtime.counters import Counters, Hooks
 from pearl.schedule import MAX_LAG, crossed, sync_due
 
 
+@implements(Runtime)
 class Threaded:
     name = "threaded"
     max_lag = MAX_LAG[name]  # updates the learner may trail the count due (the rate limiter allows for it)
