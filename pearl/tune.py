@@ -21,7 +21,7 @@ import yaml
 
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.schedule import rate_limit
+from pearl.schedule import rate_limit, updates_due
 
 SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
 # the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
@@ -93,8 +93,9 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
 
     The limiter is the one the builder gives the run (pearl.schedule.rate_limit, no copy of its
     formula here), driven with the sequential loop's counts: each act round inserts
-    E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
-    add flushed transitions, so this is the worst case), then takes the updates due; a round of
+    E transitions once the n-step buffers are full (rounds n_step-1 onwards), and must also have
+    room for a round in which every env's episode ends (E x n_step transitions), then takes the
+    updates due; a round of
     a processes plan is every actor's (actors x E transitions). A plan the
     runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
     with many envs per actor, before the limiter allowed for the n-step lag)."""
@@ -109,12 +110,12 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     env_steps = updates = 0
     for round_ in range(algo.learning_starts // per_round + extra_rounds):
         if round_ >= algo.n_step - 1:
-            if not limiter.can_insert(per_round):
+            # a round where every env ends its episode flushes its pending n-step transitions too
+            if not (limiter.can_insert(per_round) and limiter.can_insert(per_round * algo.n_step)):
                 return False
             limiter.record_insert(per_round)
         env_steps += per_round
-        due = int(max(0, env_steps - algo.learning_starts) * algo.updates_per_step) - updates
-        for _ in range(due):
+        for _ in range(updates_due(env_steps, algo.learning_starts, algo.updates_per_step) - updates):
             if not limiter.can_sample(cand.batch):
                 return False
             limiter.record_sample(cand.batch)

@@ -158,3 +158,13 @@ def _instance_attributes(cls) -> set[str]:
             except (OSError, TypeError):
                 pass
     return names
+
+
+@pytest.mark.parametrize("name", RUNTIMES)
+def test_runtime_has_rate_limiter_room_for_n_step_flushes_of_every_env(name):
+    """n_step 3 at 1 update per env step with 8 envs: when every env ends its episode in the same
+    round, the round inserts up to envs x n_step transitions; the limiter leaves room for it."""
+    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime=name, envs_per_actor=8),
+                      **{**FAST, "updates_per_step": 1.0, "n_step": 3, "batch_size": 32})
+    agent.train(3000)
+    assert agent.updates == agent.parts.schedule.due(agent.env_steps)
