@@ -32,7 +32,7 @@ class Plan:
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
     replay: Literal["uniform", "prioritized", "amper"] | None = None  # None: the config's replay.kind
-    # a module of pearl/runtime (pearl.runtime.RUNTIMES): sequential, threaded, processes
+    # a module of pearl/runtime (pearl.schedule.RUNTIMES): sequential, threaded, processes
     runtime: str = "sequential"
     # processes runtime: sample the next batch and apply the previous batch's priority update on a
     # second thread while the learner learns (the priorities a batch is drawn with lag one update)
@@ -41,7 +41,7 @@ class Plan:
 
     def check(self) -> None:
         from pearl.kernels.registry import parse_device
-        from pearl.runtime import RUNTIMES
+        from pearl.schedule import RUNTIMES
 
         if not isinstance(self.devices, dict):
             raise ConfigError("plan.devices: expected a mapping of task name to device")

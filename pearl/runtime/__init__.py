@@ -5,9 +5,7 @@ thread beside the actor, `processes` runs actor processes beside the learner. Th
 keeps, its lag bound and its model for the estimator are pearl.schedule's."""
 from importlib import import_module
 
-from pearl.schedule import MAX_LAG
-
-RUNTIMES = tuple(MAX_LAG)  # a runtime has a lag bound (and a schedule model) in pearl.schedule
+from pearl.schedule import RUNTIMES  # noqa: F401  (a runtime has its lag bound and model there)
 
 
 def get(name: str):

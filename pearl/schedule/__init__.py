@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Updates a parallel runtime's learner may trail the count due (its lag bound), by runtime.
+# Updates a parallel runtime's learner may trail the count due (its lag bound), by runtime: a
+# runtime (a module of pearl/runtime) has its lag bound here and its schedule model in .models.
 MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
+RUNTIMES = tuple(MAX_LAG)
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
 
 
