@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from pearl.errors import PearlError, TrainingDiverged
+from pearl.schedule import RUNTIMES
 
 EXIT_USAGE = 2
 
@@ -37,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--replay", help="replay kind: uniform, prioritized or amper (approximate PER)")
     train.add_argument("--learner-kernel", help="auto, fused (numpy, cpu) or torch")
     train.add_argument("--plan", help="a Plan YAML (task -> device, actors, batch sizes)")
-    train.add_argument("--runtime", choices=["sequential", "threaded", "processes"],
+    train.add_argument("--runtime", choices=RUNTIMES,
                        help="override the plan's runtime (processes: actor processes beside the learner)")
     train.add_argument("--actors", type=int, help="actor processes (with --runtime processes)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "
