@@ -26,13 +26,10 @@ from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
 from pearl.schedule import crossed
 
 
-def _counted(name: str) -> property:
-    return property(lambda self: getattr(self.counters, name),
-                    lambda self, value: setattr(self.counters, name, value))
-
-
-def _part(name: str) -> property:
-    return property(lambda self: getattr(self.parts, name))
+def _delegated(holder: str, name: str) -> property:
+    """agent.`name` is agent.`holder`.`name` (a part, or a counter), read and written there."""
+    return property(lambda self: getattr(getattr(self, holder), name),
+                    lambda self, value: setattr(getattr(self, holder), name, value))
 
 
 class Agent:
@@ -45,12 +42,17 @@ class Agent:
         self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
         self.counters = Counters()
 
-    config, plan, algo, learner, replay, policy, rng, actor = map(
-        _part, ("config", "plan", "algo", "learner", "replay", "policy", "rng", "actor"))
-    env_steps, updates, episodes, stop_requested, task_timer, recent_returns = map(
-        _counted, ("env_steps", "updates", "episodes", "stop_requested", "task_timer", "recent_returns"))
-    actor_processes, actor_restarts, actor_lead = map(
-        _counted, ("actor_processes", "actor_restarts", "actor_lead"))
+    config, plan, algo, learner, replay, policy, rng = (
+        _delegated("parts", name) for name in ("config", "plan", "algo", "learner", "replay", "policy", "rng"))
+    env_steps, updates, episodes, stop_requested, task_timer, recent_returns = (
+        _delegated("counters", name) for name in ("env_steps", "updates", "episodes", "stop_requested",
+                                                  "task_timer", "recent_returns"))
+    actor_processes, actor_restarts, actor_lead = (
+        _delegated("counters", name) for name in ("actor_processes", "actor_restarts", "actor_lead"))
+
+    @property
+    def actor(self):
+        return self.parts.actor
 
     def transition_fields(self) -> dict:
         return self.parts.transition_fields
