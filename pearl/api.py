@@ -54,15 +54,6 @@ class Agent:
     def actor(self):
         return self.parts.actor
 
-    def transition_fields(self) -> dict:
-        return self.parts.transition_fields
-
-    def fpga_device(self):
-        return self.parts.fpga_device()
-
-    def mean_return(self) -> float | None:
-        return self.counters.mean_return()
-
     # -- the user's verbs ----------------------------------------------------------------------
     def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
               time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
@@ -85,7 +76,7 @@ class Agent:
             run_path.mkdir(parents=True, exist_ok=True)
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
-        fpga = self.fpga_device()
+        fpga = self.parts.fpga_device()
         fpga_start = fpga.report() if fpga is not None and fpga.simulated else None  # this run's share
         log = RunLog(run_path, config.log.interval, counters.env_steps, counters.env_steps + steps, progress,
                      resume_after=counters.env_steps if resume else None, **simulated_columns(fpga, fpga_start))

@@ -221,7 +221,7 @@ def _train(args) -> int:
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
           f"replay {config.replay.kind}, {agent.plan.runtime} runtime{actors} -> {run_dir}", file=sys.stderr)
-    fpga = agent.fpga_device()
+    fpga = agent.parts.fpga_device()
     if fpga is not None:
         print(f"pearl train: replay sum tree on {agent.plan.device_of('sample')}: "
               f"{getattr(fpga, 'description', fpga.label)}"
@@ -250,7 +250,7 @@ def _resume(args) -> int:
     print(f"pearl train: resuming {config.algo} on {config.env} at step {agent.env_steps:,} of "
           f"{config.total_steps:,} ({agent.updates:,} updates) in {run_dir}", file=sys.stderr)
     summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True, resume=True)
-    return _report(agent, summary, run_dir, agent.fpga_device())
+    return _report(agent, summary, run_dir, agent.parts.fpga_device())
 
 
 def _report(agent, summary: dict, run_dir: Path, fpga) -> int:

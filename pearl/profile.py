@@ -347,7 +347,7 @@ def _ring_write_us(config, envs, rounds: int = 2000) -> dict:
     from pearl.api import make_agent
     from pearl.runtime.shared import ActorChannel
 
-    fields = make_agent(config).transition_fields()
+    fields = make_agent(config).parts.transition_fields
     out = {}
     for e in envs:
         transitions = [np.zeros((e, *shape), dtype=dtype) for dtype, shape in fields.values()]

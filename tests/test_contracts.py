@@ -60,7 +60,7 @@ def tiny_agent(algo, env, kernel):
 
 def random_batch(agent, seed: int) -> Batch:
     rng = np.random.default_rng(seed)
-    fields = agent.transition_fields()
+    fields = agent.parts.transition_fields
     arrays = {}
     for name, (dtype, shape) in fields.items():
         if name == "actions" and dtype == np.int64:

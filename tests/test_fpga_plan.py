@@ -52,7 +52,7 @@ def test_fpga_tree_trains_exactly_like_the_reference_tree():
     from pearl.kernels.fpga import FPGASumTree, SimDevice
 
     agent = pearl.DQN("CartPole-v1", plan=fpga_plan(), **SHORT)
-    assert type(agent.replay.tree).__name__ == "FPGASumTree" and agent.fpga_device().simulated
+    assert type(agent.replay.tree).__name__ == "FPGASumTree" and agent.parts.fpga_device().simulated
     agent.replay.tree = FPGASumTree(agent.config.replay.capacity, 16, device=SimDevice(), dtype=np.float64)
     config = pearl.config.apply_overrides(agent.config, {"replay.backend": "numpy"})
     reference = pearl.DQN(config=config)
