@@ -12,13 +12,14 @@ from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
 
-def opencl_policy(layout, index: int):
-    """The actor's Q-network on OpenCL device `index` (a plan's `act: opencl:N`): QPolicy's
-    interface, batched inference in one launch per layer."""
-    from pearl.devices import opencl_context
-    from pearl.kernels.opencl import OpenCLQPolicy
+def device_policy(layout, device: str):
+    """The actor's Q-network on `device` (a plan's `act` device): the backend's act kernel with
+    QPolicy's interface (opencl:N: batched inference in one launch per layer). Module-level, so
+    an actor process's recipe can carry it pickled."""
+    from pearl.kernels.registry import backend, parse_device
 
-    return OpenCLQPolicy(layout, context=opencl_context(index))
+    where = parse_device(device, "plan.devices.act")
+    return backend(where.kind).policy(where, layout)
 
 
 class Actor:
