@@ -61,18 +61,9 @@ class Plan:
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")
-        fpgas = sorted({d for d in self.devices.values() if d.split(":")[0] == "fpga"})
-        if fpgas:
-            from pearl.platforms import load_platform
+        from pearl.placement import check_platform_devices
 
-            try:
-                profile = load_platform(self.platform or "alveo_u250")
-            except ConfigError as err:
-                raise ConfigError(f"plan.platform: {err}") from None
-            for device in fpgas:
-                if device not in {d.id for d in profile.devices}:
-                    raise ConfigError(f"plan.devices: {device} is not a device of platform {profile.name} "
-                                      f"(it has {', '.join(d.id for d in profile.devices)})")
+        check_platform_devices(self.devices, self.platform)
 
     def device_of(self, task: str) -> str:
         return self.devices.get(task, "cpu")
