@@ -26,7 +26,7 @@ from pearl.kernels.cpu import MLPLayout, QPolicy, cpu_kernel_mode
 from pearl.plan import Plan, reconcile, replanned
 from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
-from pearl.runtime.actor import Actor, opencl_policy
+from pearl.runtime.actor import Actor, device_policy
 from pearl.runtime.learners import make_learner
 from pearl.runtime import crossed, processes, threaded
 from pearl.runtime.processes import ActorRecipe
@@ -112,57 +112,15 @@ class Agent:
         self.actor_restarts = self.actor_lead = 0  # of the last processes run
 
     def _set_plan(self, plan: Plan | None) -> tuple[str, str]:
-        """Takes `plan` (default: the config's) after checking what the runtime can run of it;
-        returns (replay device, learn device)."""
+        """Takes `plan` (default: the config's) after checking what the runtime can run of it
+        (pearl/placement.py); returns (replay device, learn device)."""
+        from pearl.estimator.workload import workload_from_config
+        from pearl.placement import check_placement, replay_device
+
         self.config, self.plan = reconcile(self.config, plan)
-        act = self.plan.device_of("act")
-        if act != "cpu":
-            if not (act.startswith("opencl:") and self.config.algo == "dqn"):
-                raise ConfigError(f"plan.devices.act: {act} has no act kernel for {self.config.algo} "
-                                  f"(act runs on cpu, or opencl:N for DQN)")
-            from pearl.devices import opencl_context
-
-            opencl_context(int(act.split(":")[1]))  # a missing device fails here, not in an actor
-        replay_device = self._replay_device()
-        learn_device = self.plan.device_of("learn")
-        if learn_device.split(":")[0] not in ("cpu", "cuda"):
-            raise ConfigError(f"plan.devices.learn: {learn_device} has no learner for {self.config.algo} "
-                              f"(learn runs on cpu or cuda)")
-        return replay_device, learn_device
-
-    def _replay_device(self) -> str:
-        """Where the priority structure lives: the plan's `sample` device. The tree is one object,
-        so `insert` and `update_priorities` must name the same device."""
-        devices = self.plan.devices
-        for task in ("insert", "sample", "update_priorities"):
-            device = devices[task]
-            if device == "cpu":
-                continue
-            kind = self.config.replay.kind
-            whole_table_on_gpu = device.startswith("cuda") and kind in ("uniform", "prioritized")
-            if not (whole_table_on_gpu or (device.startswith(("opencl", "fpga"))
-                                                            and kind == "prioritized")):
-                raise ConfigError(f"plan.devices.{task}: {device} has no {task} kernel for "
-                                  f"{kind} replay (prioritized replay runs on cpu, opencl:N, fpga:N "
-                                  f"or cuda:N, uniform replay on cpu or cuda:N)")
-        sample = devices["sample"]
-        for task in ("insert", "update_priorities"):
-            if devices[task] != sample:
-                raise ConfigError(f"plan.devices.{task}: must be the sample device ({sample}), "
-                                  f"where the priority tree lives; got {devices[task]}")
-        if sample.startswith("cuda"):
-            if self.config.algo != "dqn":  # the continuous learners read numpy batches
-                raise ConfigError(f"plan.devices.sample: a replay table on {sample} feeds the DQN learner "
-                                  f"only; {self.config.algo} keeps its replay on the cpu")
-            if not torch.cuda.is_available():
-                raise ConfigError(f"plan.devices.sample: {sample} requested but torch sees no CUDA GPU "
-                                  f"(run `pearl devices`)")
-            if devices["learn"] != sample:  # the batch is a set of tensors on that GPU
-                raise ConfigError(f"plan.devices.learn: a replay on {sample} feeds a learner on the "
-                                  f"same device; got {devices['learn']}")
-        if sample.startswith("fpga") and self.plan.platform:
-            return f"{sample}@{self.plan.platform}"  # the sampler's backend name carries the profile
-        return sample
+        check_placement(self.plan.devices, workload_from_config(self.config), self.plan.learner_kernel,
+                        self.plan.platform)
+        return replay_device(self.plan.devices, self.plan.platform), self.plan.device_of("learn")
 
     @property
     def actor(self) -> Actor:
@@ -383,10 +341,7 @@ class DQN(Agent):
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
         self.policy = QPolicy(layout)
         self.policy.load(self.learner.policy_weights())
-        replay_config = config.replay
-        if replay_device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
-            replay_config = dataclasses.replace(replay_config, backend=replay_device)
-        self.replay = make_replay(replay_config, self.obs_dim, total_steps=config.total_steps,
+        self.replay = make_replay(config.replay, self.obs_dim, total_steps=config.total_steps,
                                   rate_limiter=self._rate_limiter(), device=replay_device)
         self._start_counters()
 
@@ -397,7 +352,7 @@ class DQN(Agent):
         cfg = self.config
         act = self.plan.device_of("act")
         policy = (functools.partial(QPolicy, self.policy.layout) if act == "cpu" else
-                  functools.partial(opencl_policy, self.policy.layout, int(act.split(":")[1])))
+                  functools.partial(device_policy, self.policy.layout, act))
         return ActorRecipe(Actor, policy,
                            dict(env_id=cfg.env, n_envs=self.plan.envs_per_actor, n_actions=self.n_actions,
                                 n_step=cfg.dqn.n_step, gamma=cfg.dqn.gamma))
