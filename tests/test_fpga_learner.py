@@ -64,15 +64,14 @@ def test_replay_and_learner_on_the_simulated_fpga_learn_cartpole():
     """configs/cartpole_dqn.yaml, prioritized replay on fpga:0 and the learn task on the FPGA
     learner, both on one simulated U250."""
     from pearl.config import default_config_path, load_config
-    from pearl.kernels.fpga import open_device
-    from pearl.kernels.fpga.learner import FPGALearner
+    from pearl.kernels.registry import backend, parse_device
 
     config = pearl.config.apply_overrides(load_config(default_config_path()), {"replay.kind": "prioritized"})
     plan = pearl.Plan(devices={**pearl.Plan().devices, "sample": "fpga:0", "insert": "fpga:0",
                                "update_priorities": "fpga:0"})
     agent = pearl.DQN(config=config, plan=plan)
-    device = open_device(load_platform("alveo_u250"))
-    agent.learner = FPGALearner(agent.algo, device, agent.plan.batch_size)
+    agent.learner = backend("fpga").learner(parse_device("fpga:0"), agent.algo, agent.plan.batch_size,
+                                            load_platform("alveo_u250"))
     summary = agent.train()
     assert summary["fpga"]["simulated"] is True
     assert set(summary["fpga"]["kernel_calls"]) == {"pearl_sumtree", "pearl_mlp_forward", "pearl_mlp_train_step"}

@@ -1,7 +1,8 @@
 """The fpga backend: boards named by a platform profile (plans say fpga:N of `plan.platform`,
 default alveo_u250 or PEARL_FPGA_PLATFORM), run on the board when this machine has it and its
 bitstream, else simulated (C-simulated HLS kernels + cycle model, always labelled). Prioritized
-replay's sum tree today; the MLP kernels (mlp.py, learner.py) are not yet wired into the runtime.
+replay's sum tree; a DQN learner (learner.py) that the placement rule does not offer yet: the
+runtime does not drive it.
 The estimator costs it with the HLS cycle model (estimator/fpga.py). Importing this module
 compiles nothing and imports neither pynq nor pyxrt."""
 from __future__ import annotations
@@ -44,6 +45,12 @@ class FPGABackend(Backend):
         from pearl.kernels.fpga import FPGASumTree, open_device
 
         return FPGASumTree(capacity, fanout, device=open_device(platform, device.index))
+
+    def learner(self, device, algo, batch_size: int, platform=None):
+        from pearl.kernels.fpga import open_device
+        from pearl.kernels.fpga.learner import FPGALearner
+
+        return FPGALearner(algo, open_device(platform, device.index), batch_size)
 
 
 register(FPGABackend())
