@@ -8,18 +8,26 @@
 - `FPGASumTree`: the prioritized-replay sum tree (the interface of kernels/cpu/sumtree.py) on
   any of them; `open_device` picks a real board when one is there, else the simulation.
 
-Importing this package imports neither pynq nor pyxrt.
+Importing this package imports neither pynq nor pyxrt, nor numpy and the C-simulation driver
+(the registry imports `backend.py` below it on every run): those names load on first use.
 """
 from __future__ import annotations
 
 import os
+from importlib import import_module
 
 from pearl.errors import ConfigError
-from pearl.kernels.fpga.build import CompilerMissing, available  # noqa: F401
-from pearl.kernels.fpga.driver import FPGADevice, SimDevice  # noqa: F401
-from pearl.kernels.fpga.sumtree import FPGASumTree  # noqa: F401
 
+_EXPORTS = {"CompilerMissing": "pearl.kernels.fpga.build", "available": "pearl.kernels.fpga.build",
+            "FPGADevice": "pearl.kernels.fpga.driver", "SimDevice": "pearl.kernels.fpga.driver",
+            "FPGASumTree": "pearl.kernels.fpga.sumtree"}
 _DEVICES: dict = {}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pearl.kernels.fpga' has no attribute {name!r}")
 
 
 def _real_device(profile, index: int):
@@ -51,7 +59,7 @@ def _real_device(profile, index: int):
     return device
 
 
-def open_device(platform, index: int = 0, simulate: bool | None = None) -> FPGADevice:
+def open_device(platform, index: int = 0, simulate: bool | None = None):
     """fpga:`index` of `platform` (a loaded platforms/ profile: the caller reads the YAML, the
     kernels do not): the real board when this machine has one (and PEARL_FPGA_SIMULATE is not 1),
     else its simulation. One device object per (profile, index) per process, so every kernel on
@@ -65,6 +73,8 @@ def open_device(platform, index: int = 0, simulate: bool | None = None) -> FPGAD
         simulate = os.environ.get("PEARL_FPGA_SIMULATE") == "1"
     device = None if simulate else _real_device(profile, index)
     if device is None:
+        from pearl.kernels.fpga.driver import SimDevice
+
         device = SimDevice(platform, device_id)
     _DEVICES[key] = device
     return device
