@@ -104,6 +104,13 @@ class Backend(ABC):
                 return table[key]
         return 1
 
+    def draft(self, device: dict, host: dict) -> tuple[list[str], list[str]]:
+        """`pearl devices --write`: the platform-YAML lines of a device `detect` found (its entry
+        under devices:, its link to the host under links:), figures not found on the machine
+        marked "assumed (draft)". `host`: the drafted cpu's cores and peak_gflops. None by default
+        (the device is then left out of the draft)."""
+        return [], []
+
     def _none(self, device, what: str):
         raise ConfigError(f"{device}: the {self.kind} backend has no {what}")
 

@@ -90,30 +90,11 @@ def draft_profile(path: str, name: str | None = None) -> str:
         f"    power_w: {{idle: {2.0 * cpu['cores']:.1f}, tdp: {6.0 * cpu['cores']:.1f}}}   # assumed (draft): 2 W / 6 W per core",
     ]
     links = []
-    for gpu in cuda_devices():
-        lines += [f"  - id: {gpu['id']}", "    kind: cuda", f"    name: {gpu['name']!r}",
-                  f"    sms: {gpu['sms']}                  # torch.cuda.get_device_properties",
-                  f"    memory_gib: {gpu['memory_gib']}          # torch.cuda.get_device_properties",
-                  f"    peak_gflops: {gpu['sms'] * 128 * 2 * 1.5:.0f}      # assumed (draft): SMs x 128 lanes x 2 x 1.5 GHz",
-                  "    memory_bandwidth_gb_s: 1000  # assumed (draft)",
-                  "    launch_us: 8.0              # assumed (draft): one torch op launch",
-                  "    power_w: {idle: 40, tdp: 300}   # assumed (draft)"]
-        links += [f"  - between: [cpu, {gpu['id']}]", "    kind: pcie",
-                  "    bandwidth_gb_s: 12.0        # assumed (draft)", "    latency_us: 10.0            # assumed (draft)"]
-    for ocl in opencl_devices():
-        on_host = "pocl" in ocl["platform"].lower() or "portable computing" in ocl["platform"].lower()
-        lines += [f"  - id: {ocl['id']}", "    kind: opencl", f"    name: {ocl['name']!r}",
-                  f"    compute_units: {ocl['compute_units']}        # pyopencl max_compute_units"]
-        if on_host:
-            lines += ["    host: cpu                   # an OpenCL device on the host CPU: its power is the cpu's",
-                      f"    peak_gflops: {peak}         # the host's cores", "    memory_bandwidth_gb_s: "
-                      f"{10.0 * cpu['cores']:.1f}   # assumed (draft): as the cpu"]
-        else:
-            lines += ["    peak_gflops: 1000           # assumed (draft)", "    memory_bandwidth_gb_s: 100  # assumed (draft)",
-                      "    power_w: {idle: 10, tdp: 100}   # assumed (draft)"]
-        lines += ["    launch_us: 15.0             # assumed (draft): one enqueue + finish"]
-        links += [f"  - between: [cpu, {ocl['id']}]", "    kind: " + ("host-memory" if on_host else "pcie"),
-                  "    bandwidth_gb_s: 10.0        # assumed (draft)", "    latency_us: 5.0             # assumed (draft)"]
+    for b in backends():  # the host is drafted above; every other detected device by its backend
+        for device in b.detect() if b.kind != "cpu" else ():
+            entry, link = b.draft(device, {"cores": cpu["cores"], "peak_gflops": peak})
+            lines += entry
+            links += link
     text = "\n".join(lines + (["links:"] + links if links else [])) + "\n"
     import tempfile
 

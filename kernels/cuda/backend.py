@@ -56,6 +56,18 @@ class CUDABackend(Backend):
     def learner_kernels(self, workload) -> tuple[str, ...]:
         return ("torch",)
 
+    def draft(self, device: dict, host: dict) -> tuple[list[str], list[str]]:
+        entry = [f"  - id: {device['id']}", "    kind: cuda", f"    name: {device['name']!r}",
+                 f"    sms: {device['sms']}                  # torch.cuda.get_device_properties",
+                 f"    memory_gib: {device['memory_gib']}          # torch.cuda.get_device_properties",
+                 f"    peak_gflops: {device['sms'] * 128 * 2 * 1.5:.0f}      # assumed (draft): SMs x 128 lanes x 2 x 1.5 GHz",
+                 "    memory_bandwidth_gb_s: 1000  # assumed (draft)",
+                 "    launch_us: 8.0              # assumed (draft): one torch op launch",
+                 "    power_w: {idle: 40, tdp: 300}   # assumed (draft)"]
+        link = [f"  - between: [cpu, {device['id']}]", "    kind: pcie",
+                "    bandwidth_gb_s: 12.0        # assumed (draft)", "    latency_us: 10.0            # assumed (draft)"]
+        return entry, link
+
     # `device`: a DeviceId (cuda:N) or a torch device string ("cpu": the same kernels on CPU
     # tensors, how they are tested without a GPU)
     def sum_tree(self, device, capacity: int, fanout: int, platform=None):

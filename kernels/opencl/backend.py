@@ -55,6 +55,22 @@ class OpenCLBackend(Backend):
         if device.index >= count:
             raise ConfigError(f"{field}: {device}: no such OpenCL device ({count} found; see `pearl devices`)")
 
+    def draft(self, device: dict, host: dict) -> tuple[list[str], list[str]]:
+        on_host = "pocl" in device["platform"].lower() or "portable computing" in device["platform"].lower()
+        entry = [f"  - id: {device['id']}", "    kind: opencl", f"    name: {device['name']!r}",
+                 f"    compute_units: {device['compute_units']}        # pyopencl max_compute_units"]
+        if on_host:
+            entry += ["    host: cpu                   # an OpenCL device on the host CPU: its power is the cpu's",
+                      f"    peak_gflops: {host['peak_gflops']}         # the host's cores", "    memory_bandwidth_gb_s: "
+                      f"{10.0 * host['cores']:.1f}   # assumed (draft): as the cpu"]
+        else:
+            entry += ["    peak_gflops: 1000           # assumed (draft)", "    memory_bandwidth_gb_s: 100  # assumed (draft)",
+                      "    power_w: {idle: 10, tdp: 100}   # assumed (draft)"]
+        entry += ["    launch_us: 15.0             # assumed (draft): one enqueue + finish"]
+        link = [f"  - between: [cpu, {device['id']}]", "    kind: " + ("host-memory" if on_host else "pcie"),
+                "    bandwidth_gb_s: 10.0        # assumed (draft)", "    latency_us: 5.0             # assumed (draft)"]
+        return entry, link
+
     def can_run(self, task: str, workload) -> str | None:
         if task in REPLAY_TASKS:
             if workload.replay_kind != "prioritized":
