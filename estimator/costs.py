@@ -5,15 +5,15 @@
   this (replay kind, device, learner kernel) at this envs / batch size — or at neighbouring sizes,
   between which it interpolates linearly (and extrapolates from the two nearest). A measured call
   already includes the copies the runtime makes inside it, so the model adds no transfer for it.
-- simulated (a backend whose cost_source is "simulated", fpga:N): `estimator.fpga.task_cost`, the HLS cycle model + the profile's link
-  (launch, transfers included). No FPGA produced these figures.
+- simulated (a backend whose `cost_source` is "simulated": fpga:N): `estimator.fpga.task_cost`,
+  the HLS cycle model + the profile's link (launch, transfers included). No FPGA produced these
+  figures.
 - analytic (anything else): a roofline — max(FLOPs / peak, bytes / bandwidth) — plus a fixed
   cost per call: on a cpu the interpreter's `call_overhead_us` per Python-level kernel call, on
   a device its `launch_us` per kernel launch. The call counts are each backend's
   (pearl.kernels.registry Backend.calls: this runtime's, read off its code; why: with 4-64-64-2
   networks every task is overhead-bound, so the counts matter more than the FLOPs). Env steps are
-  not FLOPs: an analytic act costs
-  REFERENCE_ENV_STEP_US per env step, scaled by the host's clock.
+  not FLOPs: an analytic act costs REFERENCE_ENV_STEP_US per env step, scaled by the host's clock.
 """
 from __future__ import annotations
 
