@@ -5,20 +5,22 @@
   this (replay kind, device, learner kernel) at this envs / batch size — or at neighbouring sizes,
   between which it interpolates linearly (and extrapolates from the two nearest). A measured call
   already includes the copies the runtime makes inside it, so the model adds no transfer for it.
-- simulated (fpga:N): `estimator.fpga.task_cost`, the HLS cycle model + the profile's link
-  (launch, transfers included). No FPGA produced these figures.
+- simulated (a backend whose `cost_source` is "simulated": fpga:N): `estimator.fpga.task_cost`,
+  the HLS cycle model + the profile's link (launch, transfers included). No FPGA produced these
+  figures.
 - analytic (anything else): a roofline — max(FLOPs / peak, bytes / bandwidth) — plus a fixed
   cost per call: on a cpu the interpreter's `call_overhead_us` per Python-level kernel call, on
-  cuda / opencl the device's `launch_us` per kernel launch. The call counts below are this
-  runtime's, read off its code (why: with 4-64-64-2 networks every task is overhead-bound, so the
-  counts matter more than the FLOPs). Env steps are not FLOPs: an analytic act costs
-  REFERENCE_ENV_STEP_US per env step, scaled by the host's clock.
+  a device its `launch_us` per kernel launch. The call counts are each backend's
+  (pearl.kernels.registry Backend.calls: this runtime's, read off its code; why: with 4-64-64-2
+  networks every task is overhead-bound, so the counts matter more than the FLOPs). Env steps are
+  not FLOPs: an analytic act costs REFERENCE_ENV_STEP_US per env step, scaled by the host's clock.
 """
 from __future__ import annotations
 
 import bisect
 
 from pearl.estimator.signatures import Cost, sum_tree_cost
+from pearl.kernels.registry import backend
 
 # CartPole-v1's step + the actor's per-env bookkeeping, measured by `pearl profile` on the 2.6 GHz
 # CI machine (act at 16 envs / 16); an analytic act scales it by clock. Other envs cost more:
@@ -26,29 +28,6 @@ from pearl.estimator.signatures import Cost, sum_tree_cost
 REFERENCE_ENV_STEP_US = 9.0
 REFERENCE_CLOCK_MHZ = 2600.0
 
-# Python-level kernel calls (cpu) or device kernel launches (cuda, opencl) per task call.
-CALLS = {
-    ("cpu", "act"): 4, ("cpu", "insert"): 4, ("cpu", "sample"): 4, ("cpu", "update_priorities"): 3,
-    ("cpu", "learn", "fused"): 20, ("cpu", "learn", "torch"): 150, ("cpu", "sync_weights"): 1,
-    ("cuda", "act"): 8, ("cuda", "insert"): 6, ("cuda", "sample"): 12, ("cuda", "update_priorities"): 10,
-    ("cuda", "learn", "torch"): 70, ("cuda", "sync_weights"): 2,
-    ("opencl", "act"): 3, ("opencl", "insert"): 2, ("opencl", "sample"): 3, ("opencl", "update_priorities"): 2,
-}
-# The continuous algorithms' own counts where they differ (algorithm first in the key): a fused
-# update is two MLP forwards and backwards per network on preallocated buffers, two Adam steps and
-# the target lerps (pearl/runtime/fused_actor_critic.py; TD3's actor half every other update);
-# autograd's update is several hundred ops (SAC's sampling and log-prob more); acting adds the
-# policy's head and the action scaling. Counted as call-equivalents of `call_overhead_us` from
-# timing 16x16 networks at batch 8 on the 2-core machine (all overhead), and rough: `pearl
-# profile` replaces them with the real figures.
-ALGO_CALLS = {
-    ("ddpg", "cpu", "act"): 6, ("td3", "cpu", "act"): 6, ("sac", "cpu", "act"): 6,
-    ("ddpg", "cpu", "learn", "fused"): 100, ("td3", "cpu", "learn", "fused"): 90,
-    ("ddpg", "cpu", "learn", "torch"): 300, ("td3", "cpu", "learn", "torch"): 200,
-    ("sac", "cpu", "learn", "torch"): 500,
-    ("ddpg", "cuda", "learn", "torch"): 120, ("td3", "cuda", "learn", "torch"): 100,
-    ("sac", "cuda", "learn", "torch"): 200,
-}
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
@@ -105,7 +84,7 @@ class Costs:
         if seconds is not None:
             return seconds, "measured"
         device = self.platform.device(cand.device_of(task))
-        if device.kind == "fpga":
+        if backend(device.kind).cost_source == "simulated":
             from pearl.estimator.fpga import task_cost
 
             w = self.workload
@@ -122,7 +101,7 @@ class Costs:
         device = self.platform.device(cand.device_of(task))
         if source == "measured" or device.kind == "cpu":
             return seconds
-        if device.kind == "fpga":
+        if source == "simulated":
             from pearl.estimator.fpga import task_cost
 
             w = self.workload
@@ -148,20 +127,10 @@ class Costs:
             return w.learn_cost(cand.batch, cand.learner_kernel)
         return Cost(bytes=2 * w.n_params * 4)  # sync_weights: read + write the flat vector
 
-    def calls(self, kind: str, task: str, kernel: str) -> int:
-        """Python-level calls (cpu) or launches (cuda, opencl) of one call of `task`: the
-        algorithm's own count for this kernel or task if it has one, else the table's."""
-        algo = self.workload.algo
-        for table, key in ((ALGO_CALLS, (algo, kind, task, kernel)), (ALGO_CALLS, (algo, kind, task)),
-                           (CALLS, (kind, task, kernel)), (CALLS, (kind, task))):
-            if key in table:
-                return table[key]
-        return 1
-
     def analytic_seconds(self, task: str, cand, device) -> float:
         sig = self.signature(task, cand)
         kind = device.kind
-        calls = self.calls(kind, task, cand.learner_kernel)
+        calls = backend(kind).calls(task, cand.learner_kernel, self.workload.algo)
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
@@ -244,7 +213,7 @@ class Costs:
                 continue
             if self.is_measured(src, cand) or self.is_measured(dst, cand):
                 continue
-            if "fpga" in (a.split(":")[0], b.split(":")[0]):
+            if any(backend(self.platform.device(d).kind).cost_source == "simulated" for d in (a, b)):
                 continue
             seconds = sum(self.platform.link(x, y).transfer_s(nbytes)
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))

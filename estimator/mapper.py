@@ -5,22 +5,24 @@ Search space: replay kind (those the caller allows) x where the replay table liv
 learner runs and with which kernel x envs per actor x batch size x runtime, and for the processes
 runtime x actor processes (`actor_counts`: 1 up to the host's cores; more would only time-share
 the cores, each loading every weight version, so the model never ranks them higher). Only
-placements the runtime accepts are generated (pearl/api.py: act on the cpu; prioritized replay
-on cpu, opencl:N, fpga:N or cuda:N, uniform on cpu or cuda:N, amper on the cpu; a replay on
-cuda:N feeds a learner on the same GPU; the fused learner is cpu-only and has no dueling head;
-DDPG, TD3 and SAC (pearl/continuous.py) keep a uniform replay on the cpu, and the fused learner
-runs DDPG and TD3 only),
-so every ranked plan is one `pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
+placements the runtime accepts are generated: act on the cpu, the replay and the learner on every device
+of the platform whose backend runs them (Backend.can_run, learner_kernels: a registered
+backend's devices are enumerated like the built-in ones), each placement passing the one
+placement rule (pearl/placement.py check_placement: e.g. a replay on cuda:N feeds a learner on
+the same GPU), so every ranked plan is one `pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
 node's eight GPUs give one set of plans, not eight); under a power cap, plans over the cap are
 dropped. The space is small (hundreds to a few thousand plans), so the rest is exhaustive.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
 from pearl.errors import ConfigError
 from pearl.estimator.model import Candidate, Prediction, predict
+from pearl.kernels.registry import REPLAY_TASKS, backend
+from pearl.placement import check_placement
 
 METRICS = ("throughput", "efficiency", "power_cap")
 RUNTIMES = ("sequential", "threaded", "processes")  # the runtimes the model has a schedule for
@@ -75,20 +77,26 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
     pruned = len(platform.devices) - len(distinct)
     out = []
     for kind in kinds:
-        replay_devices = ["cpu"]
-        for device in distinct if not workload.continuous else ():  # their learners read numpy batches
-            if device.kind in ("opencl", "fpga") and kind == "prioritized":
-                replay_devices.append(device.id)
-            if device.kind == "cuda" and kind in ("uniform", "prioritized"):
-                replay_devices.append(device.id)
-        learners = [("cpu", kernel) for kernel in workload.learner_kernels]
-        learners += [(d.id, "torch") for d in distinct if d.kind == "cuda"]
-        for replay, (learn, kernel), e, b, s, runtime in itertools.product(
-                replay_devices, learners, envs, batches, sync_intervals, runtimes):
-            if replay.startswith("cuda") and learn != replay:
-                continue
+        work = dataclasses.replace(workload, replay_kind=kind)
+        replay_devices = [d.id for d in distinct if all(backend(d.kind).can_run(task, work) is None
+                                                         for task in REPLAY_TASKS)]
+        learners = [(d.id, kernel) for d in distinct if backend(d.kind).can_run("learn", work) is None
+                    for kernel in backend(d.kind).learner_kernels(work)]
+        placements = [(replay, learn, kernel) for replay in replay_devices for learn, kernel in learners
+                      if _placeable({"sample": replay, "insert": replay, "update_priorities": replay,
+                                     "learn": learn, "sync_weights": learn}, work, kernel, platform)]
+        for (replay, learn, kernel), e, b, s, runtime in itertools.product(
+                placements, envs, batches, sync_intervals, runtimes):
             out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n) for n in counts[runtime]]
     return out, pruned
+
+
+def _placeable(devices, workload, kernel, platform) -> bool:
+    try:
+        check_placement(devices, workload, kernel, platform, here=False)
+    except ConfigError:
+        return False
+    return True
 
 
 def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, replay_kinds=None,

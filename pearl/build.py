@@ -20,7 +20,8 @@ import torch
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
 from pearl.envs import box_spaces, discrete_spaces, make_env
-from pearl.kernels.cpu import MLPLayout, QPolicy
+from pearl.kernels.cpu import MLPLayout
+from pearl.kernels.registry import backend, kind_of
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
@@ -54,7 +55,7 @@ class Discrete:
         hidden = config.algo_config.hidden
         layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.algo_config.dueling
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
-        return functools.partial(device_policy, act_device, layout)
+        return functools.partial(device_policy, layout, act_device)
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
@@ -165,11 +166,11 @@ class Parts:
 
 
 def learner_kernel(requested: str, learn_device: str, workload) -> str:
-    """'auto' -> the fused CPU kernel where the workload has one and learn runs on the cpu, else
-    torch ('fused' where it cannot run is refused by the placement rule first)."""
+    """'auto' -> the learn device's first kernel for the workload (the cpu's fused one where it
+    runs the workload's networks); a kernel the device lacks was refused by the placement rule."""
     if requested != "auto":
         return requested
-    return "fused" if learn_device == "cpu" and "fused" in workload.learner_kernels else "torch"
+    return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
 def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
@@ -192,14 +193,10 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     cfg = config.algo_config
     limit = rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts, cfg.n_step,
                        plan.envs_per_actor, plan.actors)
-    device = replay_device(plan.devices, plan.platform)
-    replay_config = config.replay
-    if device.startswith("fpga"):  # the HLS tree on that FPGA, or its simulation
-        replay_config = dataclasses.replace(replay_config, backend=device)
     action_dtype, action_shape = family.action_field
-    replay = make_replay(replay_config, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
+    replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
-                         device=device)
+                         device=replay_device(plan.devices, plan.platform))
     schedule = Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size, plan.sync_interval,
                         getattr(cfg, "target_update_interval", None))
     return Parts(config, plan, family, schedule, algo, learner, replay, policy,

@@ -1,95 +1,35 @@
-"""What compute this machine has: CPU cores, CUDA GPUs (through torch), OpenCL devices (pyopencl)."""
+"""What compute this machine has, as the registered backends detect it (pearl.kernels.registry:
+each kind's `detect`), and a draft platform profile of it."""
 from __future__ import annotations
 
-import os
 import platform
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _memory_gib() -> float | None:
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def cpu_devices() -> list[dict]:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return [{"id": "cpu", "kind": "cpu", "name": _cpu_model(), "cores": cores, "memory_gib": _memory_gib()}]
-
-
-def cuda_devices() -> list[dict]:
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    out = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        out.append({"id": f"cuda:{i}", "kind": "cuda", "name": props.name,
-                    "sms": props.multi_processor_count,
-                    "memory_gib": round(props.total_memory / 2**30, 1),
-                    "capability": f"{props.major}.{props.minor}"})
-    return out
-
-
-def _opencl_handles() -> list:
-    """(platform, device) pairs in the order that numbers them opencl:0, opencl:1, ..."""
-    try:
-        import pyopencl as cl
-    except ImportError:
-        return []
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error:  # no ICD loader or no platform installed
-        return []
-    pairs = []
-    for plat in platforms:
-        try:
-            pairs += [(plat, dev) for dev in plat.get_devices()]
-        except cl.Error:  # a platform without devices
-            continue
-    return pairs
-
-
-def opencl_devices() -> list[dict]:
-    return [{"id": f"opencl:{i}", "kind": "opencl", "name": dev.name.strip(),
-             "platform": plat.name.strip(), "compute_units": dev.max_compute_units,
-             "memory_gib": round(dev.global_mem_size / 2**30, 1)}
-            for i, (plat, dev) in enumerate(_opencl_handles())]
-
-
-def opencl_context(index: int):
-    """A pyopencl context on device opencl:`index`."""
-    from pearl.errors import ConfigError
-
-    handles = _opencl_handles()
-    if index >= len(handles):
-        raise ConfigError(f"opencl:{index}: no such OpenCL device ({len(handles)} found; see `pearl devices`)")
-    import pyopencl as cl
-
-    return cl.Context([handles[index][1]])
+from pearl.kernels.registry import backend, backends
 
 
 def detect_devices() -> list[dict]:
-    return cpu_devices() + cuda_devices() + opencl_devices()
+    """Every registered backend's devices on this machine, the host's cpu first."""
+    return [device for b in backends() for device in b.detect()]
+
+
+# The built-in kinds' lists, for callers that want one kind (pearl profile, autotune).
+def cpu_devices() -> list[dict]:
+    return backend("cpu").detect()
+
+
+def cuda_devices() -> list[dict]:
+    return backend("cuda").detect()
+
+
+def opencl_devices() -> list[dict]:
+    return backend("opencl").detect()
 
 
 def _cpu_clock_mhz() -> tuple[float, str]:
     """The nominal clock: the model name's "@ x.xGHz", else BogoMIPS / 2 (the TSC on x86)."""
     import re
 
-    model = _cpu_model()
+    model = cpu_devices()[0]["name"]
     match = re.search(r"@\s*([0-9.]+)\s*GHz", model)
     if match:
         return float(match.group(1)) * 1000, "the CPU model name"
@@ -150,30 +90,11 @@ def draft_profile(path: str, name: str | None = None) -> str:
         f"    power_w: {{idle: {2.0 * cpu['cores']:.1f}, tdp: {6.0 * cpu['cores']:.1f}}}   # assumed (draft): 2 W / 6 W per core",
     ]
     links = []
-    for gpu in cuda_devices():
-        lines += [f"  - id: {gpu['id']}", "    kind: cuda", f"    name: {gpu['name']!r}",
-                  f"    sms: {gpu['sms']}                  # torch.cuda.get_device_properties",
-                  f"    memory_gib: {gpu['memory_gib']}          # torch.cuda.get_device_properties",
-                  f"    peak_gflops: {gpu['sms'] * 128 * 2 * 1.5:.0f}      # assumed (draft): SMs x 128 lanes x 2 x 1.5 GHz",
-                  "    memory_bandwidth_gb_s: 1000  # assumed (draft)",
-                  "    launch_us: 8.0              # assumed (draft): one torch op launch",
-                  "    power_w: {idle: 40, tdp: 300}   # assumed (draft)"]
-        links += [f"  - between: [cpu, {gpu['id']}]", "    kind: pcie",
-                  "    bandwidth_gb_s: 12.0        # assumed (draft)", "    latency_us: 10.0            # assumed (draft)"]
-    for ocl in opencl_devices():
-        on_host = "pocl" in ocl["platform"].lower() or "portable computing" in ocl["platform"].lower()
-        lines += [f"  - id: {ocl['id']}", "    kind: opencl", f"    name: {ocl['name']!r}",
-                  f"    compute_units: {ocl['compute_units']}        # pyopencl max_compute_units"]
-        if on_host:
-            lines += ["    host: cpu                   # an OpenCL device on the host CPU: its power is the cpu's",
-                      f"    peak_gflops: {peak}         # the host's cores", "    memory_bandwidth_gb_s: "
-                      f"{10.0 * cpu['cores']:.1f}   # assumed (draft): as the cpu"]
-        else:
-            lines += ["    peak_gflops: 1000           # assumed (draft)", "    memory_bandwidth_gb_s: 100  # assumed (draft)",
-                      "    power_w: {idle: 10, tdp: 100}   # assumed (draft)"]
-        lines += ["    launch_us: 15.0             # assumed (draft): one enqueue + finish"]
-        links += [f"  - between: [cpu, {ocl['id']}]", "    kind: " + ("host-memory" if on_host else "pcie"),
-                  "    bandwidth_gb_s: 10.0        # assumed (draft)", "    latency_us: 5.0             # assumed (draft)"]
+    for b in backends():  # the host is drafted above; every other detected device by its backend
+        for device in b.detect() if b.kind != "cpu" else ():
+            entry, link = b.draft(device, {"cores": cpu["cores"], "peak_gflops": peak})
+            lines += entry
+            links += link
     text = "\n".join(lines + (["links:"] + links if links else [])) + "\n"
     import tempfile
 

@@ -17,10 +17,10 @@ import yaml
 from pearl.config import ExperimentConfig, from_dict, read_yaml
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
+from pearl.kernels.registry import TASKS, parse_device
 
 # The six tasks of an off-policy training loop (docs/ARCHITECTURE.md); a Plan places each on a device.
-TASK_NAMES = ("act", "insert", "sample", "learn", "update_priorities", "sync_weights")
-REPLAY_TASKS = ("insert", "sample", "update_priorities")
+TASK_NAMES = TASKS
 
 
 @dataclass
@@ -40,7 +40,6 @@ class Plan:
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:
-        from pearl.kernels.registry import parse_device
         from pearl.schedule import RUNTIMES
 
         if not isinstance(self.devices, dict):
@@ -61,18 +60,9 @@ class Plan:
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")
-        fpgas = sorted({d for d in self.devices.values() if d.split(":")[0] == "fpga"})
-        if fpgas:
-            from pearl.platforms import load_platform
+        from pearl.placement import check_platform_devices
 
-            try:
-                profile = load_platform(self.platform or "alveo_u250")
-            except ConfigError as err:
-                raise ConfigError(f"plan.platform: {err}") from None
-            for device in fpgas:
-                if device not in {d.id for d in profile.devices}:
-                    raise ConfigError(f"plan.devices: {device} is not a device of platform {profile.name} "
-                                      f"(it has {', '.join(d.id for d in profile.devices)})")
+        check_platform_devices(self.devices, self.platform)
 
     def device_of(self, task: str) -> str:
         return self.devices.get(task, "cpu")
@@ -125,7 +115,7 @@ def _config_value(config: ExperimentConfig, dotted: str):
 
 
 def _normal_device(device: str) -> str:
-    return "cuda:0" if device == "cuda" else device
+    return str(parse_device(device))
 
 
 def replanned(config: ExperimentConfig, saved: Plan, plan: Plan) -> tuple[ExperimentConfig, Plan]:

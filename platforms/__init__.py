@@ -12,25 +12,16 @@ from pathlib import Path
 
 from pearl.config import read_yaml
 from pearl.errors import ConfigError
+from pearl.kernels import registry
 
-DEVICE_KINDS = ("cpu", "cuda", "opencl", "fpga")
 FPGA_DRIVERS = ("xrt", "pynq")
 
-# Keys each device kind accepts (beyond id, kind, name, power_w, launch_us, notes). The analytic
-# cost model needs the throughput figures (peak_gflops, memory_bandwidth_gb_s) of every device a
-# plan may put a task on, so they are required for cpu, cuda and opencl; FPGA time comes from the
-# HLS cycle model at clock_mhz, so the FPGA keeps the version-1 fields.
+# Keys every device takes; the keys of each kind come from its backend (pearl.kernels.registry:
+# `platform_keys`, `power_keys`), each validated by its name below. The analytic cost model needs
+# the throughput figures (peak_gflops, memory_bandwidth_gb_s) of every device a plan may put a task
+# on, so backends costed analytically require them; FPGA time comes from the HLS cycle model at
+# clock_mhz, so the FPGA keeps the version-1 fields.
 _COMMON_KEYS = {"id", "kind", "name", "power_w", "launch_us", "notes"}
-_KIND_KEYS = {
-    "cpu": {"cores", "clock_mhz", "peak_gflops", "memory_bandwidth_gb_s", "call_overhead_us"},
-    "cuda": {"sms", "clock_mhz", "peak_gflops", "memory_bandwidth_gb_s", "memory_gib"},
-    "opencl": {"compute_units", "peak_gflops", "memory_bandwidth_gb_s", "host"},
-    "fpga": {"driver", "part", "vitis_platform", "clock_mhz", "resources", "bitstream",
-             "memory_bandwidth_gb_s"},
-}
-# cpu and cuda give power as datasheet idle / TDP watts; fpga as static / dynamic (version 1).
-_POWER_KEYS = {"cpu": ("idle", "tdp"), "cuda": ("idle", "tdp"), "opencl": ("idle", "tdp"),
-               "fpga": ("static", "dynamic")}
 
 
 @dataclass(frozen=True)
@@ -127,53 +118,62 @@ def _string(data: dict, key: str, at: str, default: str | None = None) -> str:
     return value
 
 
-def _kind_figures(d: dict, kind: str, at: str, path: Path) -> dict:
-    """The kind-specific figures of one device entry, validated."""
-    if kind == "cpu":
-        cores = d.get("cores")
-        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-            raise ConfigError(f"{at}.cores: expected an integer >= 1, got {cores!r}")
-        return {"cores": cores, "peak_gflops": _number(d, "peak_gflops", at),
-                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at),
-                "call_overhead_us": _number(d, "call_overhead_us", at, positive=False, default=0.0)}
-    if kind == "cuda":
-        sms = d.get("sms")
-        if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
-            raise ConfigError(f"{at}.sms: expected an integer >= 1, got {sms!r}")
-        return {"sms": sms, "peak_gflops": _number(d, "peak_gflops", at),
-                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at)}
-    if kind == "opencl":
-        units = d.get("compute_units", 1)
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-            raise ConfigError(f"{at}.compute_units: expected an integer >= 1, got {units!r}")
-        host = d.get("host", "")
-        if host not in ("", "cpu"):
-            raise ConfigError(f"{at}.host: expected cpu (an OpenCL device on the host CPU) or nothing, got {host!r}")
-        return {"compute_units": units, "host": host, "peak_gflops": _number(d, "peak_gflops", at),
-                "memory_bandwidth_gb_s": _number(d, "memory_bandwidth_gb_s", at)}
-    figures = {}
-    if "memory_bandwidth_gb_s" in d:
-        figures["memory_bandwidth_gb_s"] = _number(d, "memory_bandwidth_gb_s", at)
-    if "bitstream" in d:
-        bitstream = _string(d, "bitstream", at)
-        resolved = Path(bitstream) if Path(bitstream).is_absolute() else path.parent / bitstream
-        if not resolved.is_file():
-            raise ConfigError(f"{at}.bitstream: {resolved} does not exist (build it with hls/Makefile, "
-                              f"or leave bitstream out to use PEARL_FPGA_BITSTREAM)")
-        figures["bitstream"] = str(resolved)
-    return figures
+def _count(data: dict, key: str, at: str, default=None) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{at}.{key}: expected an integer >= 1, got {value!r}")
+    return value
 
 
-def _power(power: dict, kind: str, at: str, required: bool) -> tuple[float, float]:
-    """(static, dynamic) watts; cpu/cuda/opencl profiles give datasheet idle and TDP figures."""
-    low, high = _POWER_KEYS[kind]
+def _host(data: dict, key: str, at: str) -> str:
+    host = data.get(key, "")
+    if host not in ("", "cpu"):
+        raise ConfigError(f"{at}.{key}: expected cpu (a device on the host CPU) or nothing, got {host!r}")
+    return host
+
+
+def _bitstream(data: dict, key: str, at: str, path: Path) -> str:
+    bitstream = _string(data, key, at)
+    resolved = Path(bitstream) if Path(bitstream).is_absolute() else path.parent / bitstream
+    if not resolved.is_file():
+        raise ConfigError(f"{at}.{key}: {resolved} does not exist (build it with hls/Makefile, "
+                          f"or leave bitstream out to use PEARL_FPGA_BITSTREAM)")
+    return str(resolved)
+
+
+# How each device figure is read (key -> (data, at, path) -> value for the Device); a key without
+# a rule is free-form (part, vitis_platform, resources, memory_gib: checked where used). clock_mhz,
+# driver and power_w are read in load_platform.
+_FIGURES = {
+    "cores": lambda d, at, path: _count(d, "cores", at),
+    "sms": lambda d, at, path: _count(d, "sms", at),
+    "compute_units": lambda d, at, path: _count(d, "compute_units", at, default=1),
+    "peak_gflops": lambda d, at, path: _number(d, "peak_gflops", at),
+    "memory_bandwidth_gb_s": lambda d, at, path: _number(d, "memory_bandwidth_gb_s", at),
+    "call_overhead_us": lambda d, at, path: _number(d, "call_overhead_us", at, positive=False, default=0.0),
+    "host": lambda d, at, path: _host(d, "host", at),
+    "bitstream": lambda d, at, path: _bitstream(d, "bitstream", at, path),
+}
+# Read even when absent (their default is not the Device's)
+_DEFAULTED = {"compute_units", "call_overhead_us", "host"}
+
+
+def _kind_figures(d: dict, keys: dict[str, bool], at: str, path: Path) -> dict:
+    """The kind-specific figures of one device entry (`keys`: its backend's platform_keys), validated."""
+    return {key: _FIGURES[key](d, at, path) for key, required in keys.items()
+            if key in _FIGURES and (required or key in d or key in _DEFAULTED)}
+
+
+def _power(power: dict, keys: tuple[str, str], at: str, required: bool) -> tuple[float, float]:
+    """(static, dynamic) watts; datasheet (idle, tdp) figures become (idle, tdp - idle)."""
+    low, high = keys
     for key in power:
         if key not in (low, high):
             raise ConfigError(f"{at}.power_w.{key}: unknown key (expected {low} and {high})")
     default = None if required else 0.0
     first = _number(power, low, f"{at}.power_w", positive=False, default=default)
     second = _number(power, high, f"{at}.power_w", positive=False, default=default)
-    if kind == "fpga":
+    if (low, high) != ("idle", "tdp"):
         return first, second
     if second < first:
         raise ConfigError(f"{at}.power_w.tdp: {second:g} W is below the idle figure ({first:g} W)")
@@ -208,38 +208,41 @@ def load_platform(name_or_path: str | Path) -> Platform:
         if not isinstance(d, dict):
             raise ConfigError(f"{at}: expected a mapping")
         kind = _string(d, "kind", at)
-        if kind not in DEVICE_KINDS:
-            raise ConfigError(f"{at}.kind: expected one of {', '.join(DEVICE_KINDS)}, got {kind!r}")
+        if kind not in registry.kinds():
+            raise ConfigError(f"{at}.kind: expected one of {', '.join(registry.kinds())}, got {kind!r}")
+        backend = registry.backend(kind)
         device_id = _string(d, "id", at)
         if device_id.split(":")[0] != kind:
             raise ConfigError(f"{at}.id: expected '{kind}' or '{kind}:N' for a {kind} device, got {device_id!r}")
-        unknown = set(d) - _COMMON_KEYS - _KIND_KEYS[kind]
+        unknown = set(d) - _COMMON_KEYS - set(backend.platform_keys)
         if unknown:
             raise ConfigError(f"{at}.{sorted(unknown)[0]}: unknown key for a {kind} device (expected one of "
-                              f"{', '.join(sorted(_COMMON_KEYS | _KIND_KEYS[kind]))})")
+                              f"{', '.join(sorted(_COMMON_KEYS | set(backend.platform_keys)))})")
         if device_id in {dev.id for dev in devices}:
             raise ConfigError(f"{at}.id: {device_id} appears twice")
         power = d.get("power_w", {})
         if not isinstance(power, dict):
-            raise ConfigError(f"{at}.power_w: expected a mapping with {' and '.join(_POWER_KEYS[kind])}")
+            raise ConfigError(f"{at}.power_w: expected a mapping with {' and '.join(backend.power_keys)}")
         resources_ = d.get("resources", {})
         if not isinstance(resources_, dict):
             raise ConfigError(f"{at}.resources: expected a mapping")
         driver = d.get("driver", "")
-        if kind == "fpga" and driver not in FPGA_DRIVERS:
+        if "driver" in backend.platform_keys and driver not in FPGA_DRIVERS:
             raise ConfigError(f"{at}.driver: expected one of {', '.join(FPGA_DRIVERS)}, got {driver!r}")
-        figures = _kind_figures(d, kind, at, path)
-        static_w, dynamic_w = _power(power, kind, at, required=kind in ("cpu", "cuda") or
-                                     (kind == "opencl" and figures.get("host") != "cpu"))
+        figures = _kind_figures(d, backend.platform_keys, at, path)
+        static_w, dynamic_w = _power(power, backend.power_keys, at,
+                                     required=backend.power_required and figures.get("host") != "cpu")
         devices.append(Device(
             id=device_id, kind=kind, name=_string(d, "name", at),
-            clock_mhz=(_number(d, "clock_mhz", at) if kind in ("fpga", "cpu")
+            clock_mhz=(_number(d, "clock_mhz", at) if backend.platform_keys.get("clock_mhz")
                        else _number(d, "clock_mhz", at, default=0.0, positive=False)),
             driver=driver, part=str(d.get("part", "")), vitis_platform=str(d.get("vitis_platform", "")),
             resources=dict(resources_), static_w=static_w, dynamic_w=dynamic_w,
             launch_us=_number(d, "launch_us", at, positive=False, default=0.0), **figures))
-    if not any(dev.kind == "cpu" for dev in devices) and any(dev.kind != "fpga" for dev in devices):
-        # Version-1 FPGA profiles describe the board only; anything else runs Python on a host.
+    if not any(dev.kind == "cpu" for dev in devices) and any(
+            registry.backend(dev.kind).default_platform is None for dev in devices):
+        # Version-1 FPGA profiles describe the board only (devices a profile names); devices
+        # found on a machine run beside Python on a host.
         raise ConfigError(f"{source}: devices: expected a cpu device (the host that runs Python and the envs)")
     ids = {d.id for d in devices} | {"cpu"}
     links = []

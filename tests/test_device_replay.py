@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from pearl.replay import PrioritizedReplay, RateLimiter, RateLimitExceeded, UniformReplay
+from pearl.kernels.registry import backend
 from pearl.replay.device import DeviceReplay
+
+TORCH = backend("cuda")  # its kernels run on CPU tensors too: how they are tested without a GPU
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device"))]
@@ -42,7 +45,7 @@ def assert_same_batch(got, want, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_prioritized_matches_the_host_replay(device):
     options = dict(alpha=0.6, beta=0.4, beta_final=1.0, beta_steps=200, fanout=4)
-    gpu = DeviceReplay(50, OBS_DIM, device, prioritized=True, **options)
+    gpu = DeviceReplay(50, OBS_DIM, device, prioritized=True, kernels=TORCH, **options)
     cpu = PrioritizedReplay(50, OBS_DIM, backend="numpy", **options)
     rng = np.random.default_rng(0)
     inserted = 0
@@ -64,7 +67,7 @@ def test_prioritized_matches_the_host_replay(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_uniform_matches_the_host_replay(device):
-    gpu = DeviceReplay(20, OBS_DIM, device, prioritized=False)
+    gpu = DeviceReplay(20, OBS_DIM, device, prioritized=False, kernels=TORCH)
     cpu = UniformReplay(20, OBS_DIM)
     for replay in (gpu, cpu):
         replay.add(*transitions(0, 27))
@@ -76,13 +79,13 @@ def test_uniform_matches_the_host_replay(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_state_dict_round_trip_and_host_format(device):
-    replay = DeviceReplay(16, OBS_DIM, device, prioritized=True, beta_steps=10)
+    replay = DeviceReplay(16, OBS_DIM, device, prioritized=True, kernels=TORCH, beta_steps=10)
     replay.add(*transitions(0, 11))
     replay.update_priorities(torch.arange(11, device=device), torch.linspace(0.1, 4.0, 11, device=device))
     replay.progress = 7
     state = replay.state_dict()
     assert isinstance(state["storage"]["obs"], np.ndarray) and isinstance(state["priorities"], np.ndarray)
-    restored = DeviceReplay(16, OBS_DIM, device, prioritized=True, beta_steps=10)
+    restored = DeviceReplay(16, OBS_DIM, device, prioritized=True, kernels=TORCH, beta_steps=10)
     restored.load_state_dict(state)
     assert (restored.size, restored.progress, restored.max_priority) == (11, 7, replay.max_priority)
     assert_same_batch(restored.sample(8, np.random.default_rng(1)),
@@ -99,7 +102,7 @@ def _as_host(batch):
 
 
 def test_rate_limiter_and_empty_table():
-    replay = DeviceReplay(8, OBS_DIM, "cpu", prioritized=True,
+    replay = DeviceReplay(8, OBS_DIM, "cpu", prioritized=True, kernels=TORCH,
                           rate_limiter=RateLimiter(samples_per_insert=1.0, min_size_to_sample=4,
                                                    error_buffer=8))
     with pytest.raises(ValueError, match="empty"):

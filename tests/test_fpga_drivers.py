@@ -21,8 +21,10 @@ from pearl.kernels.fpga import FPGASumTree  # noqa: E402
 from pearl.kernels.fpga.kernels import register_offsets  # noqa: E402
 from pearl.kernels.fpga.pynq_driver import PynqDevice  # noqa: E402
 from pearl.kernels.fpga.xrt_driver import XrtDevice  # noqa: E402
+from pearl.platforms import load_platform  # noqa: E402
 from sumtree_reference import away_from_boundaries, reference_find  # noqa: E402
 
+ZCU104 = load_platform("zcu104")  # the kernels take a loaded profile: they read no YAML
 BITSTREAM_BUILD = {"PEARL_SUMTREE_FANOUT": 16, "PEARL_SUMTREE_DEPTH": 5}  # hls/Makefile's default build
 
 
@@ -133,16 +135,13 @@ def test_open_device_picks_the_board_or_the_simulation(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynq", fake_fpga.fake_pynq(board))
     monkeypatch.delenv("PEARL_FPGA_BITSTREAM", raising=False)
     with pytest.raises(ConfigError, match="PEARL_FPGA_BITSTREAM"):
-        fpga.open_device(0, "zcu104")
+        fpga.open_device(ZCU104)
     monkeypatch.setenv("PEARL_FPGA_BITSTREAM", "pearl_zcu104.bit")
-    device = fpga.open_device(0, "zcu104")
+    device = fpga.open_device(ZCU104)
     assert isinstance(device, PynqDevice) and not device.simulated
-    assert fpga.open_device(0, "zcu104") is device
+    assert fpga.open_device(ZCU104, 0) is device
     monkeypatch.setattr(fpga, "_DEVICES", {})
-    assert fpga.open_device(0, "zcu104", simulate=True).simulated
+    assert fpga.open_device(ZCU104, simulate=True).simulated
     monkeypatch.setattr(fpga, "_DEVICES", {})
     monkeypatch.setitem(sys.modules, "pyxrt", None)  # no XRT installed: the Alveo is simulated
-    assert fpga.open_device(0, "alveo_u250").simulated
-    with pytest.raises(ValueError, match="expected an FPGA backend"):
-        fpga.parse_backend("gpu:0")
-    assert fpga.parse_backend("fpga:1@zcu104") == (1, "zcu104") and fpga.parse_backend("sim") == (0, None)
+    assert fpga.open_device(load_platform("alveo_u250")).simulated

@@ -7,6 +7,7 @@ import pytest
 
 import pearl
 from pearl.kernels.fpga import SimDevice, build
+from pearl.platforms import load_platform
 
 pytestmark = pytest.mark.skipif(not build.available(), reason="no C++ compiler for the HLS C-simulation")
 
@@ -23,7 +24,7 @@ def test_fpga_learner_follows_the_fused_learner():
 
     agent = pearl.DQN("CartPole-v1", seed=3, hidden=[32, 32])
     fused = FusedCPULearner(agent.algo)
-    fpga = FPGALearner(agent.algo, SimDevice(), batch_size=64)
+    fpga = FPGALearner(agent.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
     np.testing.assert_array_equal(fpga.policy_weights(), fused.policy_weights())
     rng = np.random.default_rng(0)
     for step in range(6):
@@ -41,7 +42,7 @@ def test_fpga_learner_follows_the_fused_learner():
             fpga.update_target()
     state = fpga.state_dict()
     assert state["steps"] == 6 and rel_err(state["exp_avg"], fused.state_dict()["exp_avg"]) <= 1e-4
-    again = FPGALearner(agent.algo, SimDevice(), batch_size=64)
+    again = FPGALearner(agent.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.policy_weights(), state["online"])
 
@@ -52,10 +53,10 @@ def test_fpga_learner_refuses_what_the_kernels_cannot_run():
 
     dueling = pearl.DQN("CartPole-v1", dueling=True)
     with pytest.raises(ConfigError, match="dueling"):
-        FPGALearner(dueling.algo, SimDevice(), batch_size=64)
+        FPGALearner(dueling.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
     wide = pearl.DQN("CartPole-v1", hidden=[512])
     with pytest.raises(ConfigError, match="width 256"):
-        FPGALearner(wide.algo, SimDevice(), batch_size=64)
+        FPGALearner(wide.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
 
 
 @pytest.mark.slow
@@ -63,15 +64,14 @@ def test_replay_and_learner_on_the_simulated_fpga_learn_cartpole():
     """configs/cartpole_dqn.yaml, prioritized replay on fpga:0 and the learn task on the FPGA
     learner, both on one simulated U250."""
     from pearl.config import default_config_path, load_config
-    from pearl.kernels.fpga import open_device
-    from pearl.kernels.fpga.learner import FPGALearner
+    from pearl.kernels.registry import backend, parse_device
 
     config = pearl.config.apply_overrides(load_config(default_config_path()), {"replay.kind": "prioritized"})
     plan = pearl.Plan(devices={**pearl.Plan().devices, "sample": "fpga:0", "insert": "fpga:0",
                                "update_priorities": "fpga:0"})
     agent = pearl.DQN(config=config, plan=plan)
-    device = open_device(0)
-    agent.learner = FPGALearner(agent.algo, device, agent.plan.batch_size)
+    agent.learner = backend("fpga").learner(parse_device("fpga:0"), agent.algo, agent.plan.batch_size,
+                                            load_platform("alveo_u250"))
     summary = agent.train()
     assert summary["fpga"]["simulated"] is True
     assert set(summary["fpga"]["kernel_calls"]) == {"pearl_sumtree", "pearl_mlp_forward", "pearl_mlp_train_step"}

@@ -13,6 +13,7 @@ import pytest
 import pearl
 from pearl.errors import ConfigError
 from pearl.kernels.fpga import build
+from pearl.platforms import load_platform
 
 pytestmark = pytest.mark.skipif(not build.available(), reason="no C++ compiler for the HLS C-simulation")
 
@@ -53,7 +54,8 @@ def test_fpga_tree_trains_exactly_like_the_reference_tree():
 
     agent = pearl.DQN("CartPole-v1", plan=fpga_plan(), **SHORT)
     assert type(agent.replay.tree).__name__ == "FPGASumTree" and agent.parts.fpga_device().simulated
-    agent.replay.tree = FPGASumTree(agent.config.replay.capacity, 16, device=SimDevice(), dtype=np.float64)
+    agent.replay.tree = FPGASumTree(agent.config.replay.capacity, 16, device=SimDevice(load_platform("alveo_u250")),
+                                    dtype=np.float64)
     config = pearl.config.apply_overrides(agent.config, {"replay.backend": "numpy"})
     reference = pearl.DQN(config=config)
     agent.train()

@@ -17,6 +17,9 @@ if not build.available():
 from pearl.kernels.cpu import FusedQLearner, MLPLayout, QPolicy  # noqa: E402
 from pearl.kernels.fpga import SimDevice  # noqa: E402
 from pearl.kernels.fpga.mlp import FPGAQPolicy, FPGAQTrainer  # noqa: E402
+from pearl.platforms import load_platform  # noqa: E402
+
+U250 = load_platform("alveo_u250")  # the kernels take a loaded profile: they read no YAML
 
 
 def rel_err(got, want) -> float:
@@ -43,7 +46,7 @@ def test_inference_matches_qpolicy_and_float64(sizes):
     rng = np.random.default_rng(len(sizes) * 100 + sizes[1])
     flat = random_params(sizes, rng)
     obs = ((rng.random((300, sizes[0])) - 0.5) * 4).astype(np.float32)  # 300 > max_batch: split
-    policy = FPGAQPolicy(sizes, max_batch=128)
+    policy = FPGAQPolicy(sizes, max_batch=128, device=SimDevice(U250))
     policy.load(flat)
     q = policy.q_values(obs)
     reference = QPolicy(MLPLayout(sizes))
@@ -55,7 +58,7 @@ def test_inference_matches_qpolicy_and_float64(sizes):
 
 
 def test_weights_stay_on_chip_until_the_next_load():
-    device = SimDevice()
+    device = SimDevice(U250)
     sizes = [4, 64, 64, 2]
     rng = np.random.default_rng(1)
     policy = FPGAQPolicy(sizes, device=device)
@@ -102,7 +105,7 @@ def test_training_step_matches_float64_model(sizes, max_norm):
     """Three steps (Adam moments carried over); max_norm 0.05 makes the clipping bite."""
     rng = np.random.default_rng(7)
     flat = random_params(sizes, rng)
-    trainer = FPGAQTrainer(sizes, lr=1e-3, max_grad_norm=max_norm, max_batch=64)
+    trainer = FPGAQTrainer(sizes, lr=1e-3, max_grad_norm=max_norm, max_batch=64, device=SimDevice(U250))
     trainer.load_state(flat)
     params, m, v = flat.astype(np.float64), np.zeros(flat.size), np.zeros(flat.size)
     for step in range(1, 4):
@@ -127,7 +130,7 @@ def test_training_step_matches_the_fused_cpu_learner():
     learner = FusedQLearner(sizes, lr=1e-3, double=True, max_grad_norm=10.0)
     learner.online[:] = random_params(sizes, rng)
     learner.target[:] = learner.online + random_params(sizes, rng, scale=0.01)
-    trainer = FPGAQTrainer(sizes, lr=1e-3, max_grad_norm=10.0, max_batch=64)
+    trainer = FPGAQTrainer(sizes, lr=1e-3, max_grad_norm=10.0, max_batch=64, device=SimDevice(U250))
     trainer.load_state(learner.online)
     for _ in range(3):
         obs, next_obs = (rng.standard_normal((64, 4)).astype(np.float32) for _ in range(2))
@@ -147,14 +150,14 @@ def test_training_step_matches_the_fused_cpu_learner():
 
 
 def test_kernel_refuses_out_of_range_calls():
-    trainer = FPGAQTrainer([4, 8, 2], lr=1e-3, max_grad_norm=1.0, max_batch=16)
+    trainer = FPGAQTrainer([4, 8, 2], lr=1e-3, max_grad_norm=1.0, max_batch=16, device=SimDevice(U250))
     trainer.load_state(np.zeros(MLPLayout([4, 8, 2]).size, np.float32))
     with pytest.raises(ValueError, match="outside"):
         trainer.step(np.zeros((4, 4)), np.array([0, 1, 2, 0]), np.zeros(4))  # action 2 of 2
     with pytest.raises(ValueError, match="batch"):
         trainer.step(np.zeros((17, 4)), np.zeros(17, int), np.zeros(17))
     with pytest.raises(ValueError, match="1 to 4 layers"):
-        FPGAQPolicy([4, 8, 8, 8, 8, 2])
+        FPGAQPolicy([4, 8, 8, 8, 8, 2], device=SimDevice(U250))
 
 
 def test_cpp_testbench_passes():

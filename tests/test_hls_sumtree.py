@@ -19,11 +19,14 @@ if not build.available():
 
 from pearl.kernels.cpu import SumTree  # noqa: E402
 from pearl.kernels.fpga import FPGASumTree, SimDevice  # noqa: E402
+from pearl.platforms import load_platform  # noqa: E402
 from sumtree_reference import away_from_boundaries, reference_find  # noqa: E402
+
+U250 = load_platform("alveo_u250")  # the kernels take a loaded profile: they read no YAML
 
 
 def pair(capacity, fanout, priorities=None, dtype=np.float64):
-    tree, reference = FPGASumTree(capacity, fanout, dtype=dtype), SumTree(capacity, fanout)
+    tree, reference = FPGASumTree(capacity, fanout, device=SimDevice(U250), dtype=dtype), SumTree(capacity, fanout)
     if priorities is not None:
         tree.update(np.arange(capacity), priorities)
         reference.update(np.arange(capacity), priorities)
@@ -115,7 +118,7 @@ def test_batches_larger_than_the_kernel_buffers_are_split_in_order():
 
 
 def test_empty_tree_zero_priorities_and_bad_input():
-    tree = FPGASumTree(6, fanout=2, dtype=np.float64)
+    tree = FPGASumTree(6, fanout=2, device=SimDevice(U250), dtype=np.float64)
     assert tree.total == 0.0 and tree.min() == np.inf
     tree.update(np.arange(6), np.ones(6))
     tree.update(np.array([2, 4, 2, 2]), np.array([10.0, 3.0, 7.0, 0.5]))
@@ -129,11 +132,11 @@ def test_empty_tree_zero_priorities_and_bad_input():
     with pytest.raises(IndexError):
         tree.get(np.array([0.5]))
     with pytest.raises(ValueError, match="power-of-two fanout"):
-        FPGASumTree(10, fanout=3)
+        FPGASumTree(10, fanout=3, device=SimDevice(U250))
 
 
 def test_sim_device_charges_the_timing_model():
-    device = SimDevice("alveo_u250")
+    device = SimDevice(U250)
     tree = FPGASumTree(1000, 16, device=device)
     device.reset_clock()
     tree.update(np.arange(64), np.ones(64))
@@ -145,7 +148,7 @@ def test_sim_device_charges_the_timing_model():
     assert device.simulated_s - one_update > one_update  # a longer batch costs more
     report = device.report()
     assert report["simulated"] is True and "simulated" in report["label"]
-    slow = SimDevice("zcu104")  # 200 MHz and a slower link than the U250's 300 MHz + PCIe
+    slow = SimDevice(load_platform("zcu104"))  # 200 MHz and a slower link than the U250's 300 MHz + PCIe
     FPGASumTree(1000, 16, device=slow).update(np.arange(64), np.ones(64))
     assert slow.kernel_s["pearl_sumtree"] > device.kernel_s["pearl_sumtree"] / 2
 

@@ -35,7 +35,7 @@ def test_plan_naming_a_device_without_kernels_is_refused():
 
 
 @pytest.mark.parametrize("devices,message", [
-    ({"act": "fpga:0"}, "plan.devices.act: fpga:0 has no act kernel for dqn (act runs on cpu, or opencl:N"),
+    ({"act": "fpga:0"}, "plan.devices.act: fpga:0 has no act kernel for dqn (act runs on cpu or opencl:N)"),
     ({"sample": "cuda:0", "insert": "cuda:0", "update_priorities": "cuda:0"},
      "plan.devices.learn: a replay on cuda:0 feeds a learner on the same device" if torch.cuda.is_available()
      else "plan.devices.sample: cuda:0 requested but torch sees no CUDA GPU"),

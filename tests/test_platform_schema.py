@@ -83,7 +83,7 @@ def test_bitstream_path_resolves_against_the_profile(tmp_path):
     ("name: x\ndevices:\n" + CPU.replace("tdp: 65", "tdp: 5"), "devices[0].power_w.tdp: 5 W is below the idle"),
     ("name: x\ndevices:\n" + GPU.replace("sms: 10", "sms: 0") + CPU, "devices[0].sms: expected an integer >= 1"),
     # unknown kinds and keys
-    ("name: x\ndevices:\n  - {id: tpu:0, kind: tpu, name: T}\n", "devices[0].kind: expected one of cpu, cuda, opencl, fpga"),
+    ("name: x\ndevices:\n  - {id: tpu:0, kind: tpu, name: T}\n", "devices[0].kind: expected one of cpu, cuda, fpga, opencl"),
     ("name: x\ndevices:\n" + CPU.replace("cores: 4", "cores: 4, hbm_gb_s: 3"), "devices[0].hbm_gb_s: unknown key for a cpu device"),
     ("name: x\ndevices:\n" + CPU.replace("idle: 10", "idle: 10, peak: 9"), "devices[0].power_w.peak: unknown key"),
     ("name: x\ndevices:\n" + CPU + CPU, "devices[1].id: cpu appears twice"),

@@ -192,7 +192,8 @@ def test_actors_infer_on_an_opencl_device():
         pytest.skip("no OpenCL device")
     plan = in_processes(actors=2, devices={**Plan().devices, "act": "opencl:0"})
     agent = pearl.DQN("CartPole-v1", plan=plan, **FAST)
-    assert agent.parts.actor_recipe.policy_factory.args[0] == "opencl:0"
+    factory = agent.parts.actor_recipe.policy_factory
+    assert factory.func.__name__ == "device_policy" and factory.args[-1] == "opencl:0"
     agent.train(2500)
     assert agent.env_steps == 2500 and agent.updates == due(agent, 0.25)
     assert agent.replay.inserted == agent.env_steps

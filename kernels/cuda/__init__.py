@@ -7,6 +7,15 @@
 - `TorchTransitionStorage`: the transition ring of `pearl.replay.base.Replay` on the device.
 
 Nothing here needs CUDA to import or run: the same code runs on CPU tensors (`device="cpu"`),
-which is how it is tested on machines without a GPU.
+which is how it is tested on machines without a GPU. Importing the package does not import torch
+(the registry imports `backend.py` below it on every run): the kernels load on first use.
 """
-from pearl.kernels.cuda.sumtree import GraphedSampler, TorchSumTree, TorchTransitionStorage  # noqa: F401
+from importlib import import_module
+
+_EXPORTS = {"GraphedSampler", "TorchSumTree", "TorchTransitionStorage"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module("pearl.kernels.cuda.sumtree"), name)
+    raise AttributeError(f"module 'pearl.kernels.cuda' has no attribute {name!r}")

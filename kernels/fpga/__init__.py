@@ -8,29 +8,26 @@
 - `FPGASumTree`: the prioritized-replay sum tree (the interface of kernels/cpu/sumtree.py) on
   any of them; `open_device` picks a real board when one is there, else the simulation.
 
-Importing this package imports neither pynq nor pyxrt.
+Importing this package imports neither pynq nor pyxrt, nor numpy and the C-simulation driver
+(the registry imports `backend.py` below it on every run): those names load on first use.
 """
 from __future__ import annotations
 
 import os
+from importlib import import_module
 
-from pearl.kernels.fpga.build import CompilerMissing, available  # noqa: F401
-from pearl.kernels.fpga.driver import FPGADevice, SimDevice  # noqa: F401
-from pearl.kernels.fpga.sumtree import FPGASumTree  # noqa: F401
+from pearl.errors import ConfigError
 
-DEFAULT_PLATFORM = "alveo_u250"
+_EXPORTS = {"CompilerMissing": "pearl.kernels.fpga.build", "available": "pearl.kernels.fpga.build",
+            "FPGADevice": "pearl.kernels.fpga.driver", "SimDevice": "pearl.kernels.fpga.driver",
+            "FPGASumTree": "pearl.kernels.fpga.sumtree"}
 _DEVICES: dict = {}
 
 
-def parse_backend(backend: str) -> tuple[int, str | None]:
-    """'fpga:N' or 'fpga:N@platform' -> (N, platform or None); 'sim' -> (0, None)."""
-    if backend == "sim":
-        return 0, None
-    spec, _, platform = backend.partition("@")
-    kind, _, index = spec.partition(":")
-    if kind != "fpga" or not index.isdigit():
-        raise ValueError(f"expected an FPGA backend like fpga:0, fpga:0@zcu104 or sim, got {backend!r}")
-    return int(index), platform or None
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pearl.kernels.fpga' has no attribute {name!r}")
 
 
 def _real_device(profile, index: int):
@@ -56,31 +53,28 @@ def _real_device(profile, index: int):
 
         device = PynqDevice()
     if not bitstream:
-        from pearl.errors import ConfigError
-
         raise ConfigError(f"fpga:{index}: a {profile.name} is present but PEARL_FPGA_BITSTREAM (the .xclbin / "
                           f".bit built by hls/Makefile) is not set")
     device.load(bitstream)
     return device
 
 
-def open_device(index: int = 0, platform: str | None = None, simulate: bool | None = None) -> FPGADevice:
-    """fpga:`index` of `platform` (a platforms/ profile; default alveo_u250): the real board when
-    this machine has one (and PEARL_FPGA_SIMULATE is not 1), else its simulation. One device
-    object per (platform, index) per process, so every kernel on it shares one simulated clock."""
-    from pearl.platforms import load_platform
-
-    platform = platform or os.environ.get("PEARL_FPGA_PLATFORM") or DEFAULT_PLATFORM
-    key = (platform, index)
+def open_device(platform, index: int = 0, simulate: bool | None = None):
+    """fpga:`index` of `platform` (a loaded platforms/ profile: the caller reads the YAML, the
+    kernels do not): the real board when this machine has one (and PEARL_FPGA_SIMULATE is not 1),
+    else its simulation. One device object per (profile, index) per process, so every kernel on
+    it shares one simulated clock."""
+    key = (platform.source, index)
     if key in _DEVICES:
         return _DEVICES[key]
-    profile_platform = load_platform(platform)
     device_id = f"fpga:{index}"
-    profile = profile_platform.device(device_id)
+    profile = platform.device(device_id)
     if simulate is None:
         simulate = os.environ.get("PEARL_FPGA_SIMULATE") == "1"
     device = None if simulate else _real_device(profile, index)
     if device is None:
+        from pearl.kernels.fpga.driver import SimDevice
+
         device = SimDevice(platform, device_id)
     _DEVICES[key] = device
     return device

@@ -125,10 +125,9 @@ class SimDevice(FPGADevice):
     kind = "sim"
     simulated = True
 
-    def __init__(self, platform: str = "alveo_u250", device_id: str = "fpga:0"):
-        from pearl.platforms import load_platform
-
-        self.platform = load_platform(platform)
+    def __init__(self, platform, device_id: str = "fpga:0"):
+        # `platform`: a loaded platforms/ profile (the caller reads the YAML; kernels do not)
+        self.platform = platform
         self.profile = self.platform.device(device_id)
         self.link = self.platform.link("cpu", device_id)
         self.label = f"simulated FPGA {self.platform.name} {device_id}"

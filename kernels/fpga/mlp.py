@@ -13,25 +13,17 @@ import numpy as np
 from pearl.kernels.cpu.mlp import MLPLayout
 
 
-def _device(device):
-    if device is None:
-        from pearl.kernels.fpga.driver import SimDevice
-
-        device = SimDevice()
-    return device
-
-
 def _limits(sizes, batch):
     return {"PEARL_MLP_MAX_WIDTH": max(sizes), "PEARL_MLP_MAX_BATCH": batch}
 
 
 class FPGAQPolicy:
-    def __init__(self, sizes: list[int], max_batch: int = 256, device=None):
+    def __init__(self, sizes: list[int], max_batch: int = 256, *, device):
         if len(sizes) < 2 or len(sizes) - 1 > 4:
             raise ValueError(f"the FPGA MLP kernels take 1 to 4 layers, got sizes {sizes}")
         self.sizes, self.max_batch = list(sizes), int(max_batch)
         self.layout = MLPLayout(self.sizes)
-        self.device = _device(device)
+        self.device = device
         self.kernel = self.device.kernel("pearl_mlp_forward", _limits(sizes, max_batch))
         def alloc(count, dtype, arg):
             return self.device.allocate(count, dtype, kernel=self.kernel, arg=arg)
@@ -76,13 +68,13 @@ class FPGAQTrainer:
     """Online weights and Adam moments in device buffers; `step` = one FusedQLearner update."""
 
     def __init__(self, sizes: list[int], lr: float, max_grad_norm: float, betas=(0.9, 0.999),
-                 adam_eps: float = 1e-8, max_batch: int = 256, device=None):
+                 adam_eps: float = 1e-8, max_batch: int = 256, *, device):
         if len(sizes) < 2 or len(sizes) - 1 > 4:
             raise ValueError(f"the FPGA MLP kernels take 1 to 4 layers, got sizes {sizes}")
         self.sizes, self.max_batch = list(sizes), int(max_batch)
         self.layout = MLPLayout(self.sizes)
         self.lr, self.max_grad_norm, self.betas, self.adam_eps = lr, max_grad_norm, betas, adam_eps
-        self.device = _device(device)
+        self.device = device
         self.kernel = self.device.kernel("pearl_mlp_train_step", _limits(sizes, max_batch))
         n, b = self.layout.size, self.max_batch
         def alloc(count, dtype, arg):

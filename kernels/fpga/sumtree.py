@@ -31,7 +31,7 @@ def tree_depth(capacity: int, fanout: int) -> int:
 
 
 class FPGASumTree:
-    def __init__(self, capacity: int, fanout: int = 16, device=None, dtype=np.float32):
+    def __init__(self, capacity: int, fanout: int = 16, *, device, dtype=np.float32):
         if capacity < 1 or fanout < 2:
             raise ValueError(f"sum tree needs capacity >= 1 and fanout >= 2, got {capacity}, {fanout}")
         if fanout & (fanout - 1) or fanout > 64:
@@ -39,10 +39,6 @@ class FPGASumTree:
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype}")
-        if device is None:
-            from pearl.kernels.fpga.driver import SimDevice
-
-            device = SimDevice()
         self.device = device
         self.capacity, self.fanout = int(capacity), int(fanout)
         self.depth = tree_depth(self.capacity, self.fanout)

@@ -8,17 +8,23 @@ from pearl.replay.uniform import UniformReplay  # noqa: F401
 
 def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_steps: int = 1,
                 rate_limiter: RateLimiter | None = None, device: str = "cpu"):
-    """The replay that `config` (a ReplayConfig) asks for; `device` 'opencl:N' puts a prioritized
-    replay's sum tree on that OpenCL device (storage stays in host memory); 'cuda:N' puts the
-    whole table (storage and tree) on that GPU (pearl/replay/device.py)."""
+    """The replay that `config` (a ReplayConfig) asks for, its priority structure on `device`
+    (the plan's sample device, pearl.placement.replay_device): the cpu's per `config.backend`;
+    another kind's sum tree with storage in host memory (opencl:N, fpga:N); or, for a backend
+    that keeps the whole table on its device (cuda:N), storage and tree there
+    (pearl/replay/device.py)."""
     import numpy as np
+
+    from pearl.kernels.registry import backend, parse_device
 
     kwargs = dict(capacity=config.capacity, obs_dim=obs_dim, rate_limiter=rate_limiter,
                   action_dtype=action_dtype or np.int64, action_shape=action_shape)
-    if device.startswith("cuda"):
+    where = parse_device(device, "plan.devices.sample")
+    kind = backend(where.kind)
+    if kind.table_on_device:
         from pearl.replay.device import DeviceReplay
 
-        return DeviceReplay(**kwargs, device=device, prioritized=config.kind == "prioritized",
+        return DeviceReplay(**kwargs, device=str(where), kernels=kind, prioritized=config.kind == "prioritized",
                             alpha=config.alpha, beta=config.beta, beta_final=config.beta_final,
                             beta_steps=total_steps, priority_eps=config.priority_eps, fanout=config.fanout)
     if config.kind == "uniform":
@@ -27,4 +33,4 @@ def make_replay(config, obs_dim: int, action_dtype=None, action_shape=(), total_
                              beta_final=config.beta_final, beta_steps=total_steps,
                              priority_eps=config.priority_eps, fanout=config.fanout,
                              backend=("amper" if config.kind == "amper" else
-                                      device if device.startswith("opencl") else config.backend))
+                                      config.backend if where.kind == "cpu" else device))

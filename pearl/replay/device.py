@@ -1,7 +1,8 @@
 """A replay table whose transitions and priority tree live on a torch device (a CUDA GPU).
 
-Same interface as `Replay` (add / sample / update_priorities / state_dict), built from the CUDA
-backend's kernels (kernels/cuda: `TorchTransitionStorage`, `TorchSumTree`): sample draws its
+Same interface as `Replay` (add / sample / update_priorities / state_dict), built from the
+factories of a backend that keeps the table on its device (`kernels`: the cuda backend's
+`storage` and `sum_tree`, kernels/cuda `TorchTransitionStorage`, `TorchSumTree`): sample draws its
 indices on the device, gathers the rows there and returns a `Batch` of tensors on that device, so
 a torch learner on the same device reads it with no host round trip; `update_priorities` takes
 the learner's |TD| tensor as it is. Per sample the host sends the batch's uniforms (B float64,
@@ -13,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pearl.kernels.cuda import TorchSumTree, TorchTransitionStorage
 from pearl.replay.base import FIELDS, Batch, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta
 from pearl.replay.rate_limiter import RateLimiter
@@ -24,17 +24,20 @@ class DeviceReplay:
 
     progress = 0
 
-    def __init__(self, capacity: int, obs_dim: int, device: str, prioritized: bool, alpha: float = 0.6,
-                 beta: float = 0.4, beta_final: float = 1.0, beta_steps: int = 1,
+    def __init__(self, capacity: int, obs_dim: int, device: str, prioritized: bool, *, kernels,
+                 alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0, beta_steps: int = 1,
                  priority_eps: float = 1e-6, fanout: int = 16, action_dtype=np.int64, action_shape=(),
                  rate_limiter: RateLimiter | None = None):
+        # `device`: a torch device (cuda:N; "cpu" runs the same kernels on CPU tensors, as the
+        # tests do without a GPU); `kernels`: the pearl.kernels.registry Backend building them
         self.capacity, self.obs_dim, self.prioritized = capacity, obs_dim, prioritized
         self.device = torch.device(device)
         self.rate_limiter = rate_limiter
         self.alpha, self.beta0, self.beta_final = alpha, beta, beta_final
         self.beta_steps, self.priority_eps, self.fanout = max(1, beta_steps), priority_eps, fanout
-        self.ring = TorchTransitionStorage(capacity, obs_dim, self.device, action_dtype, action_shape)
-        self.tree = TorchSumTree(capacity, fanout, self.device) if prioritized else None
+        self._new_tree = lambda: kernels.sum_tree(device, capacity, fanout)
+        self.ring = kernels.storage(device, capacity, obs_dim, action_dtype, action_shape)
+        self.tree = self._new_tree() if prioritized else None
         self._max_priority = torch.ones((), dtype=torch.float64, device=self.device)
 
     @property
@@ -110,7 +113,7 @@ class DeviceReplay:
         self.ring.cursor, self.ring.size = int(state["cursor"]), size
         self.ring.inserted = int(state["inserted"])
         if self.prioritized:
-            self.tree = TorchSumTree(self.capacity, self.fanout, self.device)
+            self.tree = self._new_tree()
             self.tree.update(torch.arange(size, device=self.device), np.asarray(state["priorities"]))
             self._max_priority = torch.tensor(float(state["max_priority"]), dtype=torch.float64,
                                               device=self.device)

@@ -24,34 +24,24 @@ def annealed_beta(beta0: float, beta_final: float, steps: int, progress: int) ->
 
 
 def make_priority_sampler(backend: str, capacity: int, fanout: int):
-    """'numba' or 'auto' (the compiled exact tree), 'numpy' (the reference), 'amper',
-    'opencl:N' (the exact tree on the N-th OpenCL device that `pearl devices` lists), or
-    'fpga:N[@platform]' / 'sim' (the HLS tree on an FPGA or its simulation, kernels/fpga)."""
+    """The priority structure: the cpu variants of the replay config ('numba' or 'auto': the
+    compiled exact tree, 'numpy': the reference, 'amper': the approximate sampler), or a device
+    id: that backend's sum tree (`opencl:N`, `fpga:N[@platform]`, any registered kind's)."""
     if backend in ("auto", "numba"):
-        from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
-
-        return NumbaSumTree(capacity, fanout)
+        backend = "cpu"
     if backend == "numpy":
         return SumTree(capacity, fanout)
     if backend == "amper":
         from pearl.kernels.cpu.amper import AmperSampler
 
         return AmperSampler(capacity)
-    if backend.startswith("opencl:"):
-        from pearl.devices import opencl_context
-        from pearl.kernels.opencl import OpenCLSumTree
+    from pearl.kernels import registry
+    from pearl.placement import platform_profile
 
-        return OpenCLSumTree(capacity, fanout, context=opencl_context(int(backend.split(":")[1])))
-    if backend == "sim" or backend.startswith("fpga:"):
-        # 'fpga:N[@platform]': the HLS sum-tree kernel on that FPGA of a platforms/ profile, or its
-        # simulation when this machine has no such board; 'sim': always the simulation
-        from pearl.kernels.fpga import FPGASumTree, open_device, parse_backend
-
-        index, platform = parse_backend(backend)
-        device = open_device(index, platform, simulate=True if backend == "sim" else None)
-        return FPGASumTree(capacity, fanout, device=device)
-    raise ValueError(f"unknown priority backend {backend!r} (expected auto, numba, numpy, amper, opencl:N, "
-                     f"fpga:N or sim)")
+    device = registry.parse_device(backend, "replay.backend")
+    kind = registry.backend(device.kind)
+    profile = platform_profile(device.platform, kind) if kind.default_platform is not None else None
+    return kind.sum_tree(device, capacity, fanout, profile)
 
 
 class PrioritizedReplay(Replay):

@@ -13,15 +13,14 @@ from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
 
-def device_policy(device: str, layout):
-    """The actor's Q-network on the plan's act device: the compiled numpy one on the cpu, or
-    QPolicy's interface on OpenCL device N (`act: opencl:N`, one launch per layer for the batch)."""
-    if device == "cpu":
-        return QPolicy(layout)
-    from pearl.devices import opencl_context
-    from pearl.kernels.opencl import OpenCLQPolicy
+def device_policy(layout, device: str):
+    """The actor's Q-network on `device` (a plan's `act` device): the backend's act kernel with
+    QPolicy's interface (opencl:N: batched inference in one launch per layer). Module-level, so
+    an actor process's recipe can carry it pickled."""
+    from pearl.kernels.registry import backend, parse_device
 
-    return OpenCLQPolicy(layout, context=opencl_context(int(device.split(":")[1])))
+    where = parse_device(device, "plan.devices.act")
+    return backend(where.kind).policy(where, layout)
 
 
 @implements(ActorContract)

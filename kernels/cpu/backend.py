@@ -1,0 +1,76 @@
+"""The cpu backend: the host. Runs every task; its sum tree is the numba tree (the numpy
+reference and AMPER are the replay config's other cpu variants, pearl/replay/prioritized.py).
+Light: importing it imports no numba kernel, torch or SciPy."""
+from __future__ import annotations
+
+import os
+import platform as _platform
+
+from pearl.errors import ConfigError
+from pearl.kernels.registry import Backend, register
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class CPUBackend(Backend):
+    kind = "cpu"
+    platform_keys = {"cores": True, "clock_mhz": True, "peak_gflops": True, "memory_bandwidth_gb_s": True,
+                     "call_overhead_us": False}
+    # Python-level kernel calls per task call, read off the runtime's code (with 4-64-64-2
+    # networks every task is overhead-bound, so the counts matter more than the FLOPs).
+    call_counts = {"act": 4, "insert": 4, "sample": 4, "update_priorities": 3, ("learn", "fused"): 20,
+                   ("learn", "torch"): 150, "sync_weights": 1}
+    # The continuous algorithms' own counts: a fused update is two MLP forwards and backwards per
+    # network on preallocated buffers, two Adam steps and the target lerps
+    # (pearl/runtime/fused_actor_critic.py; TD3's actor half every other update); autograd's
+    # update is several hundred ops (SAC's sampling and log-prob more); acting adds the policy's
+    # head and the action scaling. Call-equivalents of `call_overhead_us` from timing 16x16
+    # networks at batch 8 on the 2-core machine (all overhead), and rough: `pearl profile`
+    # replaces them with the real figures.
+    algo_call_counts = {("ddpg", "act"): 6, ("td3", "act"): 6, ("sac", "act"): 6,
+                        ("ddpg", "learn", "fused"): 100, ("td3", "learn", "fused"): 90,
+                        ("ddpg", "learn", "torch"): 300, ("td3", "learn", "torch"): 200,
+                        ("sac", "learn", "torch"): 500}
+
+    def detect(self) -> list[dict]:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return [{"id": "cpu", "kind": "cpu", "name": _cpu_model(), "cores": cores, "memory_gib": _memory_gib()}]
+
+    def check(self, device, platform=None, field: str = "device") -> None:
+        if device.index != 0:
+            raise ConfigError(f"{field}: {device}: no such device (the host is one device, cpu or cpu:0)")
+
+    def can_run(self, task: str, workload) -> str | None:
+        return None
+
+    def learner_kernels(self, workload) -> tuple[str, ...]:
+        return workload.learner_kernels
+
+    def sum_tree(self, device, capacity: int, fanout: int, platform=None):
+        from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+
+        return NumbaSumTree(capacity, fanout)
+
+    def policy(self, device, layout):
+        from pearl.kernels.cpu.mlp import QPolicy
+
+        return QPolicy(layout)
+
+
+register(CPUBackend())
