@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -21,26 +20,13 @@ from pearl.algos.sac import SAC as SACAlgorithm
 from pearl.algos.td3 import TD3 as TD3Algorithm
 from pearl.api import Agent, resolve_config
 from pearl.config import ExperimentConfig
-from pearl.envs import make_env
+from pearl.envs import box_spaces, make_env
 from pearl.errors import ConfigError
 from pearl.plan import Plan, reconcile
 from pearl.replay import make_replay
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
 from pearl.runtime.processes import ActorRecipe
-
-
-def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int, ActionScaler]:
-    """(observation size, action size, scaler) for a flat-Box-observation, Box-action environment."""
-    obs_space, action_space = env.observation_space, env.action_space
-    name = algo.upper()
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; {name} needs a flat Box")
-    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
-    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-        raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
-    return int(obs_space.shape[0]), int(action_space.shape[0]), ActionScaler(action_space.low, action_space.high)
 
 
 class ContinuousAgent(Agent):
@@ -54,7 +40,8 @@ class ContinuousAgent(Agent):
         self.config = config = resolve_config(self.algo_name, env, config, options, "Pendulum-v1")
         cfg = config.algo_config
         probe = make_env(config.env)
-        self.obs_dim, self.action_dim, self.scaler = box_spaces(probe, config.env, self.algo_name)
+        self.obs_dim, self.action_dim = box_spaces(probe, config.env, self.algo_name)
+        self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
         replay_device, learn_device = self._set_plan(plan)
         config, cfg = self.config, self.config.algo_config

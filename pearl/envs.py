@@ -36,3 +36,16 @@ def discrete_spaces(env: gym.Env, env_id: str, field: str = "env") -> tuple[int,
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ConfigError(f"{field}: {env_id} has actions {action_space}; DQN needs Discrete actions")
     return int(np.prod(obs_space.shape)), int(action_space.n)
+
+
+def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int]:
+    """(observation size, action size) for a flat-Box-observation, bounded-Box-action environment."""
+    obs_space, action_space = env.observation_space, env.action_space
+    name = algo.upper()
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; {name} needs a flat Box")
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
+    return int(obs_space.shape[0]), int(action_space.shape[0])

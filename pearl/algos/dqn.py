@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.estimator.signatures import Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
 
 
 class QNetwork(nn.Module):
@@ -101,19 +101,31 @@ class DQN:
             for target, online in zip(self.target.parameters(), self.online.parameters()):
                 target.lerp_(online, tau)
 
-    # -- what the protocol needs to know ----------------------------------------------------------
+    # -- what the runtime needs to know -----------------------------------------------------------
     def layer_sizes(self) -> list[int]:
-        return [self.obs_dim, *self.config.hidden, self.n_actions]
+        return self.policy_shape(self.obs_dim, self.n_actions, self.config.hidden)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.online.parameters())
 
-    def act_cost(self, batch: int):
-        return mlp_forward_cost(self.layer_sizes(), batch)
+    # -- cost spec: FLOPs and bytes from the shapes alone (the estimator's workload asks these) --
+    COST_OPTIONS = ("double",)  # config options learn_cost reads beside the shapes
 
-    def learn_cost(self, batch: int):
-        sizes = self.layer_sizes()
-        forwards = 3 if self.config.double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
+    @staticmethod
+    def policy_shape(obs_dim: int, n_actions: int, hidden) -> list[int]:
+        """The Q MLP's widths: what the actor runs and sync_weights ships."""
+        return [obs_dim, *hidden, n_actions]
+
+    @classmethod
+    def act_cost(cls, obs_dim: int, n_actions: int, hidden, envs: int) -> Cost:
+        """The Q-network's inference for one act round of `envs` observations."""
+        return mlp_forward_cost(cls.policy_shape(obs_dim, n_actions, hidden), envs)
+
+    @classmethod
+    def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True) -> Cost:
+        """One update on a batch; the fused and torch learners do the same arithmetic."""
+        sizes = cls.policy_shape(obs_dim, n_actions, hidden)
+        forwards = 3 if double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
         return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
                 + adam_cost(mlp_parameter_count(sizes)))
 
