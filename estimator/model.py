@@ -54,12 +54,13 @@ class Candidate:
                 + (f" x{self.actors}" if self.actors != 1 else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
+        """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
+        included); `platform` is written only when a task is on an FPGA of it."""
         devices = {task: self.device_of(task) for task in TASK_NAMES}
         uses_fpga = any(d.startswith("fpga") for d in devices.values())
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
-                    sync_interval=self.sync_interval, learner_kernel=self.learner_kernel,
-                    platform=platform if uses_fpga else "", **({"runtime": self.runtime}
-                                                                if self.runtime != "sequential" else {}))
+                    sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
+                    runtime=self.runtime, platform=platform if uses_fpga else "")
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import yaml
 
-from pearl import runtime
+from pearl import runtime, schedule
 from pearl.algos.dqn import DQN as DQNAlgorithm
 from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
 from pearl.config import CONTINUOUS_ALGOS, ExperimentConfig, apply_overrides, parse_config
@@ -28,7 +28,7 @@ from pearl.replay import RateLimiter, make_replay
 from pearl.runlog import RunLog, plot_learning_curve
 from pearl.runtime.actor import Actor, opencl_policy
 from pearl.runtime.learners import make_learner
-from pearl.runtime import crossed, processes, threaded
+from pearl.runtime import crossed
 from pearl.runtime.processes import ActorRecipe
 from pearl.runtime.sequential import TaskTimer
 
@@ -190,21 +190,13 @@ class Agent:
         return getattr(getattr(self.replay, "tree", None), "device", None)
 
     def _rate_limiter(self) -> RateLimiter:
-        """Samples per insert = updates per step x batch, with slack for one round of the runtime:
-        the n-step lag of inserts and one act round's worth of updates."""
-        cfg, batch = self.config.algo_config, self.plan.batch_size
-        ratio = cfg.updates_per_step * batch
-        slack = batch * max(1.0, cfg.updates_per_step) * (cfg.n_step + self.plan.envs_per_actor)
-        if self.plan.runtime == "threaded":  # the actor may run MAX_LAG updates ahead of the learner
-            slack += batch * threaded.MAX_LAG
-        elif self.plan.runtime == "processes":  # actors run ahead by their allowances, an act round each
-            slack += batch * (processes.MAX_LAG
-                              + max(1.0, cfg.updates_per_step) * self.plan.actors * self.plan.envs_per_actor)
-        # each env holds its last n_step - 1 steps until their n-step returns are known, so at
-        # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
-        lag = (cfg.n_step - 1) * self.plan.envs_per_actor
-        return RateLimiter(samples_per_insert=ratio, min_size_to_sample=max(1, cfg.learning_starts - lag),
-                           error_buffer=slack)
+        """The runtime's band of samples per insert (pearl.schedule.rate_limit, looked up at call
+        time: autotune's runtime_accepts drives the same one)."""
+        cfg, plan = self.config.algo_config, self.plan
+        limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
+                                    cfg.n_step, plan.envs_per_actor, plan.actors)
+        return RateLimiter(samples_per_insert=limit.samples_per_insert,
+                           min_size_to_sample=limit.min_size_to_sample, error_buffer=limit.error_buffer)
 
     def record_episodes(self, finished: list[tuple[float, int]]) -> None:
         for episode_return, _ in finished:
@@ -231,7 +223,7 @@ class Agent:
 
     # -- the user's verbs ----------------------------------------------------------------------
     def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
-              time_tasks: bool = False, resume: bool = False) -> dict:
+              time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
         With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
@@ -239,7 +231,9 @@ class Agent:
         (atomically; never one with non-finite weights). `resume`: continue that run directory's
         metrics.csv instead of starting it afresh (`pearl.resume`). Ctrl-C stops at the end of the
         current round, writes the checkpoint and returns (`summary["interrupted"]`); a second
-        Ctrl-C aborts at once. Returns a summary (steps/s, updates, final training return).
+        Ctrl-C aborts at once. `on_round(agent)` is called after each round of the runtime;
+        setting `agent.stop_requested = True` in it stops the run at that round's end. Returns a
+        summary (steps/s, updates, final training return).
         """
         steps = self.config.total_steps - self.env_steps if steps is None else steps
         if steps < 1:
@@ -276,6 +270,8 @@ class Agent:
                 log(agent)
             if crossed(previous, agent.env_steps, checkpoint_every):
                 agent.checkpoint(run_path / "checkpoint.npz")
+            if on_round is not None:
+                on_round(agent)
 
         start_steps, start_updates, started = self.env_steps, self.updates, time.perf_counter()
         self.stop_requested = False

@@ -2,7 +2,7 @@
 plans this machine can run) set predictions against measurements.
 
     result = pearl.autotune("configs/cartpole_dqn.yaml", platform="ci_2core", metric="efficiency")
-    result.plan.save("plan.yaml")      # pearl train --plan plan.yaml (--replay result.replay_kind)
+    result.plan.save("plan.yaml")      # pearl train --plan plan.yaml runs it, replay kind included
 
 Any algorithm the estimator's workload models: DQN, and DDPG, TD3 and SAC (their uniform replay
 on the cpu; the fused learner for DDPG and TD3).
@@ -53,12 +53,10 @@ class AutotuneResult:
 
     def to_yaml(self) -> str:
         best = self.best
+        # the plan is complete (replay kind included); the autotune section is for the reader
         doc = {"plan": self.plan.to_dict(),
                "autotune": {"platform": self.platform.name, "metric": self.metric,
-                            "replay_kind": best.candidate.replay_kind,
-                            "predicted": best.summary(), "why": self.reason,
-                            "note": ("train with --replay " + best.candidate.replay_kind
-                                     if best.candidate.replay_kind != self.config.replay.kind else "")}}
+                            "predicted": best.summary(), "why": self.reason}}
         return yaml.safe_dump(doc, sort_keys=False)
 
     def save(self, path: str | Path) -> None:
@@ -90,19 +88,20 @@ def _config_of(agent_or_config):
 def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
 
-    The limiter is built by the config's agent class's own `_rate_limiter` (pearl/api.py) for
-    this config and plan (no copy of its formula here), then driven with the sequential loop's counts: each act round inserts
-    E transitions once the n-step buffers are full (rounds n_step-1 onwards; episode ends only
-    add flushed transitions, so this is the worst case), then takes the updates due; a round of
-    a processes plan is every actor's (actors x E transitions). A plan the
-    runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
-    with many envs per actor, before the limiter allowed for the n-step lag)."""
-    from types import SimpleNamespace
-
-    from pearl.api import agent_class
+    The limiter is the one the agent builds for this config and plan (pearl.schedule.rate_limit,
+    the band's one home; no copy of its formula here), driven with the sequential loop's counts:
+    each act round inserts E transitions once the n-step buffers are full (rounds n_step-1
+    onwards; episode ends only add flushed transitions, so this is the worst case), then takes the
+    updates due; a round of a processes plan is every actor's (actors x E transitions). A plan the
+    runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step >
+    1 with many envs per actor, before the limiter allowed for the n-step lag)."""
+    from pearl import schedule
+    from pearl.replay.rate_limiter import RateLimiter
 
     algo = config.algo_config
-    limiter = agent_class(config.algo)._rate_limiter(SimpleNamespace(config=config, plan=cand.to_plan()))
+    limit = schedule.rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts, algo.n_step,
+                                cand.envs, cand.actors)
+    limiter = RateLimiter(limit.samples_per_insert, limit.min_size_to_sample, limit.error_buffer)
     per_round = cand.actors * cand.envs
     env_steps = updates = 0
     for round_ in range(algo.learning_starts // per_round + extra_rounds):
@@ -111,7 +110,7 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
                 return False
             limiter.record_insert(per_round)
         env_steps += per_round
-        due = int(max(0, env_steps - algo.learning_starts) * algo.updates_per_step) - updates
+        due = schedule.updates_due(env_steps, algo.learning_starts, algo.updates_per_step) - updates
         for _ in range(due):
             if not limiter.can_sample(cand.batch):
                 return False
@@ -137,7 +136,7 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
     from pearl.estimator.workload import workload_from_config
     from pearl.platforms import load_platform
-    from pearl.profile import load_cached
+    from pearl.estimator.profile import load_cached
 
     config = _config_of(agent_or_config)
     profile_ = load_platform(platform) if not hasattr(platform, "devices") else platform
@@ -213,17 +212,17 @@ def format_table(predictions, measured: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None) -> list:
-    """Runs the top `k` plans this machine can run for `seconds` each (after a warm-up past
-    learning_starts, in windows taken in turns: pearl/profile.py); returns
-    [(Prediction, measured steps/s or None, note)]."""
-    from pearl.profile import measure_many, runnable_here
+def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None, *, runner) -> list:
+    """Runs the top `k` plans this machine can run for `seconds` each with `runner`
+    (estimator.profile.Runner, pearl.measure: after a warm-up past learning_starts, in windows
+    taken in turns); returns [(Prediction, measured steps/s or None, note)]."""
+    from pearl.estimator.profile import runnable_here
 
     chosen = [p for p in result.ranking.predictions
               # a simulated FPGA's wall time is not the board's: nothing to compare
               if runnable_here(p.candidate) and not p.candidate.replay_device.startswith("fpga")][:k]
     out = []
-    for prediction, run in zip(chosen, measure_many(result.config, [p.candidate for p in chosen], seconds)):
+    for prediction, run in zip(chosen, runner.measure_many(result.config, [p.candidate for p in chosen], seconds)):
         out.append((prediction, run.get("steps_per_s"), run.get("error", "")))
         if log:
             log(f"measured {prediction.candidate.label()}: "
@@ -279,7 +278,7 @@ def process_segments(prediction) -> list[tuple[str, str, float, float]]:
     loads), side by side; the learner's N inserts of R transitions, its loop's time, and the
     updates those N x R env steps are due. Where N + 1 processes outnumber the cores the rows
     cannot all run at once (the step is then the cores' share, not the longest row)."""
-    from pearl.runtime.processes import allowance
+    from pearl.schedule import allowance
 
     cand, calls, step_us = prediction.candidate, prediction.call_us, prediction.step_us
     u = prediction.updates_per_s / prediction.steps_per_s
