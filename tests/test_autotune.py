@@ -91,6 +91,18 @@ def test_pearl_train_with_the_plan_autotune_wrote_runs_that_plan(cache, tmp_path
     assert result["learner_kernel"] == plan.learner_kernel and result["env_steps"] >= 600
 
 
+def test_autotune_says_when_the_config_itself_set_what_the_plan_changes(cache, tmp_path, capsys):
+    """A config that chose prioritized replay, a plan of amper: training would refuse the
+    conflict (pearl.plan.reconcile), and autotune says so where it writes the plan."""
+    config_path, out = tmp_path / "c.yaml", tmp_path / "p.yaml"
+    config_path.write_text(yaml.safe_dump(apply_overrides(small_config(), {"replay.kind": "prioritized"}).to_dict()))
+    assert main(["autotune", str(config_path), "--replay-kinds", "amper", "--envs", "4", "-o", str(out)]) == 0
+    assert (f"plan written to {out} (with this config, pearl train --plan stops: plan.replay: amper, but the "
+            f"config's replay.kind is prioritized" in capsys.readouterr().out)
+    assert main(["train", str(config_path), "--plan", str(out), "--steps", "100", "--quiet",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+
+
 def test_autotune_measure_sets_prediction_against_measurement(cache, tmp_path, capsys):
     config_path = tmp_path / "c.yaml"
     config_path.write_text(yaml.safe_dump(small_config().to_dict()))
