@@ -126,7 +126,7 @@ class DDPG:
         self.updates += 1
         return critic_loss.item()
 
-    # -- what the runtime needs to know ----------------------------------------------------------------
+    # -- what the runtime needs to know ------------------------------------------------------------
     def policy_network(self) -> nn.Module:
         """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
         return self.actor.net
@@ -144,7 +144,7 @@ class DDPG:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.actor.parameters())
 
-    # -- cost spec: FLOPs and bytes from the shapes alone (the estimator's workload asks these) --
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
     critics = 1  # critic networks on [s, a]
     HEAD_FLOPS = 3  # per action component on act: tanh, the Gaussian noise and the clip
     COST_OPTIONS: tuple[str, ...] = ()  # config options learn_cost reads beside the shapes

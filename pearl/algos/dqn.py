@@ -101,14 +101,14 @@ class DQN:
             for target, online in zip(self.target.parameters(), self.online.parameters()):
                 target.lerp_(online, tau)
 
-    # -- what the runtime needs to know -----------------------------------------------------------
+    # -- what the runtime needs to know ------------------------------------------------------------
     def layer_sizes(self) -> list[int]:
         return self.policy_shape(self.obs_dim, self.n_actions, self.config.hidden)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.online.parameters())
 
-    # -- cost spec: FLOPs and bytes from the shapes alone (the estimator's workload asks these) --
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
     COST_OPTIONS = ("double",)  # config options learn_cost reads beside the shapes
 
     @staticmethod

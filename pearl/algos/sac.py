@@ -141,7 +141,7 @@ class SAC:
         self.updates += 1
         return critic_loss.item()
 
-    # -- what the runtime needs to know ----------------------------------------------------------------
+    # -- what the runtime needs to know ------------------------------------------------------------
     def policy_network(self) -> nn.Module:
         """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
         return self.actor.net
@@ -160,7 +160,7 @@ class SAC:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.actor.parameters())
 
-    # -- cost spec: FLOPs and bytes from the shapes alone (the estimator's workload asks these) --
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
     critics = 2
     HEAD_FLOPS = 5  # per action component on act: exp of log_std, the scaled noise, the add and tanh
     COST_OPTIONS: tuple[str, ...] = ()  # config options learn_cost reads beside the shapes
