@@ -6,12 +6,12 @@ One process, back to back: `pearl profile` measures the task costs (the covering
 autotune ranks every plan of the ci_2core profile on that grid by throughput, then the chosen
 plan and a fixed, diverse set of plans (replay kinds, replay on cpu / opencl:0, envs, batch
 sizes, fused / torch learner) each train for `--seconds` after a warm-up, and the table sets
-prediction against measurement (both take the least disturbed of 4 windows, pearl/profile.py
+prediction against measurement (both take the least disturbed of 4 windows, pearl/measure.py
 WINDOWS: the machine is shared). Prints a markdown table, the median absolute error and whether
 autotune's pick measures within 10% of the best measured plan.
 
 Threaded plans and processes plans (1, 2, 3 actor processes x 1, 4, 16 envs per actor; each of
-their windows is one run, measured from when its actor processes are up: pearl/profile.py
+their windows is one run, measured from when its actor processes are up: pearl/measure.py
 `_steady_run`) are measured in the same turns and reported apart, with autotune's pick when every
 runtime is allowed (`--runtimes sequential,threaded,processes --actors 1,2,3`).
 
@@ -35,11 +35,13 @@ import statistics
 import sys
 import time
 
-from pearl.tune import autotune
+from pearl import measure
 from pearl.config import apply_overrides, default_config_path, load_config
-from pearl.estimator.model import Candidate
 from pearl.devices import cpu_devices
-from pearl.profile import measure_many, profile
+from pearl.estimator.model import Candidate
+from pearl.estimator.profile import profile
+from pearl.estimator.tune import autotune
+from pearl.measure import measure_many
 
 REPLAYS = [("uniform", "cpu"), ("prioritized", "cpu"), ("amper", "cpu"), ("prioritized", "opencl:0")]
 ENVS, BATCHES = (1, 4, 16), (64, 256)
@@ -101,7 +103,7 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
     for algo, fixed in plans.items():
         config = continuous_config(algo)
         profile(config, envs=CONTINUOUS_ENVS, batches=CONTINUOUS_BATCHES, seconds=profile_seconds, log=log,
-                use_cache=False)
+                use_cache=False, runner=measure)
         result = autotune(config, platform="ci_2core", metric="throughput", envs=CONTINUOUS_ENVS,
                           batches=CONTINUOUS_BATCHES, use_profile=True)
         by_cand = {p.candidate: p for p in result.ranking.predictions}
@@ -127,7 +129,7 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
     load_before = os.getloadavg()[0]
     started = time.time()
     profile(config, replays, envs, batches, kernels, profile_seconds, log=log, use_cache=False,
-            threaded=bool(threaded), processes=bool(processes))
+            threaded=bool(threaded), processes=bool(processes), runner=measure)
     kinds = sorted({k for k, _ in replays})
     # The acceptance set: sequential plans (the runtime the model is validated for); autotune picks among them.
     result = autotune(config, platform="ci_2core", metric="throughput", replay_kinds=kinds,
@@ -235,7 +237,7 @@ def main() -> int:
     if args.plots:
         from pathlib import Path
 
-        from pearl.tune import plot_gantt, plot_predicted_vs_measured
+        from pearl.estimator.tune import plot_gantt, plot_predicted_vs_measured
 
         Path(args.plots).mkdir(parents=True, exist_ok=True)
         plot_predicted_vs_measured(report["rows"], Path(args.plots) / "autotune_predicted_vs_measured.png",

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     config = DQNConfig(hidden=list(args.hidden), lr=1e-3, double=True, max_grad_norm=10.0)
     algo = DQN(args.obs_dim, args.actions, config, total_steps=1000, seed=0)
-    fused = FusedQLearner(algo.layer_sizes(), config.lr, config.double, config.max_grad_norm)
+    fused = FusedQLearner(algo.policy_sizes(), config.lr, config.double, config.max_grad_norm)
     fused.online[:] = DQN.flat_weights(algo.online)
     fused.target[:] = DQN.flat_weights(algo.target)
     rng = np.random.default_rng(0)
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
              rng.standard_normal((args.batch, args.obs_dim)).astype(np.float32),
              np.full(args.batch, 0.99, np.float32))
     tensors = tuple(torch.from_numpy(np.asarray(a)) for a in batch)
-    sizes = "-".join(str(s) for s in algo.layer_sizes())
+    sizes = "-".join(str(s) for s in algo.policy_sizes())
     with cpu_kernel_mode():
         fused_us = median_us(lambda: fused.update(*batch), args.repeats)
         torch_us = median_us(lambda: algo.update(*tensors), max(100, args.repeats // 10))

@@ -1,7 +1,8 @@
-"""Cost arithmetic for the estimator: FLOPs and bytes of each protocol task's kernels.
+"""Cost arithmetic for the estimator: FLOPs and bytes of each task's kernels.
 
-Importable as `pearl.estimator`. The protocol asks these functions for each task's per-call cost
-signature; device models (roofline, FPGA cycles, measured profiles) turn signatures into time.
+Importable as `pearl.estimator`. The algorithms' cost specs (pearl/algos/*.py) and the replay
+tasks' costs (estimator/costs.py) are written with these functions; device models (roofline,
+FPGA cycles, measured profiles) turn the signatures into time.
 """
 from pearl.estimator.signatures import (  # noqa: F401
     Cost,

@@ -6,43 +6,11 @@ sync interval and replay kind. Each task's per-call time comes from `estimator.c
 (measured by `pearl profile` where this machine has the device, analytic otherwise); the model
 multiplies by how often the runtime calls the task per env step and schedules the result.
 
-Schedules:
-- "sequential" — what pearl/runtime/sequential.py runs (docs/ARCHITECTURE.md, reference
-  semantics): one thread; per act round `act` + `insert` (E env steps), then updates_per_step x E
-  rounds of sample -> learn -> update_priorities, sync_weights every sync_interval updates.
-  T_step = the sum of every task's time per env step + the loop's own overhead.
-- "overlapped" — devices run concurrently and sampling stays on the critical path:
-  T_step = S + max over devices d of (busy_d - S_d), with S the sampling time per env step and
-  busy_d the time device d is busy per env step. With the replay on one device and the learner on
-  another this is the PEARL paper's T_iter = T_sample + max(T_update + T_insert, T_learn); with
-  everything on one device it collapses to the sequential sum. No runtime here runs it yet; the
-  mapper uses it only when asked (`schedule="overlapped"`).
-- "threaded" — pearl/runtime/threaded.py (a Plan's `runtime: threaded`): the calling thread acts
-  and inserts (and loads weight snapshots), a learner thread samples, learns and updates
-  priorities. T_step = max(actor, learner, c x (actor + learner)), each thread the sum of its
-  tasks per env step plus its share of the loop overhead, and c the contention factor `pearl
-  profile --threaded` measures per learner kernel (one threaded run's step time / its threads'
-  summed time): the threads share the GIL and, on a small machine, the cores. Without a measured
-  c the model takes c = 0, i.e. threads that never slow each other (an optimistic bound).
-- "processes" — pearl/runtime/processes.py (a Plan's `runtime: processes`): N = `actors` actor
-  processes each act on their E envs and write each round into a shared-memory ring, loading
-  newly published weights once per round at most; the main process (the learner) drains the
-  rings into the replay, does the loop's bookkeeping (episode records, progress), samples,
-  learns, updates priorities and publishes weights. An actor runs at most its allowance R of env
-  steps ahead (`allowance` of the runtime), so a learner that is the bottleneck drains runs of R
-  transitions, one insert per actor per loop. Per env step of the whole plan:
-      A = act / E + ring write / E + weight loads           (act: as measured in an actor
-                                                              process when profiled, else the
-                                                              sequential runtime's)
-      L = insert(R) / R + the loop's time per loop / (N x R) + updates_per_step x (sample + learn
-          + update_priorities + the loop's time per update)
-          + updates_per_step / sync_interval x sync_weights (+ transfers)
-  and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
-  parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
-  wait once ahead by their allowance, leaving the cores to the learner). When the N + 1
-  processes outnumber the cores, the step is c times that: c the time-sharing overhead (context
-  switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors
-  against one actor, 1 when not measured.
+The schedule is the plan's runtime's model (pearl/schedule/models.py, `MODELS`): which tasks run
+on which thread, process or device, and how their times per env step combine into the step
+(sequential: the sum; threaded: max(actor, learner, c x their sum); processes: max(A / min(N, C),
+L, (A + L) / C) with its time-sharing factor; overlapped: the paper's T_sample + max(...)). This
+module prices the tasks and the power; it has no runtime-specific branch.
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
@@ -55,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pearl.kernels.registry import REPLAY_TASKS, TASKS, backend, kind_of
 from pearl.plan import Plan
-
-REPLAY_TASKS = ("insert", "sample", "update_priorities")
+from pearl.schedule.models import MODELS, StepFigures
 
 
 @dataclass(frozen=True)
@@ -87,14 +55,14 @@ class Candidate:
                 + (f" x{self.actors}" if self.actors != 1 else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
-        from pearl.plan import TASK_NAMES
-
-        devices = {task: self.device_of(task) for task in TASK_NAMES}
-        uses_fpga = any(d.startswith("fpga") for d in devices.values())
+        """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
+        included); `platform` is written only when a task is on an FPGA of it."""
+        devices = {task: self.device_of(task) for task in TASKS}
+        # a plan names its platform when a device of it is a profile's own (an FPGA of the profile)
+        uses_profile = any(backend(kind_of(d)).default_platform is not None for d in devices.values())
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
-                    sync_interval=self.sync_interval, learner_kernel=self.learner_kernel,
-                    platform=platform if uses_fpga else "", **({"runtime": self.runtime}
-                                                                if self.runtime != "sequential" else {}))
+                    sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
+                    runtime=self.runtime, platform=platform if uses_profile else "")
 
 
 @dataclass
@@ -145,32 +113,24 @@ def calls_per_step(task: str, cand: Candidate, updates_per_step: float) -> float
     return updates_per_step  # sample, learn
 
 
-SCHEDULES = ("sequential", "threaded", "processes", "overlapped")
-ACTOR_THREAD = ("act", "insert", "sync_weights")  # the threaded runtime's calling thread
-ACTOR_PROCESS = ("act", "ring_write", "weight_loads")  # the processes runtime's actors (per env step keys)
+SCHEDULES = tuple(MODELS)
 
 
 def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     """The model's figures for `cand` under `costs` (an estimator.costs.Costs); the schedule is
     the candidate's runtime unless given."""
-    from pearl.plan import TASK_NAMES
-
     schedule = schedule or cand.runtime
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    model = MODELS[schedule]
     workload, platform = costs.workload, costs.platform
     u = workload.updates_per_step
     call_us, step_us, sources = {}, {}, {}
     busy: dict[str, float] = {}  # device -> us busy per env step (its timeline, launches included)
     active: dict[str, float] = {}  # device -> us computing per env step (what dynamic power scales with)
-    run = cand.envs  # transitions per insert
-    loop = cand  # what the runtime's loop takes in per pass, as a candidate with that many envs
-    if schedule == "processes":
-        from pearl.runtime.processes import allowance
-
-        run = allowance(u, cand.actors, cand.envs)
-        loop = replace(cand, envs=cand.actors * run)
-    for task in TASK_NAMES:
+    run, pass_envs = model.insert_run(cand, u)  # transitions per insert, env steps per pass of the loop
+    loop = cand if pass_envs == cand.envs else replace(cand, envs=pass_envs)
+    for task in TASKS:
         n, sized = calls_per_step(task, cand, u), cand
         if task == "insert" and run != cand.envs:
             n, sized = 1.0 / run, replace(cand, envs=run)
@@ -189,47 +149,8 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     overhead = costs.overhead_us(loop)
     step_us["overhead"] = overhead
     busy["cpu"] = busy.get("cpu", 0.0) + overhead
-
-    sides: dict[str, float] = {}
-    host_busy_cores = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
-    if schedule == "sequential":
-        total = sum(step_us.values())
-        bottleneck = max((k for k in step_us if k in call_us), key=step_us.get)
-    elif schedule == "threaded":
-        per_round, per_update = costs.overhead_parts_us(cand)
-        threads = {"actor": per_round, "learner": per_update}
-        for key, us in step_us.items():
-            if key in call_us:
-                threads["actor" if key in ACTOR_THREAD else "learner"] += us
-            elif key.startswith("transfer"):
-                threads["learner"] += us
-        limiting = max(threads, key=threads.get)
-        sides = {**threads, "contention": costs.threaded_factor(cand) * (threads["actor"] + threads["learner"])}
-        total = max(sides.values())
-        bottleneck = max((t for t in call_us if (t in ACTOR_THREAD) == (limiting == "actor")), key=step_us.get)
-    elif schedule == "processes":
-        step_us["ring_write"] = costs.ring_write_seconds(cand) * 1e6 / cand.envs
-        # each actor loads a newly published version once per round at most
-        loads = min(cand.actors * u / cand.sync_interval, 1.0 / cand.envs)
-        step_us["weight_loads"] = loads * call_us.get("sync_weights", 0.0)
-        actors_us = sum(step_us[key] for key in ACTOR_PROCESS if key in step_us)
-        learner_us = sum(us for key, us in step_us.items() if key not in ACTOR_PROCESS)  # the loop's too
-        cores = platform.host.cores
-        sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
-                 "cores": (actors_us + learner_us) / cores}
-        limiting = max(sides, key=sides.get)
-        total = (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
-        host_busy_cores = (actors_us + learner_us) / sides[limiting]
-        on_side = {"actors": lambda t: t == "act", "learner": lambda t: t != "act", "cores": lambda t: True}[limiting]
-        bottleneck = max((t for t in call_us if on_side(t)), key=step_us.get)
-    else:
-        sample = step_us.get("sample", 0.0)
-        replay = cand.replay_device
-        rest = {d: b - (sample if d == replay else 0.0) for d, b in busy.items()}
-        limiting = max(rest, key=rest.get)
-        total = sample + rest[limiting]
-        tasks_on = [t for t in call_us if cand.device_of(t) == limiting and not (t == "sample")]
-        bottleneck = max(tasks_on, key=step_us.get) if tasks_on else "sample"
+    step = model.step(StepFigures(call_us, step_us, busy, u), cand, costs)
+    total, host_busy_cores = step.total_us, step.host_busy_cores
 
     utilisation, device_w = {}, {}
     host = platform.host
@@ -239,7 +160,7 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
         device = platform.device(device_id)
         util = min(1.0, active.get(device_id, 0.0) / total)
         utilisation[device_id] = util
-        if device.kind == "opencl" and device.host == "cpu":  # PoCL: its kernels run on the host's cores
+        if device.host == "cpu":  # an accelerator on the host's cores (PoCL): no power of its own
             host_busy_cores += util * max(0, min(device.compute_units, host.cores) - 1)
             continue
         device_w[device_id] = device.power_w(util)
@@ -248,4 +169,4 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     watts = sum(device_w.values())
     steps_per_s = 1e6 / total
     return Prediction(cand, steps_per_s, steps_per_s * u, watts, steps_per_s / watts if watts else 0.0,
-                      bottleneck, call_us, step_us, utilisation, device_w, sources, schedule, sides=sides)
+                      step.bottleneck, call_us, step_us, utilisation, device_w, sources, schedule, sides=step.sides)

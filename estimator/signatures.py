@@ -1,4 +1,4 @@
-"""Per-call cost signatures (FLOPs and bytes moved) of the kernels the protocol's tasks run.
+"""Per-call cost signatures (FLOPs and bytes moved) of the kernels the training loop's tasks run.
 
 Counts are for float32 and count a multiply-add as 2 FLOPs. Bytes are the minimum traffic to and
 from memory (inputs read once, outputs written once, parameters read once per call), the figure a

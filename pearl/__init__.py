@@ -13,7 +13,7 @@ _EXPORTS = {
     "ExperimentConfig": "pearl.config", "load_config": "pearl.config",
     "ConfigError": "pearl.errors", "PearlError": "pearl.errors",
     "Plan": "pearl.plan", "load_plan": "pearl.plan",
-    "autotune": "pearl.tune",
+    "autotune": "pearl.estimator.tune",
 }
 __all__ = sorted(_EXPORTS)
 

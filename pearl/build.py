@@ -30,7 +30,7 @@ from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLe
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
 from pearl.runtime.processes import ActorRecipe
-from pearl.schedule import Schedule, rate_limit
+from pearl import schedule
 
 
 class Discrete:
@@ -80,9 +80,9 @@ class Continuous:
 
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
-        self.obs_dim, self.action_dim, low, high = box_spaces(probe, config.env, config.algo)
+        self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
+        self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
-        self.scaler = ActionScaler(low, high)
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
 
     def algorithm(self, config: ExperimentConfig):
@@ -120,7 +120,7 @@ class Parts:
     config: ExperimentConfig
     plan: Plan
     family: Discrete | Continuous
-    schedule: Schedule
+    schedule: schedule.Schedule
     algo: object
     learner: object
     replay: object
@@ -191,13 +191,13 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     policy = family.policy_factory(config, algo, "cpu")()
     policy.load(learner.policy_weights())
     cfg = config.algo_config
-    limit = rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts, cfg.n_step,
+    limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts, cfg.n_step,
                        plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
     replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform))
-    schedule = Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size, plan.sync_interval,
+    run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size, plan.sync_interval,
                         getattr(cfg, "target_update_interval", None))
-    return Parts(config, plan, family, schedule, algo, learner, replay, policy,
+    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy,
                  family.actor_recipe(config, plan, policy_factory), np.random.default_rng(config.seed))

@@ -102,8 +102,9 @@ def _int_list(text: str | None, flag: str) -> list[int] | None:
 
 
 def _autotune(args) -> int:
-    from pearl.tune import autotune, format_table, load_average, measure_top
+    from pearl import measure
     from pearl.config import default_config_path
+    from pearl.estimator.tune import autotune, format_table, load_average, measure_top
     from pearl.estimator.mapper import RUNTIMES as TUNABLE_RUNTIMES
     from pearl.estimator.model import SCHEDULES
     from pearl.estimator.workload import REPLAY_KINDS
@@ -142,13 +143,12 @@ def _autotune(args) -> int:
     print(f"chosen: {ranking.best.candidate.label()}\nwhy: {result.reason}")
     if args.output:
         result.save(args.output)
-        print(f"plan written to {args.output}" + (f" (train with --replay {result.replay_kind})"
-                                                  if result.replay_kind != result.config.replay.kind else ""))
+        print(f"plan written to {args.output}" + _plan_conflict(result))
     if args.measure:
         print(f"measuring the top {args.measure} plans this machine runs, {args.seconds:g} s each "
               f"(load average {load_average():.2f})", file=sys.stderr)
-        rows = measure_top(result, args.measure, args.seconds,
-                           log=lambda line: print(line, file=sys.stderr))
+        rows = measure_top(result, args.measure, args.seconds, log=lambda line: print(line, file=sys.stderr),
+                           runner=measure)
         measured = {p.candidate: m for p, m, _ in rows if m}
         print("predicted vs measured (env steps/s):")
         print(format_table([p for p, _, _ in rows], measured))
@@ -158,9 +158,24 @@ def _autotune(args) -> int:
     return 0
 
 
+def _plan_conflict(result) -> str:
+    """The plan holds everything it chose (replay kind included), so `pearl train CONFIG --plan`
+    runs it; unless the config itself set a value the plan changes, which training refuses
+    (pearl.plan.reconcile): then say which, as training would."""
+    from pearl.errors import ConfigError
+    from pearl.plan import reconcile
+
+    try:
+        reconcile(result.config, result.plan)
+    except ConfigError as err:
+        return f" (with this config, pearl train --plan stops: {err})"
+    return ""
+
+
 def _profile(args) -> int:
+    from pearl import measure
     from pearl.config import default_config_path, load_config
-    from pearl.profile import cache_path, parse_replays, profile
+    from pearl.estimator.profile import cache_path, parse_replays, profile
 
     config = load_config(args.config or default_config_path())
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
@@ -173,7 +188,7 @@ def _profile(args) -> int:
     tables = profile(config, parse_replays(replays), _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
-                     threaded=args.threaded, processes=args.processes)
+                     threaded=args.threaded, processes=args.processes, runner=measure)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

@@ -38,9 +38,8 @@ def discrete_spaces(env: gym.Env, env_id: str, field: str = "env") -> tuple[int,
     return int(np.prod(obs_space.shape)), int(action_space.n)
 
 
-def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int, np.ndarray, np.ndarray]:
-    """(observation size, action size, action low, action high) for a flat-Box-observation,
-    Box-action environment."""
+def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int]:
+    """(observation size, action size) for a flat-Box-observation, bounded-Box-action environment."""
     obs_space, action_space = env.observation_space, env.action_space
     name = algo.upper()
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
@@ -49,4 +48,4 @@ def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tupl
         raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
-    return int(obs_space.shape[0]), int(action_space.shape[0]), action_space.low, action_space.high
+    return int(obs_space.shape[0]), int(action_space.shape[0])

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import pearl
+from pearl import measure
 from pearl.cli import main
 from pearl.config import apply_overrides, default_config_path, load_config
 from pearl.plan import load_plan
@@ -24,13 +25,15 @@ def small_config():
                            {"dqn.n_step": 1, "dqn.learning_starts": 200, "replay.capacity": 5000})
 
 
-def test_profile_measures_the_real_loop_and_caches_per_machine(cache, monkeypatch):
-    from pearl import profile as prof
+def test_profile_measures_the_real_loop_and_caches_per_machine(cache):
+    from types import SimpleNamespace
+
+    from pearl.estimator import profile as prof
     from pearl.estimator.workload import workload_from_config
 
     config = small_config()
     tables = prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",),
-                          seconds=0.2)
+                          seconds=0.2, runner=measure)
     for name in ("act@cpu", "insert|prioritized@cpu", "sample|prioritized@cpu", "learn|fused@cpu",
                  "update_priorities|prioritized@cpu", "sync_weights|fused@cpu", "overhead|round"):
         assert name in tables, name
@@ -44,10 +47,11 @@ def test_profile_measures_the_real_loop_and_caches_per_machine(cache, monkeypatc
     def no_measuring(*args, **kwargs):
         raise AssertionError("the cached table should have been used")
 
-    monkeypatch.setattr(prof, "_profile_runs", no_measuring)
-    assert prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",)) == tables
+    runner = SimpleNamespace(profile_runs=no_measuring)
+    assert prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(32,), kernels=("fused",),
+                        runner=runner) == tables
     with pytest.raises(AssertionError):  # a cell the cache lacks is measured
-        prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(64,), kernels=("fused",))
+        prof.profile(config, [("prioritized", "cpu")], envs=(1, 2), batches=(64,), kernels=("fused",), runner=runner)
     # A damaged cache is not trusted.
     path.write_text("{not json")
     assert prof.load_cached(workload_from_config(config).key()) is None
@@ -63,6 +67,40 @@ def test_autotune_cli_prints_the_ranking_and_writes_a_plan_the_runtime_loads(cac
     doc = yaml.safe_load(out.read_text())
     assert doc["autotune"]["metric"] == "efficiency" and doc["autotune"]["predicted"]["samples_per_j"] > 0
     assert plan.devices["sample"] == "cpu"  # tests/test_estimator_mapper.py explains why
+
+
+@pytest.mark.parametrize("kind,runtime", [("prioritized", "processes"), ("amper", "sequential")])
+def test_pearl_train_with_the_plan_autotune_wrote_runs_that_plan(cache, tmp_path, capsys, kind, runtime):
+    """`pearl autotune CONFIG -o p.yaml`, then `pearl train CONFIG --plan p.yaml`: the run uses the
+    replay kind, envs per actor, batch size, learner kernel and runtime the plan names, with no
+    other flag (the plan is complete)."""
+    config_path, out, run_dir = tmp_path / "c.yaml", tmp_path / "p.yaml", tmp_path / "run"
+    config_path.write_text(yaml.safe_dump(small_config().to_dict()))
+    assert main(["autotune", str(config_path), "--replay-kinds", kind, "--envs", "4", "--batch-sizes", "32",
+                 "--runtimes", runtime, *(["--actors", "1"] if runtime == "processes" else []),
+                 "-o", str(out)]) == 0
+    assert f"plan written to {out}\n" in capsys.readouterr().out  # no conflict with the config to report
+    plan = load_plan(out)
+    assert (plan.replay, plan.envs_per_actor, plan.batch_size, plan.runtime) == (kind, 4, 32, runtime)
+    assert main(["train", str(config_path), "--plan", str(out), "--steps", "600", "--quiet",
+                 "--run-dir", str(run_dir)]) == 0
+    assert load_plan(run_dir / "plan.yaml") == plan
+    ran = load_config(run_dir / "config.yaml")
+    assert (ran.replay.kind, ran.runtime.envs_per_actor, ran.dqn.batch_size) == (kind, 4, 32)
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["learner_kernel"] == plan.learner_kernel and result["env_steps"] >= 600
+
+
+def test_autotune_says_when_the_config_itself_set_what_the_plan_changes(cache, tmp_path, capsys):
+    """A config that chose prioritized replay, a plan of amper: training would refuse the
+    conflict (pearl.plan.reconcile), and autotune says so where it writes the plan."""
+    config_path, out = tmp_path / "c.yaml", tmp_path / "p.yaml"
+    config_path.write_text(yaml.safe_dump(apply_overrides(small_config(), {"replay.kind": "prioritized"}).to_dict()))
+    assert main(["autotune", str(config_path), "--replay-kinds", "amper", "--envs", "4", "-o", str(out)]) == 0
+    assert (f"plan written to {out} (with this config, pearl train --plan stops: plan.replay: amper, but the "
+            f"config's replay.kind is prioritized" in capsys.readouterr().out)
+    assert main(["train", str(config_path), "--plan", str(out), "--steps", "100", "--quiet",
+                 "--run-dir", str(tmp_path / "run")]) == 2
 
 
 def test_autotune_measure_sets_prediction_against_measurement(cache, tmp_path, capsys):
@@ -113,7 +151,7 @@ def test_bad_autotune_input_is_one_line_and_exit_2(cache, capsys, argv, message)
 
 
 def test_one_iteration_timeline_adds_up_to_the_predicted_step_time_and_plots(cache, tmp_path):
-    from pearl.tune import autotune, iteration_segments, plot_gantt, plot_predicted_vs_measured
+    from pearl.estimator.tune import autotune, iteration_segments, plot_gantt, plot_predicted_vs_measured
 
     result = autotune(small_config(), platform="cpu_gpu_fpga", metric="throughput", replay_kinds=["prioritized"],
                       envs=[4], use_profile=False)
@@ -132,50 +170,47 @@ def test_n_step_plans_with_many_envs_are_ranked_and_run(cache):
     """n_step 3 with 4+ envs per actor: each env holds n_step - 1 transitions back, which the
     runtime's rate limiter allows for, so these plans are ranked, accepted and measured."""
     from pearl.estimator.model import Candidate
-    from pearl.profile import measure
-    from pearl.tune import autotune, runtime_accepts
+    from pearl.estimator.tune import autotune, runtime_accepts
 
     config = apply_overrides(small_config(), {"dqn.n_step": 3})
     result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
     assert result.ranking.refused == 0 and {p.candidate.envs for p in result.ranking.predictions} >= {4, 16}
     many = Candidate("uniform", "cpu", "cpu", "fused", 16, 64)
     assert runtime_accepts(config, many)
-    assert measure(config, many, 0.1)["steps_per_s"] > 0
+    assert measure.measure(config, many, 0.1)["steps_per_s"] > 0
 
 
 def test_plans_the_runtime_would_refuse_are_not_ranked(cache, monkeypatch):
     """autotune never writes a plan whose samples the runtime's own rate limiter would refuse
-    (here a limiter that needs more transitions than the run ever inserts before learning)."""
-    import dataclasses
-
-    from pearl import build, schedule, tune
+    (here a limiter that needs more transitions than the run ever inserts before learning): the
+    agent and runtime_accepts both take the band from pearl.schedule.rate_limit."""
+    from pearl import schedule
     from pearl.errors import PearlError
     from pearl.estimator.model import Candidate
-    from pearl.profile import measure
-    from pearl.tune import autotune, runtime_accepts
+    from pearl.estimator.tune import autotune, runtime_accepts
 
     config = small_config()
+    band = schedule.rate_limit
 
     def strict_for_many_envs(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors=1):
-        limit = schedule.rate_limit(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors)
-        return dataclasses.replace(limit, min_size_to_sample=10**9) if envs >= 4 else limit
+        limit = band(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors)
+        return schedule.RateLimit(limit.samples_per_insert, 10**9, limit.error_buffer) if envs >= 4 else limit
 
-    for module in (build, tune):  # the one sizing, as the builder and autotune's admission see it
-        monkeypatch.setattr(module, "rate_limit", strict_for_many_envs)
+    monkeypatch.setattr(schedule, "rate_limit", strict_for_many_envs)
     result = autotune(config, platform="ci_2core", envs=[1, 2, 4, 16])
     assert result.ranking.refused > 0 and {p.candidate.envs for p in result.ranking.predictions} <= {1, 2}
     ok, refused = Candidate("uniform", "cpu", "cpu", "fused", 2, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 64)
     assert runtime_accepts(config, ok) and not runtime_accepts(config, refused)
-    assert measure(config, ok, 0.1)["steps_per_s"] > 0
+    assert measure.measure(config, ok, 0.1)["steps_per_s"] > 0
     with pytest.raises(PearlError, match="refused"):
-        measure(config, refused, 0.1)
+        measure.measure(config, refused, 0.1)
 
 
 def test_autotune_searches_actor_processes_and_writes_their_plan(cache, tmp_path):
     """With the processes runtime asked for, the ranking holds every actor count of the platform
     (1 and 2 on ci_2core), the plan written carries `runtime: processes` and `actors`, and the
     reason names the side that sets the step."""
-    from pearl.tune import autotune, explain
+    from pearl.estimator.tune import autotune, explain
 
     result = autotune(small_config(), platform="ci_2core", envs=[1, 4], runtimes=("sequential", "processes"),
                       use_profile=False)
@@ -192,9 +227,7 @@ def test_autotune_searches_actor_processes_and_writes_their_plan(cache, tmp_path
 
 
 def test_ring_write_is_timed_on_the_runtimes_own_ring():
-    from pearl.profile import _ring_write_us
-
-    times = _ring_write_us(small_config(), (1, 4), rounds=50)
+    times = measure.ring_write_us(small_config(), (1, 4), rounds=50)
     assert set(times) == {"1", "4"} and all(us > 0 for us in times.values())
 
 
@@ -202,16 +235,16 @@ def test_ring_write_is_timed_on_the_runtimes_own_ring():
 def test_profile_processes_measures_steady_runs_and_the_time_sharing_factor(cache):
     """`pearl profile --processes`: the ring write and, per learner kernel, the time-sharing
     factor; a processes plan's measured window starts once its actor processes are up."""
-    from pearl import profile as prof
+    from pearl.estimator import profile as prof
     from pearl.estimator.model import Candidate
-    from pearl.tune import autotune
+    from pearl.estimator.tune import autotune
 
     config = small_config()
     tables = prof.profile(config, [("uniform", "cpu")], envs=(1, 4), batches=(32,), kernels=("fused",),
-                          seconds=0.4, processes=True)
+                          seconds=0.4, processes=True, runner=measure)
     assert set(tables["ring_write"]) == {"1", "4"} and tables["processes|fused"]["0"] >= 1.0
     plan = Candidate("uniform", "cpu", "cpu", "fused", 4, 32, runtime="processes", actors=2)
-    run = prof.measure(config, plan, 0.4)
+    run = measure.measure(config, plan, 0.4)
     assert run["steps_per_s"] > 0 and run["wall_s"] >= 0.4 * 0.9
     result = autotune(config, platform="ci_2core", envs=[1, 4], batches=[32], runtimes=("processes",),
                       use_profile=True)
@@ -221,8 +254,8 @@ def test_profile_processes_measures_steady_runs_and_the_time_sharing_factor(cach
 def test_a_processes_plan_gets_a_row_per_process_whose_learner_row_is_its_side(cache, tmp_path):
     """The timeline of a processes plan: an actor row per process and the learner's row, whose
     length is the learner's predicted time for the env steps one pass takes in."""
-    from pearl.runtime.processes import allowance
-    from pearl.tune import autotune, iteration_segments, plot_gantt
+    from pearl.estimator.tune import autotune, iteration_segments, plot_gantt
+    from pearl.schedule import allowance
 
     result = autotune(small_config(), platform="ci_2core", envs=[4], runtimes=("processes",), actors=[2],
                       use_profile=False)

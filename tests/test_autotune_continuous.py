@@ -42,18 +42,19 @@ def test_autotune_sac_offers_the_torch_learner_only(cache):
 
 
 def test_profile_times_the_continuous_loop_and_autotune_uses_it(cache):
-    from pearl import profile as prof
+    from pearl import measure
+    from pearl.estimator import profile as prof
     from pearl.estimator.model import Candidate
 
     config = apply_overrides(load_config(shipped("pendulum_ddpg.yaml")),
                              {"ddpg.hidden": [16, 16], "ddpg.learning_starts": 100, "replay.capacity": 5000})
-    tables = prof.profile(config, envs=(1, 2), batches=(16,), seconds=0.2)
+    tables = prof.profile(config, envs=(1, 2), batches=(16,), seconds=0.2, runner=measure)
     for name in ("act@cpu", "insert|uniform@cpu", "sample|uniform@cpu", "learn|fused@cpu", "learn|torch@cpu",
                  "sync_weights|fused@cpu", "overhead|round"):
         assert name in tables, name
     result = pearl.autotune(config, envs=[1, 2], batches=[16], use_profile=True)
     assert all(set(p.sources.values()) == {"measured"} for p in result.ranking.predictions)
-    assert prof.measure(config, Candidate("uniform", "cpu", "cpu", "torch", 2, 16), 0.1)["steps_per_s"] > 0
+    assert measure.measure(config, Candidate("uniform", "cpu", "cpu", "torch", 2, 16), 0.1)["steps_per_s"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,5 +1,6 @@
-"""The continuous algorithms' workload (estimator/workload.py): analytic costs of DDPG, TD3 and SAC
-against FLOPs counted by hand, and the plans the mapper generates for them."""
+"""The workload (estimator/workload.py) and the algorithms' cost spec it delegates to: analytic costs
+of DQN, DDPG, TD3 and SAC against FLOPs counted by hand and by torch's FLOP counter, and the plans
+the mapper generates for the continuous algorithms."""
 from __future__ import annotations
 
 import pytest
@@ -103,3 +104,66 @@ def test_analytic_ranking_is_learner_bound_and_prefers_the_fused_kernel_on_the_c
     ranking = rank(costs, batches=[128])
     assert ranking.best.candidate.learner_kernel == "fused" and ranking.best.bottleneck == "learn"
     assert all(p.sources["learn"] == "analytic" for p in ranking.predictions)
+
+
+# -- the algorithms' cost spec (pearl/algos/*.py), which the workload hands the shapes ------------
+def cartpole(**options) -> Workload:
+    return Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 100_000, 16, 1.0, 1000, **options)
+
+
+def test_dqn_spec_follows_the_shapes_and_options():
+    from pearl.estimator import mlp_forward_cost, mlp_parameter_count
+    from pearl.estimator.model import Candidate
+
+    w = cartpole()
+    small, big = w.learn_cost(32, "fused"), w.learn_cost(128, "fused")
+    assert big.flops == pytest.approx(4 * small.flops, rel=0.05)  # Adam's per-parameter part does not scale
+    for envs in (1, 4):
+        assert w.act_cost(envs) == mlp_forward_cost([4, 64, 64, 2], envs)
+    # sync_weights ships the flat float32 vector of the policy's parameters
+    assert w.sizes == [4, 64, 64, 2] and w.n_params == mlp_parameter_count([4, 64, 64, 2])
+    cand = Candidate("uniform", "cpu", "cuda:0", "torch", 1, 64)
+    transfers = Costs(load_platform("workstation_a100"), w).transfers(cand)
+    sync = load_platform("workstation_a100").link("cuda:0", "cpu").transfer_s(4 * w.n_params)
+    assert transfers[("cuda:0", "cpu")] == pytest.approx(sync * w.updates_per_step / cand.sync_interval)
+    assert cartpole(double=False).learn_cost(64, "fused").flops < cartpole(double=True).learn_cost(64, "fused").flops
+
+
+def test_the_workload_asks_the_algorithm_class_for_its_spec():
+    from pearl.algos.dqn import DQN
+    from pearl.algos.td3 import TD3
+
+    assert cartpole().learn_cost(64, "torch") == DQN.learn_cost(4, 2, (64, 64), 64, "torch", double=True)
+    w = pendulum("td3", policy_delay=3)
+    assert w.learn_cost(64, "torch") == TD3.learn_cost(3, 1, (64, 64), 64, "torch", policy_delay=3)
+    assert w.act_cost(2) == TD3.act_cost(3, 1, (64, 64), 2)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ddpg", "td3", "sac"])
+def test_the_spec_counts_what_the_autograd_update_computes(algo):
+    """torch's FLOP counter on the algorithm's own update (its matrix products) against the spec
+    of the autograd kernel: the spec adds only bias, activation, Adam and target lerp FLOPs, a few
+    percent at these sizes. A spec that back-propagated the actor's loss into the frozen critic's
+    weights (4-13% more) would fail this."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pearl.algos import algorithm_class
+    from pearl.config import ExperimentConfig
+
+    batch, cfg = 256, getattr(ExperimentConfig(algo=algo), algo)
+    cls = algorithm_class(algo)
+    obs_dim, n_actions = (4, 2) if algo == "dqn" else (3, 1)
+    agent = cls(obs_dim, n_actions, cfg, total_steps=1000) if algo == "dqn" else cls(obs_dim, n_actions, cfg)
+    torch.manual_seed(0)
+    actions = (torch.randint(0, n_actions, (batch,)) if algo == "dqn" else torch.rand(batch, n_actions) * 2 - 1)
+    batch_args = (torch.randn(batch, obs_dim), actions, torch.randn(batch), torch.randn(batch, obs_dim),
+                  torch.full((batch,), 0.99))
+    updates = getattr(cfg, "policy_delay", 1)  # TD3: one actor step in policy_delay updates
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(updates):
+            agent.update(*batch_args)
+    counted = counter.get_total_flops() / updates
+    options = {name: getattr(cfg, name) for name in cls.COST_OPTIONS}
+    spec = cls.learn_cost(obs_dim, n_actions, cfg.hidden, batch, "torch", **options).flops
+    assert counted <= spec <= 1.05 * counted

@@ -60,7 +60,7 @@ def make_pair(sizes, double=True, max_grad_norm=10.0, lr=1e-3, seed=0, target_no
     with torch.no_grad():
         for p in algo.target.parameters():
             p.add_(target_noise * torch.randn(p.shape, generator=gen))
-    kernel = FusedQLearner(algo.layer_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
+    kernel = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
     kernel.online[:] = DQN.flat_weights(algo.online)
     kernel.target[:] = DQN.flat_weights(algo.target)
     return algo, kernel

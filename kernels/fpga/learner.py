@@ -19,7 +19,7 @@ from pearl.kernels.fpga.mlp import FPGAQPolicy, FPGAQTrainer
 class FPGALearner:
     def __init__(self, algo, device, batch_size: int):
         cfg = algo.config
-        sizes = algo.layer_sizes()
+        sizes = algo.policy_sizes()
         if cfg.dueling:
             raise ConfigError("plan.devices.learn: the FPGA training kernel runs plain MLP Q-networks, "
                               "not the dueling head (dqn.dueling: false, or learn on cpu/cuda)")

@@ -27,7 +27,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.contracts import Algorithm, implements
+from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
+                                        mlp_parameter_count, soft_update_cost)
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -76,6 +78,7 @@ def adam(module: nn.Module, lr: float) -> torch.optim.Adam:
     return torch.optim.Adam(module.parameters(), lr=lr, fused=True)
 
 
+@implements(Algorithm)
 class DDPG:
     """Networks, losses and update rule. `update` works on tensors of whichever device they are on."""
 
@@ -126,13 +129,13 @@ class DDPG:
         self.updates += 1
         return critic_loss.item()
 
-    # -- what the runtime and the protocol need to know -------------------------------------------
+    # -- what the runtime needs to know ------------------------------------------------------------
     def policy_network(self) -> nn.Module:
         """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
         return self.actor.net
 
     def policy_sizes(self) -> list[int]:
-        return [self.obs_dim, *self.config.hidden, self.action_dim]
+        return self.policy_shape(self.obs_dim, self.action_dim, self.config.hidden)
 
     def networks(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic,
@@ -144,17 +147,45 @@ class DDPG:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.actor.parameters())
 
-    def act_cost(self, batch: int):
-        return mlp_forward_cost(self.policy_sizes(), batch)
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
+    critics = 1  # critic networks on [s, a]
+    HEAD_FLOPS = 3  # per action component on act: tanh, the Gaussian noise and the clip
+    COST_OPTIONS: tuple[str, ...] = ()  # config options learn_cost reads beside the shapes
 
-    def learn_cost(self, batch: int):
-        """Critic step: target actor + target critic + critic forward, critic backward; actor step:
-        actor + critic forward, backward through both (critic weights frozen); Adam on both."""
-        actor = self.policy_sizes()
-        critic = [self.obs_dim + self.action_dim, *self.config.hidden, 1]
-        return (mlp_forward_cost(actor, batch) * 2 + mlp_forward_cost(critic, batch) * 3
-                + mlp_backward_cost(critic, batch) * 2 + mlp_backward_cost(actor, batch)
-                + adam_cost(mlp_parameter_count(actor)) + adam_cost(mlp_parameter_count(critic)))
+    @staticmethod
+    def policy_shape(obs_dim: int, action_dim: int, hidden) -> list[int]:
+        """The actor MLP's widths: what the actor runs and sync_weights ships."""
+        return [obs_dim, *hidden, action_dim]
+
+    @classmethod
+    def act_cost(cls, obs_dim: int, action_dim: int, hidden, envs: int) -> Cost:
+        """The policy's inference for one act round of `envs` observations, its head included."""
+        return (mlp_forward_cost(cls.policy_shape(obs_dim, action_dim, hidden), envs)
+                + Cost(flops=envs * action_dim * cls.HEAD_FLOPS))
+
+    @classmethod
+    def learn_cost(cls, obs_dim: int, action_dim: int, hidden, batch: int, kernel: str,
+                   policy_delay: int = 1) -> Cost:
+        """One update on a batch, averaged over updates (TD3's delayed actor step and targets
+        count 1 / policy_delay of themselves). The learner kernels do the same products, but the
+        fused one back-propagates the actor's loss into the critic's action columns only (the
+        autograd path into all of its inputs); neither takes the frozen critic's weight
+        gradients there."""
+        actor, critic = cls.policy_shape(obs_dim, action_dim, hidden), [obs_dim + action_dim, *hidden, 1]
+        into_critic = mlp_input_gradient_cost(critic, batch, action_dim if kernel == "fused" else None)
+        # the actor step through the first critic, then every target
+        actor_step = (mlp_forward_cost(actor, batch) + mlp_forward_cost(critic, batch) + into_critic
+                      + mlp_backward_cost(actor, batch) + adam_cost(mlp_parameter_count(actor))
+                      + soft_update_cost(cls.critics * mlp_parameter_count(critic) + mlp_parameter_count(actor)))
+        return critic_step_cost(actor, critic, cls.critics, batch) + actor_step * (1.0 / policy_delay)
+
+
+def critic_step_cost(actor: list[int], critic: list[int], critics: int, batch: int) -> Cost:
+    """The critic step of DDPG, TD3 and SAC: the next action (target actor; SAC: the policy's
+    sample), the target critics on it, the critics on (s, a), their backward and one Adam over
+    all of them."""
+    return (mlp_forward_cost(actor, batch) + mlp_forward_cost(critic, batch) * (2 * critics)
+            + mlp_backward_cost(critic, batch) * critics + adam_cost(critics * mlp_parameter_count(critic)))
 
 
 def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.contracts import Algorithm, implements
+from pearl.estimator.signatures import Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
 
 
 class QNetwork(nn.Module):
@@ -50,6 +51,7 @@ class QNetwork(nn.Module):
         return self.value(h) + advantage - advantage.mean(dim=-1, keepdim=True)
 
 
+@implements(Algorithm)
 class DQN:
     """Networks, loss and update rule. `update` works on tensors of whichever device they are on."""
 
@@ -103,19 +105,38 @@ class DQN:
             for target, online in zip(self.target.parameters(), self.online.parameters()):
                 target.lerp_(online, tau)
 
-    # -- what the protocol needs to know ----------------------------------------------------------
-    def layer_sizes(self) -> list[int]:
-        return [self.obs_dim, *self.config.hidden, self.n_actions]
+    # -- what the runtime needs to know ------------------------------------------------------------
+    def policy_network(self) -> nn.Module:
+        """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
+        return self.online
+
+    def policy_sizes(self) -> list[int]:
+        return self.policy_shape(self.obs_dim, self.n_actions, self.config.hidden)
+
+    def networks(self) -> dict[str, nn.Module]:
+        return {"online": self.online, "target": self.target}
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.online.parameters())
 
-    def act_cost(self, batch: int):
-        return mlp_forward_cost(self.layer_sizes(), batch)
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
+    COST_OPTIONS = ("double",)  # config options learn_cost reads beside the shapes
 
-    def learn_cost(self, batch: int):
-        sizes = self.layer_sizes()
-        forwards = 3 if self.config.double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
+    @staticmethod
+    def policy_shape(obs_dim: int, n_actions: int, hidden) -> list[int]:
+        """The Q MLP's widths: what the actor runs and sync_weights ships."""
+        return [obs_dim, *hidden, n_actions]
+
+    @classmethod
+    def act_cost(cls, obs_dim: int, n_actions: int, hidden, envs: int) -> Cost:
+        """The Q-network's inference for one act round of `envs` observations."""
+        return mlp_forward_cost(cls.policy_shape(obs_dim, n_actions, hidden), envs)
+
+    @classmethod
+    def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True) -> Cost:
+        """One update on a batch; the fused and torch learners do the same arithmetic."""
+        sizes = cls.policy_shape(obs_dim, n_actions, hidden)
+        forwards = 3 if double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
         return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
                 + adam_cost(mlp_parameter_count(sizes)))
 

@@ -30,9 +30,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl.algos.ddpg import adam, frozen, mlp, soft_update, step
+from pearl.algos.ddpg import adam, critic_step_cost, frozen, mlp, soft_update, step
 from pearl.algos.td3 import TwinCritic
-from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.contracts import Algorithm, implements
+from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
+                                        mlp_parameter_count, soft_update_cost)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's clamp: keeps std in a range where exp() is sane
 LOG_2PI = math.log(2.0 * math.pi)
@@ -76,6 +78,7 @@ class Temperature(nn.Module):
         return self.log_alpha.exp()
 
 
+@implements(Algorithm)
 class SAC:
     """Networks, losses and update rule. `update` works on tensors of whichever device they are on."""
 
@@ -141,13 +144,13 @@ class SAC:
         self.updates += 1
         return critic_loss.item()
 
-    # -- what the runtime and the protocol need to know -------------------------------------------
+    # -- what the runtime needs to know ------------------------------------------------------------
     def policy_network(self) -> nn.Module:
         """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
         return self.actor.net
 
     def policy_sizes(self) -> list[int]:
-        return [self.obs_dim, *self.config.hidden, 2 * self.action_dim]
+        return self.policy_shape(self.obs_dim, self.action_dim, self.config.hidden)
 
     def networks(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
@@ -160,14 +163,30 @@ class SAC:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.actor.parameters())
 
-    def act_cost(self, batch: int):
-        return mlp_forward_cost(self.policy_sizes(), batch)
+    # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
+    critics = 2
+    HEAD_FLOPS = 5  # per action component on act: exp of log_std, the scaled noise, the add and tanh
+    COST_OPTIONS: tuple[str, ...] = ()  # config options learn_cost reads beside the shapes
 
-    def learn_cost(self, batch: int):
-        """Actor forward on s' and s, twin target and twin critic forward, twin critic backward,
-        critic forward and backward (inputs only) and actor backward for the actor step; Adam."""
-        actor = self.policy_sizes()
-        critic = [self.obs_dim + self.action_dim, *self.config.hidden, 1]
-        return (mlp_forward_cost(actor, batch) * 2 + mlp_forward_cost(critic, batch) * 6
-                + mlp_backward_cost(critic, batch) * 4 + mlp_backward_cost(actor, batch)
-                + adam_cost(mlp_parameter_count(actor)) + adam_cost(2 * mlp_parameter_count(critic)))
+    @staticmethod
+    def policy_shape(obs_dim: int, action_dim: int, hidden) -> list[int]:
+        """The policy MLP's widths (its outputs: the mean and log std of each action component)."""
+        return [obs_dim, *hidden, 2 * action_dim]
+
+    @classmethod
+    def act_cost(cls, obs_dim: int, action_dim: int, hidden, envs: int) -> Cost:
+        """The policy's inference for one act round of `envs` observations, its sampling head included."""
+        return (mlp_forward_cost(cls.policy_shape(obs_dim, action_dim, hidden), envs)
+                + Cost(flops=envs * action_dim * cls.HEAD_FLOPS))
+
+    @classmethod
+    def learn_cost(cls, obs_dim: int, action_dim: int, hidden, batch: int, kernel: str) -> Cost:
+        """One update: the critic step (ddpg.critic_step_cost), the actor step through both
+        frozen critics (input gradients only, as in DDPG.learn_cost) and the critics' targets
+        (SAC has no actor target)."""
+        actor, critic = cls.policy_shape(obs_dim, action_dim, hidden), [obs_dim + action_dim, *hidden, 1]
+        into_critic = mlp_input_gradient_cost(critic, batch, action_dim if kernel == "fused" else None)
+        actor_step = (mlp_forward_cost(actor, batch) + (mlp_forward_cost(critic, batch) + into_critic) * cls.critics
+                      + mlp_backward_cost(actor, batch) + adam_cost(mlp_parameter_count(actor)))
+        return (critic_step_cost(actor, critic, cls.critics, batch) + actor_step
+                + soft_update_cost(cls.critics * mlp_parameter_count(critic)))

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from pearl.algos.ddpg import DDPG, Critic, frozen, soft_update, step
-from pearl.estimator import adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.contracts import Algorithm, implements
 
 
 class TwinCritic(nn.Module):
@@ -37,9 +37,12 @@ class TwinCritic(nn.Module):
         return self.q1(obs, actions), self.q2(obs, actions)
 
 
+@implements(Algorithm)
 class TD3(DDPG):
     name = "td3"
     critic_class = TwinCritic
+    critics = 2  # the cost spec (DDPG.learn_cost) counts both
+    COST_OPTIONS = ("policy_delay",)  # the actor step and targets run on 1 / policy_delay of the updates
 
     def td_target(self, rewards, next_obs, discounts, noise: torch.Tensor | None = None) -> torch.Tensor:
         """`noise`: standard normal draws for the smoothing noise (one per action component);
@@ -73,15 +76,3 @@ class TD3(DDPG):
             soft_update(self.critic_target, self.critic, self.config.tau)
             soft_update(self.actor_target, self.actor, self.config.tau)
         return critic_loss.item()
-
-    def learn_cost(self, batch: int):
-        """Per update on average: twin-critic step every time, actor step 1/policy_delay of the time."""
-        actor = self.policy_sizes()
-        critic = [self.obs_dim + self.action_dim, *self.config.hidden, 1]
-        share = 1.0 / self.config.policy_delay
-        critic_step = (mlp_forward_cost(actor, batch) + mlp_forward_cost(critic, batch) * 4
-                       + mlp_backward_cost(critic, batch) * 2 + adam_cost(2 * mlp_parameter_count(critic)))
-        actor_step = (mlp_forward_cost(actor, batch) + mlp_forward_cost(critic, batch)
-                      + mlp_backward_cost(critic, batch) + mlp_backward_cost(actor, batch)
-                      + adam_cost(mlp_parameter_count(actor)))
-        return critic_step + actor_step * share

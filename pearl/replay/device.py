@@ -14,11 +14,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import FIELDS, Batch, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta
 from pearl.replay.rate_limiter import RateLimiter
 
 
+@implements(ReplayTable)
 class DeviceReplay:
     """Uniform (`prioritized=False`) or proportional prioritized replay on `device`."""
 

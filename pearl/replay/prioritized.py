@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pearl.contracts import ReplayTable, implements
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.sumtree import SumTree
 from pearl.replay.base import Batch, Replay
@@ -44,6 +45,7 @@ def make_priority_sampler(backend: str, capacity: int, fanout: int):
     return kind.sum_tree(device, capacity, fanout, profile)
 
 
+@implements(ReplayTable)
 class PrioritizedReplay(Replay):
     prioritized = True
 

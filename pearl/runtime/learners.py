@@ -25,7 +25,7 @@ class FusedCPULearner:
     def __init__(self, algo):
         self.algo = algo
         cfg = algo.config
-        self.kernel_impl = FusedQLearner(algo.layer_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
+        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
         self.kernel_impl.online[:] = algo.flat_weights(algo.online)
         self.kernel_impl.target[:] = algo.flat_weights(algo.target)
 

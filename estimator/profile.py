@@ -1,12 +1,12 @@
 """`pearl profile`: measure each task kernel of a workload on this machine and cache the table.
 
-Every figure comes from the runtime's own code path: an agent is built for a plan exactly as
-`pearl train --plan` builds it (pearl/api.py: Actor, the replay table on the plan's device, the
-learner kernel), trained past `learning_starts`, then trained for a few seconds with
-`time_tasks=True` (pearl/runtime/sequential.py TaskTimer: wall time of each task call inside the
-real loop). What the loop spends outside the tasks (counters, episode records, the progress hook)
-is the run's wall time minus the tasks' time; a least-squares fit over all profile runs splits it
-into a cost per act round and a cost per update.
+Every figure comes from the runtime's own code path, run by a `Runner` the caller passes in
+(pearl/measure.py: an agent built for a plan exactly as `pearl train --plan` builds it, trained
+past `learning_starts`, then for a few seconds with the task timers on: wall time of each task
+call inside the real loop). The estimator never builds or runs an agent itself. What the loop
+spends outside the tasks (counters, episode records, the progress hook) is the run's wall time
+minus the tasks' time; a least-squares fit over all profile runs splits it into a cost per act
+round and a cost per update.
 
 The grid is a covering design, not the full product: act and insert depend on envs per actor,
 sample and update_priorities on (replay kind, device, batch), learn on (kernel, batch) — so one
@@ -29,6 +29,7 @@ import platform as _platform
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -87,153 +88,27 @@ def _store(workload_key: str, entry: dict) -> Path:
     return path
 
 
-# -- running a candidate on this machine ---------------------------------------------------------
-def runnable_here(cand) -> bool:
-    """Whether this machine has every device the candidate names."""
-    from pearl.devices import detect_devices
+# -- what this machine can run (pearl/measure.py runs it) ---------------------------------------
+class Runner(Protocol):
+    """What profile and tune need run on this machine (pearl.measure is one: pass the module)."""
 
-    present = {d["id"] for d in detect_devices()}
-    return all(device in present for device in {cand.replay_device, cand.learn_device, cand.act_device}
-               if not device.startswith("fpga"))  # fpga:N runs simulated without a board
+    def profile_runs(self, config, cands, seconds: float) -> list[tuple[dict, dict]]:
+        """Per candidate: (per task, its mean us per call; the run: rounds, updates, wall_s,
+        steps_per_s, task_s)."""
 
+    def measure_many(self, config, cands, seconds: float) -> list[dict]:
+        """Per candidate: {"steps_per_s": ...} or {"error": one line}."""
 
-def _agent(config, cand, warmup_steps: int, total_steps: int):
-    """An agent of the config's algorithm for `cand` whose exploration has reached its final form
-    by the end of the warm-up (DQN's epsilon its final value; the continuous algorithms act by
-    their policy from learning_starts on), so timed steps run the policy's inference as a long
-    run would."""
-    from pearl.api import make_agent
-    from pearl.config import apply_overrides
-
-    overrides = {"replay.kind": cand.replay_kind, "total_steps": total_steps, "eval.interval": 0, "log.plot": False}
-    if config.algo == "dqn":
-        overrides["dqn.exploration.fraction"] = min(1.0, warmup_steps / total_steps)
-    agent = make_agent(apply_overrides(config, overrides), cand.to_plan())
-    agent.train(warmup_steps)
-    return agent
-
-
-def default_warmup(config) -> int:
-    """Env steps an agent trains before it is timed: past learning_starts, into steady updates."""
-    return config.algo_config.learning_starts + 500
-
-
-# The machine is shared: other processes steal the cores for whole scheduler slices, which
-# inflate a mean by whatever they took. Both the profile and the measurement therefore split each
-# plan's time into WINDOWS windows, taken in turns across all the plans of the batch (plan 1
-# window 1, plan 2 window 1, ..., plan 1 window 2, ...), so a burst of load hits one window of
-# several plans rather than every window of one; and they keep each plan's least disturbed window
-# (the fastest; per task, the smallest mean call time), as timeit keeps the minimum. Prediction
-# and measurement then estimate the same thing: this machine's speed when the process has its cores.
-WINDOWS = 4
-
-
-# The processes runtime starts its actor processes at every run (fresh interpreters: ~0.5 s here)
-# and they come up one after another; a window of it measures from PROCESSES_SETTLE_S after the
-# learner first takes transitions in, when every actor is stepping, as a long run's steady state.
-PROCESSES_SETTLE_S = 0.5
-
-
-def _window(agent, seconds: float, time_tasks: bool) -> dict:
-    """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
-    TaskTimer's mean us per call and total task seconds."""
-    from pearl.runtime.counters import TaskTimer
-
-    envs = agent.plan.envs_per_actor
-    chunk = max(envs, 100 * envs)
-    agent.task_timer = TaskTimer()
-    steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
-    if agent.plan.runtime == "processes":
-        steps0, updates0, wall = _steady_run(agent, seconds, time_tasks)
-    while wall < seconds:
-        wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
-    steps = agent.env_steps - steps0
-    timer = agent.task_timer
-    return {"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs, "wall_s": wall,
-            "steps_per_s": steps / wall, "task_us": timer.mean_us(), "task_s": sum(timer.seconds.values())}
-
-
-def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, float]:
-    """One run of the agent's runtime (as agent.train runs it) that stops itself `seconds` after
-    settling; returns (env steps, updates, time) where the measured part began and its length."""
-    clock, marks = time.perf_counter, {}
-
-    def on_progress(agent):
-        now = clock()
-        first = marks.setdefault("first", now)
-        if "start" not in marks and now - first >= PROCESSES_SETTLE_S:
-            marks["start"] = (agent.env_steps, agent.updates, now)
-        elif "start" in marks and now - marks["start"][2] >= seconds:
-            agent.stop_requested = True  # the runtime stops at the end of its round
-            marks["end"] = now
-
-    agent.train(10**12, time_tasks=time_tasks, on_round=on_progress)
-    agent.stop_requested = False
-    steps, updates, started = marks["start"]
-    return steps, updates, marks["end"] - started
-
-
-def _in_turns(agents: list, seconds: float, time_tasks: bool) -> list[list[dict]]:
-    """Each agent trains `seconds` in WINDOWS windows, the agents taking turns window by window."""
-    out = [[] for _ in agents]
-    for _ in range(WINDOWS):
-        for i, agent in enumerate(agents):
-            if agent is not None:
-                out[i].append(_window(agent, seconds / WINDOWS, time_tasks))
-    return out
-
-
-def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None = None) -> list[dict]:
-    """Measured env steps/s of each candidate on this machine: warm-up past learning_starts, then
-    `seconds` of training with no task timers (the plain runtime's speed) in windows taken in
-    turns; `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's. A plan the
-    runtime refuses gets {"error": one line} instead."""
-    from pearl.errors import PearlError
-
-    warmup = warmup_steps if warmup_steps is not None else default_warmup(config)
-    agents, errors = [], {}
-    for i, cand in enumerate(cands):
-        try:
-            agents.append(_agent(config, cand, warmup, warmup + 10_000_000))
-        except (PearlError, RuntimeError) as err:  # a ConfigError, a rate limiter's refusal
-            agents.append(None)
-            errors[i] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-    out = []
-    for i, windows in enumerate(_in_turns(agents, seconds, time_tasks=False)):
-        if i in errors:
-            out.append({"error": errors[i]})
-            continue
-        steps, wall = sum(w["steps"] for w in windows), sum(w["wall_s"] for w in windows)
-        out.append({"steps_per_s": max(w["steps_per_s"] for w in windows), "mean_steps_per_s": steps / wall,
-                    "steps": steps, "wall_s": wall})
-    return out
-
-
-def measure(config, cand, seconds: float = 3.0, warmup_steps: int | None = None) -> dict:
-    """measure_many for one candidate (a refused plan raises)."""
-    result = measure_many(config, [cand], seconds, warmup_steps)[0]
-    if "error" in result:
-        raise ConfigError(f"plan {cand.label()}: {result['error']}")
-    return result
-
-
-def _profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
-    """Per candidate: (per task, the smallest window mean in us; its least disturbed window)."""
-    warmup = default_warmup(config)
-    agents = [_agent(config, cand, warmup, warmup + 10_000_000) for cand in cands]
-    out = []
-    for windows in _in_turns(agents, seconds, time_tasks=True):
-        means = {task: min(w["task_us"][task] for w in windows if task in w["task_us"])
-                 for task in windows[0]["task_us"]}
-        out.append((means, max(windows, key=lambda w: w["steps_per_s"])))
-    return out
+    def ring_write_us(self, config, envs) -> dict:
+        """Per envs per actor (str): us of one act round's write into a processes-runtime ring."""
 
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
-            processes: bool = False) -> dict:
-    """The measured cost table of `config`'s workload on this machine (see the module doc);
-    `kernels`: the cpu learner kernels to time (default: every one the algorithm has)."""
+            processes: bool = False, *, runner: Runner) -> dict:
+    """The measured cost table of `config`'s workload on this machine (see the module doc), its
+    runs made by `runner` (pearl.measure); `kernels`: the cpu learner kernels to time (default:
+    every one the algorithm has)."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
@@ -250,7 +125,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     tables: dict = {}
     fit_rows, fit_y = [], []
     started = time.perf_counter()
-    for i, (cand, (means, run)) in enumerate(zip(wanted, _profile_runs(config, wanted, seconds))):
+    for i, (cand, (means, run)) in enumerate(zip(wanted, runner.profile_runs(config, wanted, seconds))):
         for task, us in means.items():
             name, size = _table_of(task, cand)
             # Tasks that do not touch the replay (act, learn, sync_weights) are measured in the
@@ -274,18 +149,18 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     tables["overhead|round"] = {"0": round(float(max(0.0, per_round)) * 1e6, 3)}
     tables["overhead|update"] = {"0": round(float(max(0.0, per_update)) * 1e6, 3)}
     if threaded:
-        tables.update(_threaded_factors(config, workload, tables, replays[0], envs, batches[0], kernels,
+        tables.update(_threaded_factors(runner, config, workload, tables, replays[0], envs, batches[0], kernels,
                                         seconds, log))
     if processes:
-        tables["ring_write"] = _ring_write_us(config, envs)
-        tables.update(_processes_factors(config, workload, tables, replays[0], envs, batches[0], kernels,
+        tables["ring_write"] = runner.ring_write_us(config, envs)
+        tables.update(_processes_factors(runner, config, workload, tables, replays[0], envs, batches[0], kernels,
                                          seconds, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
     return tables
 
 
-def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
+def _threaded_factors(runner, config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
     """How much the threaded runtime's two threads slow each other here (the GIL, shared cores):
     per learner kernel and envs per actor, one threaded run's measured step time / the sum of
     its threads' times from `tables` (what it would take if the threads took turns).
@@ -297,7 +172,7 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
     cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="threaded")
              for kernel in kernels for e in envs]
     out: dict = {}
-    for cand, run in zip(cands, measure_many(config, cands, seconds)):
+    for cand, run in zip(cands, runner.measure_many(config, cands, seconds)):
         serial_us = 1e6 / predict(cand, costs, "sequential").steps_per_s
         factor = round(1e6 / run["steps_per_s"] / serial_us, 4)
         out.setdefault(f"threaded|{cand.learner_kernel}", {})[str(cand.envs)] = factor
@@ -306,7 +181,7 @@ def _threaded_factors(config, workload, tables, replay, envs, batch, kernels, se
     return out
 
 
-def _processes_factors(config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
+def _processes_factors(runner, config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
     """The processes runtime's time-sharing overhead here, per learner kernel: how much further a
     run with as many actors as cores (the N + 1 processes time-share them) falls short of the
     model (estimator/model.py with c = 1) than a run with one actor (a core each) does, both
@@ -325,7 +200,7 @@ def _processes_factors(config, workload, tables, replay, envs, batch, kernels, s
     cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="processes", actors=n)
              for kernel in kernels for e in envs for n in counts]
     short = {cand: predict(cand, costs).steps_per_s / run["steps_per_s"]
-             for cand, run in zip(cands, measure_many(config, cands, seconds))}
+             for cand, run in zip(cands, runner.measure_many(config, cands, seconds))}
     ratios: dict = {}
     for cand in cands:
         if cand.actors != cores:
@@ -338,33 +213,6 @@ def _processes_factors(config, workload, tables, replay, envs, batch, kernels, s
                 f"{short.get(alone, 1.0):.2f} x: ratio {ratio:.2f}")
     return {f"processes|{kernel}": {"0": round(max(1.0, float(np.median(values))), 4)}
             for kernel, values in ratios.items()}
-
-
-def _ring_write_us(config, envs, rounds: int = 2000) -> dict:
-    """An actor process's write of one act round (E transitions) into its shared-memory ring
-    (pearl/runtime/shared.py ActorChannel.put, the runtime's own code), per envs per actor: the
-    best of 3 timings of `rounds` writes, the ring drained between them."""
-    from pearl.api import make_agent
-    from pearl.runtime.shared import ActorChannel
-
-    fields = make_agent(config).parts.transition_fields
-    out = {}
-    for e in envs:
-        transitions = [np.zeros((e, *shape), dtype=dtype) for dtype, shape in fields.values()]
-        channel = ActorChannel.create(fields, rounds * e)
-        try:
-            best = float("inf")
-            for _ in range(3):
-                started = time.perf_counter()
-                for _ in range(rounds):
-                    channel.put(transitions, [], e)
-                best = min(best, (time.perf_counter() - started) / rounds)
-                channel.take()
-                channel.release()
-        finally:
-            channel.close()
-        out[str(e)] = round(best * 1e6, 3)
-    return out
 
 
 def _measured_costs(workload, tables):

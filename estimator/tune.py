@@ -2,13 +2,14 @@
 plans this machine can run) set predictions against measurements.
 
     result = pearl.autotune("configs/cartpole_dqn.yaml", platform="ci_2core", metric="efficiency")
-    result.plan.save("plan.yaml")      # pearl train --plan plan.yaml (--replay result.replay_kind)
+    result.plan.save("plan.yaml")      # pearl train --plan plan.yaml runs it, replay kind included
 
 Any algorithm the estimator's workload models: DQN, and DDPG, TD3 and SAC (their uniform replay
 on the cpu; the fused learner for DDPG and TD3).
 
 Costs come from this machine's `pearl profile` table when the platform describes this machine
-(same core count, and every cuda / opencl device it names is present) and the table exists;
+(same core count, and every device it names that this machine would run itself is present) and
+the table exists;
 otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which.
 """
 from __future__ import annotations
@@ -21,7 +22,6 @@ import yaml
 
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.schedule import rate_limit, updates_due
 
 SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
 # the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
@@ -54,12 +54,10 @@ class AutotuneResult:
 
     def to_yaml(self) -> str:
         best = self.best
+        # the plan is complete (replay kind included); the autotune section is for the reader
         doc = {"plan": self.plan.to_dict(),
                "autotune": {"platform": self.platform.name, "metric": self.metric,
-                            "replay_kind": best.candidate.replay_kind,
-                            "predicted": best.summary(), "why": self.reason,
-                            "note": ("train with --replay " + best.candidate.replay_kind
-                                     if best.candidate.replay_kind != self.config.replay.kind else "")}}
+                            "predicted": best.summary(), "why": self.reason}}
         return yaml.safe_dump(doc, sort_keys=False)
 
     def save(self, path: str | Path) -> None:
@@ -91,21 +89,21 @@ def _config_of(agent_or_config):
 def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     """Whether the runtime's rate limiter admits every sample of `cand`'s first updates.
 
-    The limiter is the one the builder gives the run (pearl.schedule.rate_limit, no copy of its
-    formula here), driven with the sequential loop's counts: each act round inserts
-    E transitions once the n-step buffers are full (rounds n_step-1 onwards), and must also have
-    room for a round in which every env's episode ends (E x n_step transitions), then takes the
-    updates due; a round of
-    a processes plan is every actor's (actors x E transitions). A plan the
-    runtime would refuse must not be the one autotune writes (session 2 found such plans: n_step > 1
-    with many envs per actor, before the limiter allowed for the n-step lag)."""
-    from dataclasses import asdict
-
+    The limiter is the one the agent builds for this config and plan (pearl.schedule.rate_limit,
+    the band's one home; no copy of its formula here), driven with the sequential loop's counts:
+    each act round inserts E transitions once the n-step buffers are full (rounds n_step-1
+    onwards), and must also have room for a round in which every env's episode ends (E x n_step
+    transitions), then takes the updates due; a round of a processes plan is every actor's (actors
+    x E transitions). A plan the runtime would refuse must not be the one autotune writes (session
+    2 found such plans: n_step > 1 with many envs per actor, before the limiter allowed for the
+    n-step lag; session 6 one where all envs' episodes ended in the same round)."""
+    from pearl import schedule
     from pearl.replay.rate_limiter import RateLimiter
 
     algo = config.algo_config
-    limiter = RateLimiter(**asdict(rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts,
-                                              algo.n_step, cand.envs, cand.actors)))
+    limit = schedule.rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts, algo.n_step,
+                                cand.envs, cand.actors)
+    limiter = RateLimiter(limit.samples_per_insert, limit.min_size_to_sample, limit.error_buffer)
     per_round = cand.actors * cand.envs
     env_steps = updates = 0
     for round_ in range(algo.learning_starts // per_round + extra_rounds):
@@ -115,7 +113,8 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
                 return False
             limiter.record_insert(per_round)
         env_steps += per_round
-        for _ in range(updates_due(env_steps, algo.learning_starts, algo.updates_per_step) - updates):
+        due = schedule.updates_due(env_steps, algo.learning_starts, algo.updates_per_step) - updates
+        for _ in range(due):
             if not limiter.can_sample(cand.batch):
                 return False
             limiter.record_sample(cand.batch)
@@ -124,11 +123,12 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
 
 
 def describes_this_machine(platform) -> bool:
-    from pearl.devices import cpu_devices, cuda_devices, opencl_devices
+    """The profile's host has this machine's core count and this machine has every device the
+    profile names that it would run itself (a board of a profile's own, an FPGA, runs simulated)."""
+    from pearl.devices import cpu_devices
+    from pearl.placement import runnable_here
 
-    local = {d["id"] for d in cuda_devices() + opencl_devices()}
-    return (platform.host.cores == cpu_devices()[0]["cores"]
-            and all(d.id in local for d in platform.devices if d.kind in ("cuda", "opencl")))
+    return platform.host.cores == cpu_devices()[0]["cores"] and runnable_here(d.id for d in platform.devices)
 
 
 def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
@@ -140,7 +140,7 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
     from pearl.estimator.workload import workload_from_config
     from pearl.platforms import load_platform
-    from pearl.profile import load_cached
+    from pearl.estimator.profile import load_cached
 
     config = _config_of(agent_or_config)
     profile_ = load_platform(platform) if not hasattr(platform, "devices") else platform
@@ -216,17 +216,19 @@ def format_table(predictions, measured: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None) -> list:
-    """Runs the top `k` plans this machine can run for `seconds` each (after a warm-up past
-    learning_starts, in windows taken in turns: pearl/profile.py); returns
-    [(Prediction, measured steps/s or None, note)]."""
-    from pearl.profile import measure_many, runnable_here
+def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None, *, runner) -> list:
+    """Runs the top `k` plans this machine can run for `seconds` each with `runner`
+    (estimator.profile.Runner, pearl.measure: after a warm-up past learning_starts, in windows
+    taken in turns); returns [(Prediction, measured steps/s or None, note)]."""
+    from pearl.kernels.registry import backend, kind_of
+    from pearl.placement import runnable_here
 
     chosen = [p for p in result.ranking.predictions
               # a simulated FPGA's wall time is not the board's: nothing to compare
-              if runnable_here(p.candidate) and not p.candidate.replay_device.startswith("fpga")][:k]
+              if runnable_here((p.candidate.replay_device, p.candidate.learn_device, p.candidate.act_device))
+              and backend(kind_of(p.candidate.replay_device)).cost_source != "simulated"][:k]
     out = []
-    for prediction, run in zip(chosen, measure_many(result.config, [p.candidate for p in chosen], seconds)):
+    for prediction, run in zip(chosen, runner.measure_many(result.config, [p.candidate for p in chosen], seconds)):
         out.append((prediction, run.get("steps_per_s"), run.get("error", "")))
         if log:
             log(f"measured {prediction.candidate.label()}: "
@@ -282,7 +284,7 @@ def process_segments(prediction) -> list[tuple[str, str, float, float]]:
     loads), side by side; the learner's N inserts of R transitions, its loop's time, and the
     updates those N x R env steps are due. Where N + 1 processes outnumber the cores the rows
     cannot all run at once (the step is then the cores' share, not the longest row)."""
-    from pearl.runtime.processes import allowance
+    from pearl.schedule import allowance
 
     cand, calls, step_us = prediction.candidate, prediction.call_us, prediction.step_us
     u = prediction.updates_per_s / prediction.steps_per_s

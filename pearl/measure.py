@@ -1,0 +1,178 @@
+"""Running candidate plans on this machine: what `pearl profile` times and `pearl autotune
+--measure` compares against. Above the estimator (it builds agents with pearl.api); the estimator's
+profile and tune take this module as their `runner` (estimator.profile.Runner) and never import it.
+
+Every figure comes from the runtime's own code path: an agent is built for a plan exactly as
+`pearl train --plan` builds it (pearl.api.make_agent), trained past `learning_starts`, then
+trained for a few seconds, with `time_tasks=True` when profiling (the TaskTimer: wall time of each
+task call inside the real loop).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pearl.errors import ConfigError
+
+# The machine is shared: other processes steal the cores for whole scheduler slices, which
+# inflate a mean by whatever they took. Both the profile and the measurement therefore split each
+# plan's time into WINDOWS windows, taken in turns across all the plans of the batch (plan 1
+# window 1, plan 2 window 1, ..., plan 1 window 2, ...), so a burst of load hits one window of
+# several plans rather than every window of one; and they keep each plan's least disturbed window
+# (the fastest; per task, the smallest mean call time), as timeit keeps the minimum. Prediction
+# and measurement then estimate the same thing: this machine's speed when the process has its cores.
+WINDOWS = 4
+
+# The processes runtime starts its actor processes at every run (fresh interpreters: ~0.5 s here)
+# and they come up one after another; a window of it measures from PROCESSES_SETTLE_S after the
+# learner first takes transitions in, when every actor is stepping, as a long run's steady state.
+PROCESSES_SETTLE_S = 0.5
+
+
+def default_warmup(config) -> int:
+    """Env steps an agent trains before it is timed: past learning_starts, into steady updates."""
+    return config.algo_config.learning_starts + 500
+
+
+def agent_for(config, cand, warmup_steps: int, total_steps: int):
+    """An agent of the config's algorithm for `cand` (its complete plan: replay kind included)
+    whose exploration has reached its final form by the end of the warm-up (DQN's epsilon its
+    final value; the continuous algorithms act by their policy from learning_starts on), so timed
+    steps run the policy's inference as a long run would."""
+    from pearl.api import make_agent
+    from pearl.config import apply_overrides
+    from pearl.plan import replanned
+
+    overrides = {"total_steps": total_steps, "eval.interval": 0, "log.plot": False}
+    if config.algo == "dqn":
+        overrides["dqn.exploration.fraction"] = min(1.0, warmup_steps / total_steps)
+    # the candidate decides what the plan and the config both say (replay kind, batch size, ...):
+    # the config's values go back to their defaults so that the plan's are no conflict
+    config, plan = replanned(apply_overrides(config, overrides), cand.to_plan(), cand.to_plan())
+    agent = make_agent(config, plan)
+    agent.train(warmup_steps)
+    return agent
+
+
+def _window(agent, seconds: float, time_tasks: bool) -> dict:
+    """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
+    TaskTimer's mean us per call and total task seconds."""
+    from pearl.runtime.counters import TaskTimer
+
+    envs = agent.plan.envs_per_actor
+    chunk = max(envs, 100 * envs)
+    agent.task_timer = TaskTimer()
+    steps0, updates0, wall = agent.env_steps, agent.updates, 0.0
+    if agent.plan.runtime == "processes":
+        steps0, updates0, wall = _steady_run(agent, seconds, time_tasks)
+    while wall < seconds:
+        wall += agent.train(chunk, time_tasks=time_tasks)["wall_s"]
+    steps = agent.env_steps - steps0
+    timer = agent.task_timer
+    return {"steps": steps, "updates": agent.updates - updates0, "rounds": steps / envs, "wall_s": wall,
+            "steps_per_s": steps / wall, "task_us": timer.mean_us(), "task_s": sum(timer.seconds.values())}
+
+
+def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, float]:
+    """One run of the agent's runtime that stops itself `seconds` after settling; returns (env
+    steps, updates, time) where the measured part began and its length."""
+    clock, marks = time.perf_counter, {}
+
+    def on_round(agent):
+        now = clock()
+        first = marks.setdefault("first", now)
+        if "start" not in marks and now - first >= PROCESSES_SETTLE_S:
+            marks["start"] = (agent.env_steps, agent.updates, now)
+        elif "start" in marks and now - marks["start"][2] >= seconds:
+            agent.stop_requested = True  # the runtime stops at the end of its round
+            marks["end"] = now
+
+    agent.train(10**12, time_tasks=time_tasks, on_round=on_round)
+    agent.stop_requested = False
+    steps, updates, started = marks["start"]
+    return steps, updates, marks["end"] - started
+
+
+def _in_turns(agents: list, seconds: float, time_tasks: bool) -> list[list[dict]]:
+    """Each agent trains `seconds` in WINDOWS windows, the agents taking turns window by window."""
+    out = [[] for _ in agents]
+    for _ in range(WINDOWS):
+        for i, agent in enumerate(agents):
+            if agent is not None:
+                out[i].append(_window(agent, seconds / WINDOWS, time_tasks))
+    return out
+
+
+def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None = None) -> list[dict]:
+    """Measured env steps/s of each candidate on this machine: warm-up past learning_starts, then
+    `seconds` of training with no task timers (the plain runtime's speed) in windows taken in
+    turns; `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's. A plan the
+    runtime refuses gets {"error": one line} instead."""
+    from pearl.errors import PearlError
+
+    warmup = warmup_steps if warmup_steps is not None else default_warmup(config)
+    agents, errors = [], {}
+    for i, cand in enumerate(cands):
+        try:
+            agents.append(agent_for(config, cand, warmup, warmup + 10_000_000))
+        except (PearlError, RuntimeError) as err:  # a ConfigError, a rate limiter's refusal
+            agents.append(None)
+            errors[i] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    out = []
+    for i, windows in enumerate(_in_turns(agents, seconds, time_tasks=False)):
+        if i in errors:
+            out.append({"error": errors[i]})
+            continue
+        steps, wall = sum(w["steps"] for w in windows), sum(w["wall_s"] for w in windows)
+        out.append({"steps_per_s": max(w["steps_per_s"] for w in windows), "mean_steps_per_s": steps / wall,
+                    "steps": steps, "wall_s": wall})
+    return out
+
+
+def measure(config, cand, seconds: float = 3.0, warmup_steps: int | None = None) -> dict:
+    """measure_many for one candidate (a refused plan raises)."""
+    result = measure_many(config, [cand], seconds, warmup_steps)[0]
+    if "error" in result:
+        raise ConfigError(f"plan {cand.label()}: {result['error']}")
+    return result
+
+
+def profile_runs(config, cands, seconds: float) -> list[tuple[dict, dict]]:
+    """Per candidate, timed with the task timers: (per task, the smallest window mean in us; its
+    least disturbed window: steps, updates, rounds, wall_s, steps_per_s, task_s)."""
+    warmup = default_warmup(config)
+    agents = [agent_for(config, cand, warmup, warmup + 10_000_000) for cand in cands]
+    out = []
+    for windows in _in_turns(agents, seconds, time_tasks=True):
+        means = {task: min(w["task_us"][task] for w in windows if task in w["task_us"])
+                 for task in windows[0]["task_us"]}
+        out.append((means, max(windows, key=lambda w: w["steps_per_s"])))
+    return out
+
+
+def ring_write_us(config, envs, rounds: int = 2000) -> dict:
+    """An actor process's write of one act round (E transitions) into its shared-memory ring
+    (pearl/runtime/shared.py ActorChannel.put, the runtime's own code), per envs per actor: the
+    best of 3 timings of `rounds` writes, the ring drained between them."""
+    from pearl.api import make_agent
+    from pearl.runtime.shared import ActorChannel
+
+    fields = make_agent(config).parts.transition_fields
+    out = {}
+    for e in envs:
+        transitions = [np.zeros((e, *shape), dtype=dtype) for dtype, shape in fields.values()]
+        channel = ActorChannel.create(fields, rounds * e)
+        try:
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                for _ in range(rounds):
+                    channel.put(transitions, [], e)
+                best = min(best, (time.perf_counter() - started) / rounds)
+                channel.take()
+                channel.release()
+        finally:
+            channel.close()
+        out[str(e)] = round(best * 1e6, 3)
+    return out

@@ -1,0 +1,168 @@
+"""Each runtime's schedule model: which tasks run on which lane (thread, process, device), and how
+the lanes' times per env step combine into the step time. The estimator (estimator/model.py)
+prices every task per env step and asks the model of the plan's runtime (`MODELS[name]`) for the
+step; a runtime module names its model, so a new runtime = its module + one model here.
+
+Every figure is in us per env step of the whole plan. A model reads the task figures it is given
+(`StepFigures`) and, for runtime-specific costs, a costs object (estimator.costs.Costs, duck-typed:
+this module imports nothing of pearl's but the schedule arithmetic) and the plan's candidate
+(estimator.model.Candidate: envs, batch, actors, sync_interval, replay_device, device_of).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pearl.schedule import allowance
+
+
+@dataclass
+class StepFigures:
+    """What the estimator priced for one plan, per env step: `call_us` per call of each task the
+    runtime calls, `step_us` per env step of each task, transfer ("transfer A->B") and the loop's
+    own time ("overhead"), `busy` the us each device is occupied. A model may add its own step_us
+    entries (the processes runtime's ring write)."""
+
+    call_us: dict[str, float]
+    step_us: dict[str, float]
+    busy: dict[str, float]
+    updates_per_step: float
+
+
+@dataclass
+class Step:
+    """A model's answer: the step time, the task that limits it, the bounds on the step of a
+    parallel runtime (`sides`, the largest limits) and the host cores the runtime keeps busy."""
+
+    total_us: float
+    bottleneck: str
+    sides: dict[str, float] = field(default_factory=dict)
+    host_busy_cores: float = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
+
+
+class ScheduleModel:
+    """One runtime's schedule. `lanes`: lane -> the tasks (step_us keys) that run on it."""
+
+    name = ""
+    lanes: dict[str, tuple[str, ...]] = {}
+
+    def insert_run(self, cand, updates_per_step: float) -> tuple[int, int]:
+        """(transitions one insert takes in, env steps one pass of the runtime's loop takes in):
+        an act round's E for a runtime that inserts after each round."""
+        return cand.envs, cand.envs
+
+    def step(self, figures: StepFigures, cand, costs) -> Step:
+        raise NotImplementedError
+
+
+def _largest_task(figures: StepFigures, tasks) -> str:
+    return max(tasks, key=figures.step_us.get)
+
+
+class Sequential(ScheduleModel):
+    """pearl/runtime/sequential.py, the reference semantics (docs/ARCHITECTURE.md): one thread;
+    per act round `act` + `insert` (E env steps), then updates_per_step x E rounds of sample ->
+    learn -> update_priorities, sync_weights every sync_interval updates. T_step = the sum of every
+    task's time per env step + the loop's own overhead."""
+
+    name = "sequential"
+    lanes = {"runtime": ("act", "insert", "sample", "learn", "update_priorities", "sync_weights")}
+
+    def step(self, figures, cand, costs) -> Step:
+        return Step(sum(figures.step_us.values()), _largest_task(figures, figures.call_us))
+
+
+class Threaded(ScheduleModel):
+    """pearl/runtime/threaded.py: the calling thread acts and inserts (and loads weight
+    snapshots), a learner thread samples, learns and updates priorities. T_step = max(actor,
+    learner, c x (actor + learner)), each thread the sum of its tasks per env step plus its share
+    of the loop overhead (transfers on the learner's), and c the contention factor `pearl profile
+    --threaded` measures per learner kernel (one threaded run's step time / its threads' summed
+    time): the threads share the GIL and, on a small machine, the cores. Without a measured c the
+    model takes c = 0, i.e. threads that never slow each other (an optimistic bound)."""
+
+    name = "threaded"
+    lanes = {"actor": ("act", "insert", "sync_weights"), "learner": ("sample", "learn", "update_priorities")}
+
+    def step(self, figures, cand, costs) -> Step:
+        per_round, per_update = costs.overhead_parts_us(cand)
+        threads = {"actor": per_round, "learner": per_update}
+        for key, us in figures.step_us.items():
+            if key in figures.call_us:
+                threads["actor" if key in self.lanes["actor"] else "learner"] += us
+            elif key.startswith("transfer"):
+                threads["learner"] += us
+        limiting = max(threads, key=threads.get)
+        sides = {**threads, "contention": costs.threaded_factor(cand) * (threads["actor"] + threads["learner"])}
+        on_lane = [t for t in figures.call_us if (t in self.lanes["actor"]) == (limiting == "actor")]
+        return Step(max(sides.values()), _largest_task(figures, on_lane), sides)
+
+
+class Processes(ScheduleModel):
+    """pearl/runtime/processes.py: N = `actors` actor processes each act on their E envs and write
+    each round into a shared-memory ring, loading newly published weights once per round at most;
+    the main process (the learner) drains the rings into the replay, does the loop's bookkeeping
+    (episode records, progress), samples, learns, updates priorities and publishes weights. An
+    actor runs at most its allowance R of env steps ahead (pearl.schedule.allowance), so a learner
+    that is the bottleneck drains runs of R transitions, one insert per actor per loop. Per env
+    step of the whole plan:
+        A = act / E + ring write / E + weight loads           (act: as measured in an actor
+                                                              process when profiled, else the
+                                                              sequential runtime's)
+        L = insert(R) / R + the loop's time per loop / (N x R) + updates_per_step x (sample + learn
+            + update_priorities + the loop's time per update)
+            + updates_per_step / sync_interval x sync_weights (+ transfers)
+    and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
+    parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
+    wait once ahead by their allowance, leaving the cores to the learner). When the N + 1
+    processes outnumber the cores, the step is c times that: c the time-sharing overhead (context
+    switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors
+    against one actor, 1 when not measured. The host's busy cores are (A + L) over the step before
+    c (c's overhead burns the cores too)."""
+
+    name = "processes"
+    lanes = {"actors": ("act", "ring_write", "weight_loads"),
+             "learner": ("insert", "sample", "learn", "update_priorities", "sync_weights")}
+
+    def insert_run(self, cand, updates_per_step):
+        run = allowance(updates_per_step, cand.actors, cand.envs)
+        return run, cand.actors * run
+
+    def step(self, figures, cand, costs) -> Step:
+        step_us, u = figures.step_us, figures.updates_per_step
+        step_us["ring_write"] = costs.ring_write_seconds(cand) * 1e6 / cand.envs
+        # each actor loads a newly published version once per round at most
+        loads = min(cand.actors * u / cand.sync_interval, 1.0 / cand.envs)
+        step_us["weight_loads"] = loads * figures.call_us.get("sync_weights", 0.0)
+        actors = self.lanes["actors"]
+        actors_us = sum(step_us[key] for key in actors if key in step_us)
+        learner_us = sum(us for key, us in step_us.items() if key not in actors)  # the loop's too
+        cores = costs.platform.host.cores
+        sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
+                 "cores": (actors_us + learner_us) / cores}
+        limiting = max(sides, key=sides.get)
+        total = (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
+        on_lane = [t for t in figures.call_us if limiting == "cores" or (t in actors) == (limiting == "actors")]
+        return Step(total, _largest_task(figures, on_lane), sides, (actors_us + learner_us) / sides[limiting])
+
+
+class Overlapped(ScheduleModel):
+    """Devices run concurrently and sampling stays on the critical path: T_step = S + max over
+    devices d of (busy_d - S_d), with S the sampling time per env step and busy_d the time device d
+    is busy per env step. With the replay on one device and the learner on another this is the
+    PEARL paper's T_iter = T_sample + max(T_update + T_insert, T_learn); with everything on one
+    device it collapses to the sequential sum. No runtime runs it yet; the mapper uses it only
+    when asked (`schedule="overlapped"`). Its lanes are the plan's devices."""
+
+    name = "overlapped"
+    lanes = {"sample": ("sample",)}
+
+    def step(self, figures, cand, costs) -> Step:
+        sample = figures.step_us.get("sample", 0.0)
+        rest = {d: b - (sample if d == cand.replay_device else 0.0) for d, b in figures.busy.items()}
+        limiting = max(rest, key=rest.get)
+        tasks_on = [t for t in figures.call_us if cand.device_of(t) == limiting and t not in self.lanes["sample"]]
+        return Step(sample + rest[limiting], _largest_task(figures, tasks_on) if tasks_on else "sample")
+
+
+MODELS: dict[str, ScheduleModel] = {model.name: model for model in
+                                    (Sequential(), Threaded(), Processes(), Overlapped())}

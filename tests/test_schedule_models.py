@@ -1,0 +1,55 @@
+"""The runtimes' schedule models (pearl/schedule/models.py): one per runtime, lanes naming the
+tasks, and the combination rules on hand-made figures."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pearl.plan import TASK_NAMES
+from pearl.runtime import RUNTIMES
+from pearl.schedule import allowance
+from pearl.schedule.models import MODELS, StepFigures
+
+
+def test_every_runtime_has_a_model_whose_lanes_hold_its_tasks():
+    assert set(RUNTIMES) <= set(MODELS) and set(MODELS) - set(RUNTIMES) == {"overlapped"}
+    for name in RUNTIMES:
+        lanes = MODELS[name].lanes
+        placed = [task for tasks in lanes.values() for task in tasks if task in TASK_NAMES]
+        assert sorted(placed) == sorted(TASK_NAMES), name  # every task on exactly one lane
+
+
+def figures():
+    call = {"act": 40.0, "insert": 10.0, "sample": 20.0, "learn": 100.0, "sync_weights": 4.0}
+    step = {"act": 40.0, "insert": 10.0, "sample": 5.0, "learn": 25.0, "sync_weights": 1.0, "overhead": 3.0}
+    return StepFigures(call, step, {"cpu": sum(step.values())}, 0.25)
+
+
+CAND = SimpleNamespace(envs=1, actors=2, sync_interval=1, replay_device="cpu", device_of=lambda task: "cpu")
+
+
+def test_sequential_and_threaded_combinations():
+    step = MODELS["sequential"].step(figures(), CAND, None)
+    assert step.total_us == pytest.approx(84.0) and step.bottleneck == "act" and not step.sides
+    costs = SimpleNamespace(overhead_parts_us=lambda cand: (2.0, 1.0), threaded_factor=lambda cand: 0.6)
+    step = MODELS["threaded"].step(figures(), CAND, costs)
+    actor, learner = 2.0 + 40 + 10 + 1, 1.0 + 5 + 25
+    assert step.sides == pytest.approx({"actor": actor, "learner": learner, "contention": 0.6 * (actor + learner)})
+    assert step.total_us == pytest.approx(actor) and step.bottleneck == "act"
+
+
+def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
+    model = MODELS["processes"]
+    run, pass_envs = model.insert_run(CAND, 0.25)
+    assert run == allowance(0.25, 2, 1) and pass_envs == 2 * run
+    costs = SimpleNamespace(ring_write_seconds=lambda cand: 2e-6, processes_factor=lambda cand: 1.5,
+                            platform=SimpleNamespace(host=SimpleNamespace(cores=2)))
+    f = figures()
+    step = model.step(f, CAND, costs)
+    actors = 40 + 2 + min(2 * 0.25, 1.0) * 4.0  # act, ring write, weight loads
+    learner = 10 + 5 + 25 + 1 + 3
+    assert step.sides == pytest.approx({"actors": actors / 2, "learner": learner, "cores": (actors + learner) / 2})
+    # three processes on two cores: time-shared, c = 1.5
+    assert step.total_us == pytest.approx(1.5 * learner) and step.bottleneck == "learn"
+    assert step.host_busy_cores == pytest.approx((actors + learner) / learner)
