@@ -19,13 +19,14 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from pearl import schedule
 from pearl.errors import ConfigError
 from pearl.estimator.model import Candidate, Prediction, predict
 from pearl.kernels.registry import REPLAY_TASKS, backend
 from pearl.placement import check_placement
 
 METRICS = ("throughput", "efficiency", "power_cap")
-RUNTIMES = ("sequential", "threaded", "processes")  # the runtimes the model has a schedule for
+RUNTIMES = schedule.RUNTIMES  # every runtime has a schedule model (pearl.schedule.models)
 DEFAULT_ENVS = (1, 2, 4, 8, 16)
 # actor counts the mapper tries up to the host's cores: all of them on a small host, a geometric
 # ladder on a big one (the predicted step falls as 1 / actors until another side limits it, so
@@ -70,7 +71,7 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
     counts of processes plans (default: actor_counts of the host's cores); the other runtimes
     run one actor."""
     kinds = list(replay_kinds or [workload.replay_kind])
-    counts = {runtime: (list(actors or actor_counts(platform.host.cores)) if runtime == "processes" else [1])
+    counts = {runtime: (list(actors or actor_counts(platform.host.cores)) if runtime in schedule.MANY_ACTORS else [1])
               for runtime in runtimes}
     batches = list(batches or [64])
     distinct = _distinct(platform.devices)

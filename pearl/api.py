@@ -23,7 +23,7 @@ from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
 from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
-from pearl.schedule import crossed
+from pearl.schedule import MANY_ACTORS, crossed
 
 
 def _delegated(holder: str, name: str) -> property:
@@ -115,7 +115,7 @@ class Agent:
         }
         if time_tasks:
             summary["task_us"] = counters.task_timer.mean_us()
-        if self.plan.runtime == "processes":
+        if self.plan.runtime in MANY_ACTORS:
             summary["actor_restarts"] = counters.actor_restarts
         if fpga is not None:
             summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated

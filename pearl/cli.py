@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from pearl.errors import PearlError, TrainingDiverged
-from pearl.schedule import RUNTIMES
+from pearl.schedule import MANY_ACTORS, RUNTIMES
 
 EXIT_USAGE = 2
 
@@ -123,8 +123,8 @@ def _autotune(args) -> int:
             raise PearlError(f"--runtimes: expected a comma-separated list of {', '.join(TUNABLE_RUNTIMES)}, "
                              f"got {name!r}")
     actors = _int_list(args.actors, "--actors")
-    if actors and "processes" not in runtimes:
-        raise PearlError("--actors: only processes plans run several actors; add processes to --runtimes")
+    if actors and not set(runtimes) & set(MANY_ACTORS):
+        raise PearlError(f"--actors: only {' or '.join(MANY_ACTORS)} plans run several actors; add one to --runtimes")
     if args.measure < 0 or args.seconds <= 0:
         raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
     result = autotune(args.config or default_config_path(), args.platform, args.metric,
@@ -231,8 +231,8 @@ def _train(args) -> int:
                                    actors=args.actors if args.actors is not None else plan.actors)
     agent = make_agent(config, plan)
     config = agent.config
-    actors = (f", {agent.plan.actors} actor process{'es' if agent.plan.actors > 1 else ''}"
-              if agent.plan.runtime == "processes" else "")
+    actors = (f", {agent.plan.actors} actor{'s' if agent.plan.actors > 1 else ''}"
+              if agent.plan.runtime in MANY_ACTORS else "")
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
           f"replay {config.replay.kind}, {agent.plan.runtime} runtime{actors} -> {run_dir}", file=sys.stderr)

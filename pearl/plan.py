@@ -40,7 +40,7 @@ class Plan:
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:
-        from pearl.schedule import RUNTIMES
+        from pearl.schedule import MANY_ACTORS, RUNTIMES
 
         if not isinstance(self.devices, dict):
             raise ConfigError("plan.devices: expected a mapping of task name to device")
@@ -54,9 +54,9 @@ class Plan:
                 raise ConfigError(f"plan.{name}: expected an integer >= 1, got {value}")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"plan.runtime: expected one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
-        if self.actors != 1 and self.runtime != "processes":
+        if self.actors != 1 and self.runtime not in MANY_ACTORS:
             raise ConfigError(f"plan.actors: the {self.runtime} runtime runs 1 actor, got "
-                              f"{self.actors} (runtime: processes runs several)")
+                              f"{self.actors} (runtime: {' or '.join(MANY_ACTORS)} runs several)")
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")

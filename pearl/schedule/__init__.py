@@ -16,6 +16,7 @@ from dataclasses import dataclass
 # runtime (a module of pearl/runtime) has its lag bound here and its schedule model in .models.
 MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
 RUNTIMES = tuple(MAX_LAG)
+MANY_ACTORS = ("processes",)  # runtimes that run a plan's `actors` actors (the others run one)
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
 
 
