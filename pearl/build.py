@@ -20,6 +20,7 @@ import torch
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
 from pearl.envs import box_spaces, discrete_spaces, make_env
+from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
 from pearl.plan import Plan, reconcile
@@ -41,6 +42,7 @@ class Discrete:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
+        self.action_size = self.n_actions  # what the workload counts: the number of actions
         self.action_start = int(getattr(probe.action_space, "start", 0))
         probe.close()
 
@@ -81,6 +83,7 @@ class Continuous:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
+        self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
@@ -175,12 +178,10 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
 
 def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     """The parts of a run of `config` under `plan` (default: the config's own placement)."""
-    from pearl.estimator.workload import workload_of
-
     config, plan = reconcile(config, plan)
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
-    workload = workload_of(config, family.obs_dim, getattr(family, "n_actions", None) or family.action_dim)
+    workload = workload_of(config, family.obs_dim, family.action_size)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
 
@@ -191,13 +192,13 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     policy = family.policy_factory(config, algo, "cpu")()
     policy.load(learner.policy_weights())
     cfg = config.algo_config
-    limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts, cfg.n_step,
-                       plan.envs_per_actor, plan.actors)
+    limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
+                                cfg.n_step, plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
     replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform))
-    run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size, plan.sync_interval,
-                        getattr(cfg, "target_update_interval", None))
+    run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
+                                     plan.sync_interval, getattr(cfg, "target_update_interval", None))
     return Parts(config, plan, family, run_schedule, algo, learner, replay, policy,
                  family.actor_recipe(config, plan, policy_factory), np.random.default_rng(config.seed))
