@@ -1,0 +1,153 @@
+"""The replay server's socket: one ZeroMQ ROUTER bound to an explicit address, one thread.
+
+Every request is handled to completion by ReplayService.handle in arrival order, so the table
+needs no lock; replies go back by the peer's routing id. Run it standalone (`pearl replay-server`,
+`serve_forever`), embedded in a process (`start()` runs the loop in a daemon thread), or in a Ray
+actor (construct it in the actor, call `start()`).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import zmq
+
+from pearl.server.config import ServerConfig
+from pearl.server.service import ReplayService
+from pearl.server.wire import ErrorCode, error_frames
+
+log = logging.getLogger("pearl.replay_server")
+POLL_MS = 50
+
+
+class ReplayServer:
+    def __init__(self, config: ServerConfig, table=None):
+        config.check()
+        self.config = config
+        self.service = ReplayService(config, table)
+        self.restored = None
+        if config.checkpoint_dir and config.restore:
+            from pearl.server.checkpoint import restore
+
+            self.restored = restore(self.service, config.checkpoint_dir)
+        self.address: str | None = None
+        self.refused_keys = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # ---- the socket -------------------------------------------------------------------------
+    def _open(self):
+        context = zmq.Context()
+        self._auth = None
+        socket = context.socket(zmq.ROUTER)
+        socket.linger = 0
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that left raises, not queues
+        socket.sndhwm = socket.rcvhwm = 10_000
+        auth = self.config.auth
+        if not auth.plaintext:
+            from zmq.auth.thread import ThreadAuthenticator
+
+            from pearl.server.keys import AllowList, allowed_keys, load_secret
+
+            self._auth = ThreadAuthenticator(context)
+            self._auth.start()
+            self.refused_keys = AllowList(allowed_keys(auth.allow))
+            self._auth.configure_curve_callback(domain="*", credentials_provider=self.refused_keys)
+            public, secret = load_secret(auth.server_secret)
+            socket.curve_publickey, socket.curve_secretkey = public, secret
+            socket.curve_server = True
+        bind = self.config.bind
+        if bind.startswith("tcp://") and bind.endswith(":0"):
+            bind = bind[:-2] + ":*"  # an ephemeral port; LAST_ENDPOINT names it
+        socket.bind(bind)
+        self.address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        return context, socket
+
+    def serve_forever(self) -> None:
+        context, socket = self._open()
+        service = self.service
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        every = self.config.checkpoint_every_s
+        next_checkpoint = time.monotonic() + every if every and self.config.checkpoint_dir else None
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                if poller.poll(POLL_MS):
+                    # drain what is queued before polling again (one poll per burst, not per message)
+                    for _ in range(256):
+                        try:
+                            message = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._handle(socket, message)
+                if service.snapshot is not None and service.snapshot.finished:
+                    self._send(socket, service.snapshot.finish())
+                if next_checkpoint is not None and time.monotonic() >= next_checkpoint and service.snapshot is None:
+                    from pearl.server.checkpoint import start_checkpoint
+
+                    service.snapshot = start_checkpoint(service, None)
+                    next_checkpoint = time.monotonic() + every
+        finally:
+            if service.snapshot is not None:
+                service.snapshot.join()
+                service.snapshot.finish()
+            socket.close(linger=0)
+            if self._auth is not None:
+                self._auth.stop()
+            context.term()
+
+    def _handle(self, socket, message) -> None:
+        peer = message[0].bytes
+        if len(message) < 2:
+            replies = [(peer, error_frames(ErrorCode.BAD_FRAME, "empty message"))]
+            self.service.counts["rejected"] += 1
+        else:
+            try:
+                replies = self.service.handle(peer, [f.buffer for f in message[1:]])
+            except Exception as error:  # a bug, not a bad frame: say so, keep serving
+                log.exception("replay server: request failed")
+                self.service.counts["rejected"] += 1
+                self.service.last_error = f"internal error: {error!r}"
+                replies = [(peer, error_frames(ErrorCode.INTERNAL, self.service.last_error))]
+        self._send(socket, replies)
+
+    def _send(self, socket, replies) -> None:
+        for peer, frames in replies:
+            try:
+                socket.send_multipart([peer] + frames, copy=False)
+            except zmq.ZMQError:  # the peer left (EHOSTUNREACH): nothing to deliver
+                pass
+
+    # ---- embedded use -----------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> "ReplayServer":
+        """Serves in a daemon thread of this process; returns once bound (self.address)."""
+
+        def run():
+            try:
+                self.serve_forever()
+            except BaseException as error:
+                self._error = error
+                self._ready.set()
+
+        self._thread = threading.Thread(target=run, name="replay-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"replay server did not bind within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,184 @@
+"""The replay server's wire format: a versioned fixed little-endian header + raw column buffers.
+
+One message = ZeroMQ frames [header, column 0, column 1, ...] (the server's ROUTER socket adds the
+peer's routing id in front). Nothing is ever unpickled: the header is parsed with `struct`, column
+buffers are viewed with `np.frombuffer` after their dtype, shape and byte length were checked.
+
+Header (HEADER.size = 48 bytes, little-endian):
+    magic    4s   b"PRLR"
+    version  u16  VERSION
+    op       u16  Op
+    flags    u16  request flags (FLAG_*)
+    ncols    u16  column descriptors that follow the header (and column frames after it)
+    table    u32  table id (a server holds table 0)
+    writer   u32  the writer's id (inserts, credits) or 0
+    seq      u64  the writer's sequence number (inserts) / the acknowledged one (replies)
+    rows     u32  rows of every column of the message
+    status   u32  0 = OK in replies; an ErrorCode otherwise
+    arg0     u64  op argument: insert -> env steps this chunk commits; sample -> batch size;
+                  replies -> credit (env steps the writer may still commit)
+    arg1     u64  op argument: replies -> highest sequence number covered by the last checkpoint
+Column descriptor (COLUMN.size = 20 bytes): dtype code u8, ndim u8 (per-row dims, <= 4), 2 pad
+bytes, 4 x u32 dims (unused = 0). Column i's frame holds exactly rows x prod(dims) x itemsize bytes - except the last column of a
+BATCH reply to a FLAG_MASSES sample, one meta row [total mass, min mass, beta, size, env steps].
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+MAGIC = b"PRLR"
+VERSION = 1
+HEADER = struct.Struct("<4sHHHHIIQIIQQ")
+COLUMN = struct.Struct("<BBxx4I")
+MAX_DIMS = 4
+MAX_COLUMNS = 16
+
+
+class Op(IntEnum):
+    HELLO = 1           # -> server info (JSON) : schema, table kind, capacity
+    INSERT = 2          # writer, seq, rows, arg0 = env steps; columns = the table's schema
+    SAMPLE = 3          # arg0 = batch; reply: schema columns + indices + weights [+ masses, meta]
+    UPDATE = 4          # columns: indices int64 (rows), |td| float32|float64 (rows)
+    UPDATE_SAMPLE = 5   # UPDATE's columns, then a sample of arg0 rows in the same reply
+    STATS = 6           # -> JSON
+    CHECKPOINT = 7      # -> JSON manifest of the checkpoint written
+    CREDIT = 8          # writer asks for arg0 env steps of credit; the reply waits until granted
+    WRITER = 9          # writer (re)connects: reply seq = its highest acknowledged chunk, arg0 = credit
+    ACK = 32            # reply to INSERT / UPDATE / CREDIT / WRITER
+    BATCH = 33          # reply to SAMPLE / UPDATE_SAMPLE
+    INFO = 34           # reply carrying one uint8 column of UTF-8 JSON (HELLO, STATS, CHECKPOINT)
+    ERROR = 35          # status = ErrorCode, one uint8 column: a one-line UTF-8 message
+
+
+REQUESTS = frozenset({Op.HELLO, Op.INSERT, Op.SAMPLE, Op.UPDATE, Op.UPDATE_SAMPLE, Op.STATS,
+                      Op.CHECKPOINT, Op.CREDIT, Op.WRITER})
+
+FLAG_MASSES = 1  # sample: also return each row's selector mass and [total, min mass, beta, size, progress]
+
+
+class ErrorCode(IntEnum):
+    OK = 0
+    BAD_FRAME = 1        # header: magic, version, size, column count, frame count
+    UNKNOWN_OP = 2
+    BAD_COLUMN = 3       # dtype / shape / byte length against the table's schema
+    BAD_VALUE = 4        # non-finite or negative priority, index out of range, empty table
+    TOO_LARGE = 5        # row count or batch over the server's bounds
+    NO_CREDIT = 6        # an insert over the writer's credit
+    SEQUENCE_GAP = 7     # a chunk after a missing one: resend from acknowledged + 1
+    RATE_LIMITED = 8     # the table's rate limiter refused the insert: retry later
+    UNKNOWN_TABLE = 9
+    INTERNAL = 10
+
+
+class WireError(Exception):
+    """A frame the server refuses: `code` goes back in the ERROR reply with the one-line message."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float16,
+          7: np.float32, 8: np.float64, 9: np.uint16, 10: np.uint32, 11: np.uint64, 12: np.bool_}
+CODES = {np.dtype(t): code for code, t in DTYPES.items()}
+
+
+def dtype_code(dtype) -> int:
+    try:
+        return CODES[np.dtype(dtype)]
+    except KeyError:
+        raise ValueError(f"dtype {np.dtype(dtype)} has no wire code") from None
+
+
+@dataclass(frozen=True)
+class Column:
+    dtype: np.dtype
+    shape: tuple  # per row
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class Header:
+    op: int
+    flags: int = 0
+    ncols: int = 0
+    table: int = 0
+    writer: int = 0
+    seq: int = 0
+    rows: int = 0
+    status: int = 0
+    arg0: int = 0
+    arg1: int = 0
+
+
+def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
+    """The frames of one message: the header (with column descriptors) and the column buffers.
+    Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers."""
+    parts = [HEADER.pack(MAGIC, VERSION, header.op, header.flags, len(columns), header.table,
+                         header.writer, header.seq, header.rows, header.status, header.arg0, header.arg1)]
+    frames = [None]
+    for array in columns:
+        dims = tuple(array.shape[1:])
+        if len(dims) > MAX_DIMS:
+            raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
+        parts.append(COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims)))))
+        frames.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+    frames[0] = b"".join(parts)
+    return frames
+
+
+def unpack_header(frame) -> tuple[Header, list[Column]]:
+    """Parses and checks a message's first frame (any bytes-like object). Raises WireError."""
+    buffer = memoryview(frame)
+    if len(buffer) < HEADER.size:
+        raise WireError(ErrorCode.BAD_FRAME, f"header of {len(buffer)} bytes (expected >= {HEADER.size})")
+    magic, version, op, flags, ncols, table, writer, seq, rows, status, arg0, arg1 = HEADER.unpack_from(buffer)
+    if magic != MAGIC:
+        raise WireError(ErrorCode.BAD_FRAME, f"bad magic {bytes(magic)!r} (expected {MAGIC!r})")
+    if version != VERSION:
+        raise WireError(ErrorCode.BAD_FRAME, f"wire version {version} (this server speaks {VERSION})")
+    if ncols > MAX_COLUMNS:
+        raise WireError(ErrorCode.BAD_FRAME, f"{ncols} columns (at most {MAX_COLUMNS})")
+    if len(buffer) != HEADER.size + ncols * COLUMN.size:
+        raise WireError(ErrorCode.BAD_FRAME, f"header frame of {len(buffer)} bytes for {ncols} columns "
+                                             f"(expected {HEADER.size + ncols * COLUMN.size})")
+    columns = []
+    for i in range(ncols):
+        code, ndim, *dims = COLUMN.unpack_from(buffer, HEADER.size + i * COLUMN.size)
+        if code not in DTYPES:
+            raise WireError(ErrorCode.BAD_COLUMN, f"column {i}: unknown dtype code {code}")
+        if ndim > MAX_DIMS or any(dims[ndim:]):
+            raise WireError(ErrorCode.BAD_COLUMN, f"column {i}: bad shape descriptor (ndim {ndim}, dims {dims})")
+        columns.append(Column(np.dtype(DTYPES[code]), tuple(dims[:ndim])))
+    return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), columns
+
+
+def column_array(frame, column: Column, rows: int, index: int, expected: Column | None = None) -> np.ndarray:
+    """Column `index` of a message as a read-only array (rows, *shape) viewing `frame` (no copy),
+    after checking it against the schema's `expected` column and the frame's byte length."""
+    if expected is not None and (column.dtype != expected.dtype or column.shape != expected.shape):
+        raise WireError(ErrorCode.BAD_COLUMN, f"column {index}: {column.dtype}{list(column.shape)} per row "
+                                              f"(the table wants {expected.dtype}{list(expected.shape)})")
+    buffer = memoryview(frame)
+    need = rows * column.row_bytes
+    if buffer.nbytes != need:
+        raise WireError(ErrorCode.BAD_COLUMN, f"column {index}: {buffer.nbytes} bytes for {rows} rows "
+                                              f"(expected {need})")
+    return np.frombuffer(buffer, dtype=column.dtype).reshape((rows,) + column.shape)
+
+
+def error_frames(code: ErrorCode, message: str, seq: int = 0) -> list:
+    text = np.frombuffer(message.encode("utf-8", "replace")[:1000], dtype=np.uint8)
+    return pack(Header(Op.ERROR, status=int(code), seq=seq, rows=len(text)), [text])
+
+
+def info_frames(text: str) -> list:
+    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return pack(Header(Op.INFO, rows=len(data)), [data])
