@@ -259,8 +259,6 @@ class ReplayService:
     def _check_batch(self, batch: int) -> None:
         if not 1 <= batch <= self.config.max_batch:
             raise WireError(ErrorCode.TOO_LARGE, f"sample of {batch} rows (1..{self.config.max_batch})")
-        if not self.table.size:
-            raise WireError(ErrorCode.BAD_VALUE, "sample from an empty table")
 
     def _sample(self, peer, header, columns, frames):
         if columns:
@@ -284,6 +282,8 @@ class ReplayService:
         if not self._allowed(int(header.arg0)):
             self.waiting_samples.append((peer, header))
             return []
+        if not self.table.size:
+            raise WireError(ErrorCode.BAD_VALUE, "sample from an empty table")
         return [self._draw(peer, header)] + self._grant_waiting()
 
     def _draw(self, peer, header) -> tuple:

@@ -4,7 +4,7 @@ One message = ZeroMQ frames [header, column 0, column 1, ...] (the server's ROUT
 peer's routing id in front). Nothing is ever unpickled: the header is parsed with `struct`, column
 buffers are viewed with `np.frombuffer` after their dtype, shape and byte length were checked.
 
-Header (HEADER.size = 48 bytes, little-endian):
+Header (HEADER.size = 56 bytes, little-endian, 8-byte fields 8-byte aligned):
     magic    4s   b"PRLR"
     version  u16  VERSION
     op       u16  Op
@@ -12,12 +12,15 @@ Header (HEADER.size = 48 bytes, little-endian):
     ncols    u16  column descriptors that follow the header (and column frames after it)
     table    u32  table id (a server holds table 0)
     writer   u32  the writer's id (inserts, credits) or 0
-    seq      u64  the writer's sequence number (inserts) / the acknowledged one (replies)
     rows     u32  rows of every column of the message
     status   u32  0 = OK in replies; an ErrorCode otherwise
+    (4 bytes reserved, zero)
+    seq      u64  the writer's sequence number (inserts) / the acknowledged one (replies)
     arg0     u64  op argument: insert -> env steps this chunk commits; sample -> batch size;
-                  replies -> credit (env steps the writer may still commit)
-    arg1     u64  op argument: replies -> highest sequence number covered by the last checkpoint
+                  ACK replies -> credit (env steps the writer may still commit);
+                  BATCH replies -> the server's env-step count
+    arg1     u64  ACK replies -> highest sequence number covered by the last checkpoint;
+                  BATCH replies -> updates served under the ratio
 Column descriptor (COLUMN.size = 20 bytes): dtype code u8, ndim u8 (per-row dims, <= 4), 2 pad
 bytes, 4 x u32 dims (unused = 0). Column i's frame holds exactly rows x prod(dims) x itemsize bytes - except the last column of a
 BATCH reply to a FLAG_MASSES sample, one meta row [total mass, min mass, beta, size, env steps].
@@ -32,7 +35,7 @@ import numpy as np
 
 MAGIC = b"PRLR"
 VERSION = 1
-HEADER = struct.Struct("<4sHHHHIIQIIQQ")
+HEADER = struct.Struct("<4sHHHHIIII4xQQQ")
 COLUMN = struct.Struct("<BBxx4I")
 MAX_DIMS = 4
 MAX_COLUMNS = 16
@@ -122,7 +125,7 @@ def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
     """The frames of one message: the header (with column descriptors) and the column buffers.
     Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers."""
     parts = [HEADER.pack(MAGIC, VERSION, header.op, header.flags, len(columns), header.table,
-                         header.writer, header.seq, header.rows, header.status, header.arg0, header.arg1)]
+                         header.writer, header.rows, header.status, header.seq, header.arg0, header.arg1)]
     frames = [None]
     for array in columns:
         dims = tuple(array.shape[1:])
@@ -139,7 +142,7 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
     buffer = memoryview(frame)
     if len(buffer) < HEADER.size:
         raise WireError(ErrorCode.BAD_FRAME, f"header of {len(buffer)} bytes (expected >= {HEADER.size})")
-    magic, version, op, flags, ncols, table, writer, seq, rows, status, arg0, arg1 = HEADER.unpack_from(buffer)
+    magic, version, op, flags, ncols, table, writer, rows, status, seq, arg0, arg1 = HEADER.unpack_from(buffer)
     if magic != MAGIC:
         raise WireError(ErrorCode.BAD_FRAME, f"bad magic {bytes(magic)!r} (expected {MAGIC!r})")
     if version != VERSION:
