@@ -67,7 +67,12 @@ class ReplayServer:
         return context, socket
 
     def serve_forever(self) -> None:
-        context, socket = self._open()
+        try:
+            context, socket = self._open()
+        except Exception as error:  # e.g. the address is taken: whoever waits for `ready` hears of it
+            self._error = error
+            self._ready.set()
+            raise
         service = self.service
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
@@ -132,6 +137,7 @@ class ReplayServer:
             except BaseException as error:
                 self._error = error
                 self._ready.set()
+                raise
 
         self._thread = threading.Thread(target=run, name="replay-server", daemon=True)
         self._thread.start()
