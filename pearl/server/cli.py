@@ -136,10 +136,8 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """`python -m pearl.server.cli ...` (the same as `pearl replay-server ...`)."""
-    from pearl.cli import _Parser
-
-    parser = _Parser(prog="pearl")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = argparse.ArgumentParser(prog="pearl")
+    sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(["replay-server"] + list(sys.argv[1:] if argv is None else argv))
     try:
