@@ -9,7 +9,8 @@
   next sequence number and the env steps it commits (`env_steps=`, default its row count) and
   returns at once; up to `window` chunks are in flight. The writer keeps every chunk until it is
   acknowledged and resends unacknowledged ones after a reconnect, so a chunk is stored exactly
-  once; `flush()` waits for all acknowledgements. With a server-side replay ratio the writer
+  once; it also keeps up to `retain` acknowledged chunks that are not yet in a server checkpoint
+  and resends them if the server restarts from an older checkpoint (kill -9); `flush()` waits for all acknowledgements. With a server-side replay ratio the writer
   commits env steps only against the credit the server granted it (and waits for more).
 - As a learner: `update_priorities` is held and rides on the next `sample` request
   (UPDATE_SAMPLE: one round trip per learner step); `piggyback=False` sends it at once instead.
@@ -116,11 +117,15 @@ def batch_from(arrays, copy: bool = True) -> Batch:
 class _Writer:
     """A writer stream: sequence numbers, the resend buffer, the window, and credits."""
 
-    def __init__(self, connection: Connection, writer: int, window: int, ratio: bool, retries: int):
+    def __init__(self, connection: Connection, writer: int, window: int, ratio: bool, retries: int,
+                 retain: int = 1024):
         if writer < 1 or writer >= 1 << 32:
             raise ValueError(f"writer id {writer}: expected 1 .. 2^32 - 1")
         self.conn, self.writer, self.window, self.ratio, self.retries = connection, writer, window, ratio, retries
         self.inflight: deque = deque()  # (seq, frames, env steps), oldest first, unacknowledged
+        # acknowledged chunks not yet in a server checkpoint (at most `retain`): resent if the
+        # server restarts from a checkpoint older than them
+        self.retain, self.retained, self.unprotected = retain, deque(), 0
         self.sent = 0                   # chunks of `inflight` already sent since the last resync
         self.acked = 0
         self.durable = 0                # highest seq in the server's last checkpoint
@@ -132,17 +137,34 @@ class _Writer:
         return (self.inflight[-1][0] if self.inflight else self.acked) + 1
 
     def resync(self) -> None:
-        """Asks the server for this writer's acknowledged sequence number; drops what it has."""
+        """Asks the server for this writer's acknowledged sequence number; drops what it has. A
+        server restarted from a checkpoint older than our acknowledgements gets the retained
+        chunks again; if we no longer hold them, that is an error naming the lost range."""
         header, _ = self.conn.call(pack(Header(Op.WRITER, writer=self.writer)))
-        self._acknowledge(header)
         self.sent = 0
+        if header.seq < self.acked:
+            if header.seq < self.unprotected:
+                raise ServerError(ErrorCode.SEQUENCE_GAP,
+                                  f"the server restarted at writer {self.writer}'s chunk {header.seq}; chunks "
+                                  f"{header.seq + 1}..{self.unprotected} were acknowledged after its last "
+                                  f"checkpoint and are no longer held here (raise retain=)")
+            while self.retained and self.retained[-1][0] > header.seq:
+                self.inflight.appendleft(self.retained.pop())
+            self.acked = header.seq
+        self._acknowledge(header)
 
     def _acknowledge(self, header: Header) -> None:
         self.acked = max(self.acked, header.seq)
         self.credit, self.durable = header.arg0, header.arg1
         while self.inflight and self.inflight[0][0] <= self.acked:
-            self.inflight.popleft()
+            chunk = self.inflight.popleft()
             self.sent = max(0, self.sent - 1)
+            if self.retain and chunk[0] > self.durable:
+                self.retained.append(chunk)
+        while self.retained and (self.retained[0][0] <= self.durable or len(self.retained) > self.retain):
+            seq = self.retained.popleft()[0]
+            if seq > self.durable:
+                self.unprotected = max(self.unprotected, seq)
 
     def available(self) -> int:
         return self.credit - sum(steps for _, _, steps in list(self.inflight)[:self.sent])
@@ -212,7 +234,7 @@ class ReplayClient:
 
     def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
                  timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
-                 copy_batches: bool = True):
+                 copy_batches: bool = True, retain: int = 1024):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
         self.piggyback, self.copy_batches = piggyback, copy_batches
         self.learner = Connection(address, self.auth, timeout)
@@ -222,7 +244,7 @@ class ReplayClient:
         self._writer = None
         if writer is not None:
             self._writer = _Writer(Connection(address, self.auth, timeout), writer, window,
-                                   self.info["ratio"] is not None, retries)
+                                   self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
         self._progress = 0
 
