@@ -28,6 +28,9 @@ import zmq
 from pearl.replay.base import Batch
 from pearl.server.wire import (FLAG_MASSES, ErrorCode, Header, Op, column_array, pack, unpack_header)
 
+ZERO_COPY_BYTES = 1 << 18
+
+
 class ServerError(RuntimeError):
     """The server refused a request: `code` is its ErrorCode, the message its one line."""
 
@@ -77,7 +80,9 @@ class Connection:
         self.socket = socket
 
     def send(self, frames) -> None:
-        self.socket.send_multipart(frames, copy=len(frames) == 1)
+        # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
+        big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
+        self.socket.send_multipart(frames, copy=not big)
 
     def recv(self, timeout: float | None = None):
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""

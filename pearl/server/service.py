@@ -17,6 +17,7 @@ import time
 from collections import deque
 
 import numpy as np
+from numba import njit
 
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
@@ -24,6 +25,21 @@ from pearl.server.wire import (FLAG_MASSES, REQUESTS, Column, ErrorCode, Header,
                                column_array, error_frames, info_frames, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
+
+
+@njit(cache=True, nogil=True)
+def _check_update(indices, td, size):
+    """0 if every |td| is finite and >= 0 and every index in [0, size); else 1 (non-finite),
+    2 (negative) or 3 (index out of range): one pass instead of four numpy reductions."""
+    for i in range(td.shape[0]):
+        x = td[i]
+        if not np.isfinite(x):
+            return 1
+        if x < 0:
+            return 2
+        if indices[i] < 0 or indices[i] >= size:
+            return 3
+    return 0
 LATENCY_WINDOW = 4096
 
 
@@ -80,6 +96,9 @@ class ReplayService:
         self.config = config
         self.schema = config.schema()
         self.table = make_table(config) if table is None else table
+        if table is None:  # fault the ring's pages in now, not during the first pass of inserts
+            for view in self.table.storage.values():
+                view[...] = 0
         self.rng = np.random.default_rng(config.seed)
         self.env_steps = 0           # from the writers' commit records
         self.updates = 0             # samples served under the ratio (one per learner update)
@@ -239,11 +258,12 @@ class ReplayService:
         indices = column_array(frames[1], columns[0], rows, 0, INDEX)
         td = column_array(frames[2], columns[1], rows, 1, Column(columns[1].dtype, ()))
         if rows:
-            if not np.isfinite(td).all():
+            bad = _check_update(indices, td, self.table.size)
+            if bad == 1:
                 raise WireError(ErrorCode.BAD_VALUE, f"{what}: non-finite priority")
-            if td.min() < 0:
+            if bad == 2:
                 raise WireError(ErrorCode.BAD_VALUE, f"{what}: negative |td| {float(td.min())}")
-            if indices.min() < 0 or indices.max() >= self.table.size:
+            if bad == 3:
                 raise WireError(ErrorCode.BAD_VALUE, f"{what}: index outside [0, {self.table.size})")
         return indices, td
 

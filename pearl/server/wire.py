@@ -104,7 +104,10 @@ class Column:
 
     @property
     def row_bytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
 
 
 @dataclass
@@ -121,6 +124,9 @@ class Header:
     arg1: int = 0
 
 
+_DESCRIBED: dict[tuple, bytes] = {}
+
+
 def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
     """The frames of one message: the header (with column descriptors) and the column buffers.
     Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers."""
@@ -128,10 +134,16 @@ def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
                          header.writer, header.rows, header.status, header.seq, header.arg0, header.arg1)]
     frames = [None]
     for array in columns:
-        dims = tuple(array.shape[1:])
-        if len(dims) > MAX_DIMS:
-            raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
-        parts.append(COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims)))))
+        key = (array.dtype, array.shape[1:])
+        descriptor = _DESCRIBED.get(key)
+        if descriptor is None:
+            dims = tuple(array.shape[1:])
+            if len(dims) > MAX_DIMS:
+                raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
+            descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
+            if len(_DESCRIBED) < 256:
+                _DESCRIBED[key] = descriptor
+        parts.append(descriptor)
         frames.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
     frames[0] = b"".join(parts)
     return frames
@@ -152,6 +164,21 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
     if len(buffer) != HEADER.size + ncols * COLUMN.size:
         raise WireError(ErrorCode.BAD_FRAME, f"header frame of {len(buffer)} bytes for {ncols} columns "
                                              f"(expected {HEADER.size + ncols * COLUMN.size})")
+    if not ncols:
+        return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), []
+    descriptors = bytes(buffer[HEADER.size:])
+    columns = _PARSED.get(descriptors)
+    if columns is None:
+        columns = _parse_columns(buffer, ncols)
+        if len(_PARSED) < 256:  # a peer's schema repeats: parse each distinct one once
+            _PARSED[descriptors] = columns
+    return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), columns
+
+
+_PARSED: dict[bytes, list] = {}
+
+
+def _parse_columns(buffer, ncols: int) -> list:
     columns = []
     for i in range(ncols):
         code, ndim, *dims = COLUMN.unpack_from(buffer, HEADER.size + i * COLUMN.size)
@@ -160,7 +187,7 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
         if ndim > MAX_DIMS or any(dims[ndim:]):
             raise WireError(ErrorCode.BAD_COLUMN, f"column {i}: bad shape descriptor (ndim {ndim}, dims {dims})")
         columns.append(Column(np.dtype(DTYPES[code]), tuple(dims[:ndim])))
-    return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), columns
+    return columns
 
 
 def column_array(frame, column: Column, rows: int, index: int, expected: Column | None = None) -> np.ndarray:
