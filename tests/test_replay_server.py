@@ -18,8 +18,8 @@ from pearl.schedule import updates_due  # noqa: E402
 from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
 from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
 from pearl.server.server import ReplayServer  # noqa: E402
-from pearl.server.wire import (COLUMN, HEADER, MAGIC, VERSION, ErrorCode, Header, Op, pack,  # noqa: E402
-                               unpack_header)
+from pearl.server.wire import (COLUMN, HEADER, MAGIC, VERSION, ErrorCode, Header, Op, column_array,  # noqa: E402
+                               column_buffers, pack, unpack_header)
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -73,12 +73,20 @@ def header_bytes(op=Op.STATS, version=VERSION, magic=MAGIC, ncols=0, table=0, wr
     return HEADER.pack(magic, version, op, 0, ncols, table, writer, rows, 0, seq, arg0, 0)
 
 
-def test_wire_round_trip():
+@pytest.mark.parametrize("inline", [False, True])
+def test_wire_round_trip(inline):
     obs, actions, rewards, next_obs, discounts = chunk(0, 7)
-    frames = pack(Header(Op.INSERT, writer=3, seq=9, rows=7, arg0=7), [obs, actions, rewards, next_obs, discounts])
+    frames = pack(Header(Op.INSERT, writer=3, seq=9, rows=7, arg0=7), [obs, actions, rewards, next_obs, discounts],
+                  inline=inline)
+    assert len(frames) == (1 if inline else 6)
     header, columns = unpack_header(frames[0])
+    buffers = column_buffers(frames, header, columns)
+    assert np.array_equal(column_array(buffers[0], columns[0], 7, 0), obs)
+    assert np.array_equal(column_array(buffers[1], columns[1], 7, 1), actions)
+    assert np.array_equal(column_array(buffers[4], columns[4], 7, 4), discounts)
     assert (header.op, header.writer, header.seq, header.rows, header.arg0) == (Op.INSERT, 3, 9, 7, 7)
     assert [c.dtype for c in columns] == [np.float32, np.int64, np.float32, np.float32, np.float32]
+    assert header.flags & 0x8000 == (0x8000 if inline else 0)
     assert columns[0].shape == (4,) and columns[2].shape == ()
     assert HEADER.size == 56 and COLUMN.size == 20
 
@@ -145,12 +153,12 @@ def _insert(rows=4, obs=None, writer=7, seq=1, ncols=None, table=0, arg0=None, c
     if obs is not None:
         cols[0] = obs
     frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, table=table,
-                         arg0=rows if arg0 is None else arg0), cols)
+                         arg0=rows if arg0 is None else arg0), cols, inline=False)
     return [f if isinstance(f, bytes) else f.tobytes() for f in frames[:len(frames) - drop]]
 
 
 def _update(indices, td):
-    frames = pack(Header(Op.UPDATE, rows=len(indices)), [np.asarray(indices, np.int64), td])
+    frames = pack(Header(Op.UPDATE, rows=len(indices)), [np.asarray(indices, np.int64), td], inline=False)
     return [f if isinstance(f, bytes) else f.tobytes() for f in frames]
 
 
@@ -183,6 +191,12 @@ _malformed("sample of 0 rows")(lambda: [header_bytes(op=Op.SAMPLE, arg0=0)])
 _malformed("sample over max_batch")(lambda: [header_bytes(op=Op.SAMPLE, arg0=10**9)])
 _malformed("writer id 0")(lambda: _insert(writer=0))
 _malformed("sequence gap")(lambda: _insert(seq=5))
+_malformed("inline message with trailing bytes")(lambda: [pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                               list(chunk(0, 4)), inline=True)[0] + b"\0" * 8])
+_malformed("inline message with extra frames")(lambda: pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                            list(chunk(0, 4)), inline=True) + [b"\0" * 16])
+_malformed("inline message truncated")(lambda: [pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                     list(chunk(0, 4)), inline=True)[0][:-5]])
 
 
 def test_malformed_frames_refused_while_serving(server):
@@ -196,7 +210,8 @@ def test_malformed_frames_refused_while_serving(server):
         header, reply = raw.ask(make())
         assert header.op == Op.ERROR, name
         assert header.status != ErrorCode.OK
-        message = reply[1].decode()
+        h, columns = unpack_header(reply[0])
+        message = bytes(column_buffers(reply, h, columns)[0]).decode()
         assert message and "\n" not in message, name
         # the server keeps serving: a valid request right after each bad one
         stats = good.stats()

@@ -26,7 +26,8 @@ import numpy as np
 import zmq
 
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_MASSES, ErrorCode, Header, Op, column_array, pack, unpack_header)
+from pearl.server.wire import (FLAG_MASSES, ErrorCode, Header, Op, column_array, column_buffers, pack,
+                               unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
 
@@ -90,14 +91,15 @@ class Connection:
         if not self.socket.poll(int(timeout * 1000), zmq.POLLIN):
             raise NoReply(f"no reply from the replay server at {self.address} within {timeout} s "
                           f"(down, unreachable, or our key is not on its allow-list)")
-        frames = self.socket.recv_multipart(copy=False)
-        header, columns = unpack_header(frames[0].buffer)
-        if header.op == Op.ERROR:
-            text = bytes(frames[1].buffer).decode("utf-8", "replace") if len(frames) > 1 else ""
-            raise ServerError(header.status, text)
+        frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
+        header, columns = unpack_header(frames[0])
         # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
-        arrays = [column_array(frames[i + 1].buffer, c, 1 if (header.op == Op.BATCH and i == 8) else header.rows, i)
-                  for i, c in enumerate(columns)]
+        rows_of = (lambda i: 1 if (header.op == Op.BATCH and i == 8) else header.rows)
+        buffers = column_buffers(frames, header, columns, rows_of)
+        if header.op == Op.ERROR:
+            text = bytes(buffers[0]).decode("utf-8", "replace") if buffers else ""
+            raise ServerError(header.status, text)
+        arrays = [column_array(buffers[i], c, rows_of(i), i) for i, c in enumerate(columns)]
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):

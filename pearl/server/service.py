@@ -22,7 +22,7 @@ from numba import njit
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
 from pearl.server.wire import (FLAG_MASSES, REQUESTS, Column, ErrorCode, Header, Op, WireError,
-                               column_array, error_frames, info_frames, pack, unpack_header)
+                               column_array, column_buffers, error_frames, info_frames, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
 
@@ -155,11 +155,11 @@ class ReplayService:
                 raise WireError(ErrorCode.UNKNOWN_OP, f"unknown op {header.op}")
             if header.table != 0:
                 raise WireError(ErrorCode.UNKNOWN_TABLE, f"unknown table {header.table} (this server holds table 0)")
-            if len(frames) != 1 + len(columns):
-                raise WireError(ErrorCode.BAD_FRAME, f"{len(frames) - 1} column frames for {len(columns)} "
-                                                     f"column descriptors")
+            if header.rows > 1 << 30:
+                raise WireError(ErrorCode.TOO_LARGE, f"{header.rows} rows")
+            buffers = column_buffers(frames, header, columns)
             op = Op(header.op)
-            replies = getattr(self, "_" + op.name.lower())(peer, header, columns, frames)
+            replies = getattr(self, "_" + op.name.lower())(peer, header, columns, buffers)
         except WireError as error:
             self.counts["rejected"] += 1
             name = ErrorCode(error.code).name
@@ -172,7 +172,7 @@ class ReplayService:
     def _expect(self, header: Header, columns, frames, schema: list, what: str) -> list[np.ndarray]:
         if len(columns) != len(schema):
             raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected {len(schema)})")
-        return [column_array(frames[i + 1], c, header.rows, i, schema[i]) for i, c in enumerate(columns)]
+        return [column_array(frames[i], c, header.rows, i, schema[i]) for i, c in enumerate(columns)]
 
     def _hello(self, peer, header, columns, frames):
         t = self.config.table
@@ -255,8 +255,8 @@ class ReplayService:
             raise WireError(ErrorCode.TOO_LARGE, f"{what} of {rows} rows (at most {self.config.max_batch})")
         if columns[1].dtype not in (np.float32, np.float64):
             raise WireError(ErrorCode.BAD_COLUMN, f"column 1: |td| as {columns[1].dtype} (float32 or float64)")
-        indices = column_array(frames[1], columns[0], rows, 0, INDEX)
-        td = column_array(frames[2], columns[1], rows, 1, Column(columns[1].dtype, ()))
+        indices = column_array(frames[0], columns[0], rows, 0, INDEX)
+        td = column_array(frames[1], columns[1], rows, 1, Column(columns[1].dtype, ()))
         if rows:
             bad = _check_update(indices, td, self.table.size)
             if bad == 1:
@@ -319,7 +319,7 @@ class ReplayService:
             masses, total, least = selector_masses(self.table, batch.indices)
             beta = float(getattr(self.table, "beta", 0.0))
             columns += [masses, np.array([[total, least, beta, self.table.size, self.env_steps]], np.float64)]
-        # copies: the table reuses its sample buffers on the next call, zmq may send later
+        # copies (inline, or bytes): the table reuses its sample buffers on the next call, zmq may send later
         return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in
                        pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
                             columns)])

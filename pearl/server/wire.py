@@ -22,7 +22,9 @@ Header (HEADER.size = 56 bytes, little-endian, 8-byte fields 8-byte aligned):
     arg1     u64  ACK replies -> highest sequence number covered by the last checkpoint;
                   BATCH replies -> updates served under the ratio
 Column descriptor (COLUMN.size = 20 bytes): dtype code u8, ndim u8 (per-row dims, <= 4), 2 pad
-bytes, 4 x u32 dims (unused = 0). Column i's frame holds exactly rows x prod(dims) x itemsize bytes - except the last column of a
+bytes, 4 x u32 dims (unused = 0). Column i's frame holds exactly rows x prod(dims) x itemsize bytes (with FLAG_INLINE, a small
+message's columns instead follow the descriptors in the first frame, each starting at a multiple
+of 8 bytes from the frame's start, and the message is that one frame) - except the last column of a
 BATCH reply to a FLAG_MASSES sample, one meta row [total mass, min mass, beta, size, env steps].
 """
 from __future__ import annotations
@@ -61,6 +63,7 @@ REQUESTS = frozenset({Op.HELLO, Op.INSERT, Op.SAMPLE, Op.UPDATE, Op.UPDATE_SAMPL
                       Op.CHECKPOINT, Op.CREDIT, Op.WRITER})
 
 FLAG_MASSES = 1  # sample: also return each row's selector mass and [total, min mass, beta, size, progress]
+FLAG_INLINE = 0x8000  # the column buffers follow the descriptors in the header frame (8-byte aligned)
 
 
 class ErrorCode(IntEnum):
@@ -127,10 +130,17 @@ class Header:
 _DESCRIBED: dict[tuple, bytes] = {}
 
 
-def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
+INLINE_BYTES = 1 << 16  # messages up to this size go as one frame (fewer zmq parts per message)
+
+
+def pack(header: Header, columns: list[np.ndarray] | tuple = (), inline: bool | None = None) -> list:
     """The frames of one message: the header (with column descriptors) and the column buffers.
-    Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers."""
-    parts = [HEADER.pack(MAGIC, VERSION, header.op, header.flags, len(columns), header.table,
+    Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers.
+    `inline` (default: when the columns total <= INLINE_BYTES): one frame, columns after the header."""
+    if inline is None:
+        inline = bool(columns) and sum(a.nbytes for a in columns) <= INLINE_BYTES
+    flags = header.flags | FLAG_INLINE if inline else header.flags & ~FLAG_INLINE
+    parts = [HEADER.pack(MAGIC, VERSION, header.op, flags, len(columns), header.table,
                          header.writer, header.rows, header.status, header.seq, header.arg0, header.arg1)]
     frames = [None]
     for array in columns:
@@ -145,8 +155,42 @@ def pack(header: Header, columns: list[np.ndarray] | tuple = ()) -> list:
                 _DESCRIBED[key] = descriptor
         parts.append(descriptor)
         frames.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+    if inline:
+        offset = len(parts) and sum(len(p) for p in parts)
+        for array in frames[1:]:
+            pad = -offset % 8
+            if pad:
+                parts.append(b"\0" * pad)
+            parts.append(array.tobytes())
+            offset += pad + array.nbytes
+        return [b"".join(parts)]
     frames[0] = b"".join(parts)
     return frames
+
+
+def column_buffers(frames, header: Header, columns: list, rows_of=None) -> list:
+    """The buffer of each column of a message (frames 1.. or, with FLAG_INLINE, slices of the
+    first frame), checking the frame count and, inline, the first frame's exact length.
+    `rows_of(i)`: rows of column i (default: the header's rows)."""
+    if not header.flags & FLAG_INLINE:
+        if len(frames) != 1 + len(columns):
+            raise WireError(ErrorCode.BAD_FRAME, f"{len(frames) - 1} column frames for {len(columns)} "
+                                                 f"column descriptors")
+        return list(frames[1:])
+    if len(frames) != 1:
+        raise WireError(ErrorCode.BAD_FRAME, f"an inline message with {len(frames) - 1} extra frames")
+    buffer = memoryview(frames[0])
+    offset = HEADER.size + len(columns) * COLUMN.size
+    out = []
+    for i, column in enumerate(columns):
+        offset += -offset % 8
+        size = (header.rows if rows_of is None else rows_of(i)) * column.row_bytes
+        out.append(buffer[offset:offset + size])
+        offset += size
+    if offset != buffer.nbytes:
+        raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {buffer.nbytes} bytes, the descriptors and "
+                                              f"{header.rows} rows need {offset}")
+    return out
 
 
 def unpack_header(frame) -> tuple[Header, list[Column]]:
@@ -161,12 +205,13 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
         raise WireError(ErrorCode.BAD_FRAME, f"wire version {version} (this server speaks {VERSION})")
     if ncols > MAX_COLUMNS:
         raise WireError(ErrorCode.BAD_FRAME, f"{ncols} columns (at most {MAX_COLUMNS})")
-    if len(buffer) != HEADER.size + ncols * COLUMN.size:
+    if (len(buffer) < HEADER.size + ncols * COLUMN.size if flags & FLAG_INLINE else
+            len(buffer) != HEADER.size + ncols * COLUMN.size):
         raise WireError(ErrorCode.BAD_FRAME, f"header frame of {len(buffer)} bytes for {ncols} columns "
                                              f"(expected {HEADER.size + ncols * COLUMN.size})")
     if not ncols:
         return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), []
-    descriptors = bytes(buffer[HEADER.size:])
+    descriptors = bytes(buffer[HEADER.size:HEADER.size + ncols * COLUMN.size])
     columns = _PARSED.get(descriptors)
     if columns is None:
         columns = _parse_columns(buffer, ncols)
