@@ -217,14 +217,10 @@ class _Writer:
             header, _ = self.conn.recv()
         except ServerError as error:
             if error.code in (ErrorCode.SEQUENCE_GAP, ErrorCode.RATE_LIMITED, ErrorCode.NO_CREDIT):
-                # the chunks after it will be refused too: collect their replies, then resend
-                for _ in range(self.sent - 1):
-                    try:
-                        header, _ = self.conn.recv()
-                        self._acknowledge(header)
-                    except ServerError:
-                        pass
+                # the chunks after it are refused too: a fresh socket (their replies die with the
+                # old one), ask where the server is, resend from there
                 time.sleep(0.01 if error.code == ErrorCode.RATE_LIMITED else 0)
+                self.conn.connect()
                 self.resync()
                 return
             raise

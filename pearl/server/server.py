@@ -8,6 +8,7 @@ actor (construct it in the actor, call `start()`).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 
@@ -15,10 +16,28 @@ import zmq
 
 from pearl.server.config import ServerConfig
 from pearl.server.service import ReplayService
-from pearl.server.wire import ErrorCode, error_frames
+from pearl.server.wire import ErrorCode, Op, error_frames
 
 log = logging.getLogger("pearl.replay_server")
 POLL_MS = 50
+ACK_OP = struct.pack("<H", Op.ACK)
+
+
+def coalesce(replies: list) -> list:
+    """Drops an ACK to a peer when a later ACK of the same burst goes to that peer with no other
+    reply to it in between: acknowledgements are cumulative (the highest contiguous sequence
+    number, the credit after it), so the last one says all the earlier ones did."""
+    if len(replies) < 2:
+        return replies
+    keep, later_ack = [], set()
+    for peer, frames in reversed(replies):
+        ack = len(frames) == 1 and frames[0][6:8] == ACK_OP
+        if ack and peer in later_ack:
+            continue
+        (later_ack.add if ack else later_ack.discard)(peer)
+        keep.append((peer, frames))
+    keep.reverse()
+    return keep
 
 
 class ReplayServer:
@@ -88,12 +107,14 @@ class ReplayServer:
             while not self._stop.is_set():
                 if poller.poll(POLL_MS):
                     # drain what is queued before polling again (one poll per burst, not per message)
+                    replies = []
                     for _ in range(256):
                         try:
                             message = socket.recv_multipart(zmq.NOBLOCK, copy=self.copy_frames)
                         except zmq.Again:
                             break
-                        self._handle(socket, message)
+                        replies += self._handle(message)
+                    self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
                     self._send(socket, service.snapshot.finish())
                 if next_checkpoint is not None and time.monotonic() >= next_checkpoint and service.snapshot is None:
@@ -110,7 +131,7 @@ class ReplayServer:
                 self._auth.stop()
             context.term()
 
-    def _handle(self, socket, message) -> None:
+    def _handle(self, message) -> list:
         peer = message[0] if self.copy_frames else message[0].bytes
         if len(message) < 2:
             replies = [(peer, error_frames(ErrorCode.BAD_FRAME, "empty message"))]
@@ -123,7 +144,7 @@ class ReplayServer:
                 self.service.counts["rejected"] += 1
                 self.service.last_error = f"internal error: {error!r}"
                 replies = [(peer, error_frames(ErrorCode.INTERNAL, self.service.last_error))]
-        self._send(socket, replies)
+        return replies
 
     def _send(self, socket, replies) -> None:
         for peer, frames in replies:
