@@ -344,3 +344,22 @@ def test_header_struct_is_little_endian():
     raw = header_bytes(op=Op.SAMPLE, arg0=256)
     assert raw[:4] == MAGIC and struct.unpack_from("<H", raw, 4)[0] == VERSION
     assert struct.unpack_from("<Q", raw, 40)[0] == 256
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "amper"])
+def test_every_selector_behind_the_server(server, kind):
+    from pearl.server.wire import FLAG_MASSES
+
+    srv = server(kind, capacity=300)
+    client = ReplayClient(srv.address, writer=1)
+    client.add(*chunk(0, 200))
+    client.flush()
+    header, arrays = client.sample_raw(32, flags=FLAG_MASSES)
+    masses, meta = arrays[7], arrays[8][0]
+    assert len(masses) == 32 and meta[3] == 200 and meta[4] == 200  # size, env steps
+    assert meta[0] > 0 and 0 < meta[1] <= masses.min()  # total, min mass
+    client.update_priorities(arrays[5], np.linspace(0.1, 5, 32))
+    batch = client.sample(32)
+    assert batch.obs.shape == (32, 4) and np.isin(batch.indices, np.arange(200)).all()
+    assert client.prioritized == (kind != "uniform")
+    client.close()
