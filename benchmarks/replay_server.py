@@ -2,6 +2,7 @@
 
     python benchmarks/replay_server.py ingest  [--rows 2000000] [--chunk 1000] [--repeats 3]
     python benchmarks/replay_server.py latency [--capacity 1000000] [--rounds 3000] [--repeats 3]
+    python benchmarks/replay_server.py reverb  [--reverb-python /tmp/reverb-venv/bin/python]
     python benchmarks/replay_server.py all
 
 ingest: 2 writer processes each send --rows CartPole-size transitions (obs 4 float32, int64
@@ -302,12 +303,59 @@ def ray_latency(args, rng) -> None:
     ray.shutdown()
 
 
+# ---- Reverb (its own environment) -------------------------------------------------------------
+def run_reverb(python: str, *args: str) -> dict | None:
+    """benchmarks/reverb_rival.py in the Reverb environment, inside a network namespace with only
+    loopback when `unshare -n` works (Reverb's server listens on every interface)."""
+    command = [python, str(ROOT / "benchmarks" / "reverb_rival.py"), *args]
+    isolated = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    if isolated:
+        command = ["unshare", "-n", "--", "sh", "-c", "ip link set lo up && exec " + " ".join(command)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        print(f"reverb failed: {done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else done.returncode}")
+        return None
+    return json.loads(lines[-1])
+
+
+def reverb(args) -> None:
+    python = args.reverb_python
+    if not python or not Path(python).exists():
+        print(f"reverb: no environment at {python!r} (docs/BENCHMARKS.md: how to make one)")
+        return
+    print(f"## vs Reverb 0.14 (its own venv: {python}); items = single transitions, chunks of {args.chunk}")
+    print(f"{'writers':>8} {'pearl inserts/s':>18} {'reverb inserts/s':>18} {'pearl / reverb':>15}")
+    for writers in (1, 2, 4):
+        ours = [pearl_ingest(args.rows // writers, args.chunk, writers) for _ in range(args.repeats)]
+        theirs = [run_reverb(python, "ingest", "--writers", str(writers), "--rows", str(args.reverb_rows // writers),
+                             "--chunk", str(args.chunk)) for _ in range(args.repeats)]
+        theirs = [t["per_s"] for t in theirs if t]
+        big = [run_reverb(python, "ingest", "--writers", str(writers), "--rows", str(args.rows // writers // 4),
+                          "--chunk", str(args.chunk), "--item-rows", str(args.chunk)) for _ in range(args.repeats)]
+        big = [t["per_s"] for t in big if t]
+        ratio = f"{np.median(ours) / np.median(theirs):.1f}x" if theirs else "-"
+        print(f"{writers:>8} {np.median(ours) / 1e3:>13.0f}k ({min(ours) / 1e3:.0f}-{max(ours) / 1e3:.0f}k) "
+              f"{(np.median(theirs) / 1e3 if theirs else float('nan')):>10.1f}k "
+              f"({(min(theirs) / 1e3 if theirs else 0):.1f}-{(max(theirs) / 1e3 if theirs else 0):.1f}k) {ratio:>8}"
+              + (f"   reverb with {args.chunk}-transition items: {np.median(big) / 1e3:.0f}k "
+                 f"({min(big) / 1e3:.0f}-{max(big) / 1e3:.0f}k) transitions/s" if big else ""), flush=True)
+    result = run_reverb(python, "latency", "--capacity", str(args.capacity), "--rounds", str(min(args.rounds, 1000)))
+    if result:
+        print(f"reverb prioritized, {args.capacity} items: sample 256 p50 {result['sample_p50_us']:.0f} us "
+              f"p99 {result['sample_p99_us']:.0f} us; mutate_priorities + sample p50 {result['round_p50_us']:.0f} us "
+              f"p99 {result['round_p99_us']:.0f} us (pearl: the latency section above)")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_writer":
         writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["ingest", "latency", "all"])
+    parser.add_argument("what", choices=["ingest", "latency", "reverb", "all"])
+    parser.add_argument("--reverb-python", default="/tmp/reverb-venv/bin/python",
+                        help="python of the Reverb environment (TensorFlow 2.15 + dm-reverb 0.14)")
+    parser.add_argument("--reverb-rows", type=int, default=200_000, help="rows over all Reverb writers")
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows per writer (ingest)")
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--ray-divisor", type=int, default=10, help="Ray writers send rows / this (it is slower)")
@@ -320,6 +368,8 @@ def main() -> None:
         ingest(args)
     if args.what in ("latency", "all"):
         latency(args)
+    if args.what in ("reverb", "all"):
+        reverb(args)
 
 
 if __name__ == "__main__":
