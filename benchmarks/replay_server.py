@@ -342,9 +342,13 @@ def reverb(args) -> None:
                  f"({min(big) / 1e3:.0f}-{max(big) / 1e3:.0f}k) transitions/s" if big else ""), flush=True)
     result = run_reverb(python, "latency", "--capacity", str(args.capacity), "--rounds", str(min(args.rounds, 1000)))
     if result:
-        print(f"reverb prioritized, {args.capacity} items: sample 256 p50 {result['sample_p50_us']:.0f} us "
-              f"p99 {result['sample_p99_us']:.0f} us; mutate_priorities + sample p50 {result['round_p50_us']:.0f} us "
-              f"p99 {result['round_p99_us']:.0f} us (pearl: the latency section above)")
+        print(f"reverb prioritized, {args.capacity} one-transition items, batch 256: "
+              f"Client.sample p50 {result['sample_p50_us']:.0f} us (p99 {result['sample_p99_us']:.0f}); "
+              f"mutate_priorities + Client.sample p50 {result['round_p50_us']:.0f} us; "
+              f"TrajectoryDataset batch p50 {result['dataset_batch_p50_us']:.0f} us "
+              f"(p99 {result['dataset_batch_p99_us']:.0f}); mutate_priorities + dataset batch p50 "
+              f"{result['dataset_round_p50_us']:.0f} us (p99 {result['dataset_round_p99_us']:.0f}) "
+              f"(pearl: the latency section)")
 
 
 def main() -> None:

@@ -104,13 +104,14 @@ def latency(args) -> dict:
             j = i % len(rewards)
             writer.append({"obs": obs[j], "action": actions[j], "reward": rewards[j], "next_obs": next_obs[j],
                            "discount": discounts[j]})
-            writer.create_item("t", priority=1.0, trajectory={k: v[-1] for k, v in writer.history.items()})
+            # a one-step trajectory (v[-1:]): the legacy Client.sample needs a time axis
+            writer.create_item("t", priority=1.0, trajectory={k: v[-1:] for k, v in writer.history.items()})
             if (i + 1) % 1000 == 0:
                 writer.flush()
     rng = np.random.default_rng(1)
     sample_times, round_times = [], []
     keys = None
-    for r in range(args.rounds + 100):
+    for r in range(args.legacy_rounds + 10):
         t0 = time.perf_counter_ns()
         if keys is not None:
             client.mutate_priorities("t", updates=dict(zip(keys, rng.exponential(size=len(keys)).tolist())))
@@ -118,14 +119,37 @@ def latency(args) -> dict:
         batch = list(client.sample("t", num_samples=256))
         t2 = time.perf_counter_ns()
         keys = [int(s[0].info.key) for s in batch]
-        if r >= 100:
+        if r >= 10:
             sample_times.append((t2 - t1) / 1e3)
             round_times.append((t2 - t0) / 1e3)
+    # the learner's path Reverb recommends: a tf.data TrajectoryDataset (samples kept in flight), batched
+    import tensorflow as tf
+
+    dtypes = {"obs": tf.float32, "action": tf.int64, "reward": tf.float32, "next_obs": tf.float32, "discount": tf.float32}
+    shapes = {"obs": tf.TensorShape([1, 4]), "action": tf.TensorShape([1]), "reward": tf.TensorShape([1]),
+              "next_obs": tf.TensorShape([1, 4]), "discount": tf.TensorShape([1])}
+    dataset = reverb.TrajectoryDataset(address, "t", dtypes, shapes, max_in_flight_samples_per_worker=512)
+    iterator = iter(dataset.batch(256, drop_remainder=True))
+    data_times, data_rounds = [], []
+    for r in range(args.rounds + 50):
+        t0 = time.perf_counter_ns()
+        if r:
+            client.mutate_priorities("t", updates=dict(zip(keys, rng.exponential(size=len(keys)).tolist())))
+        t1 = time.perf_counter_ns()
+        sample = next(iterator)
+        t2 = time.perf_counter_ns()
+        keys = [int(k) for k in tf.reshape(sample.info.key, [-1]).numpy()]
+        if r >= 50:
+            data_times.append((t2 - t1) / 1e3)
+            data_rounds.append((t2 - t0) / 1e3)
     server.stop()
     s, u = np.array(sample_times), np.array(round_times)
+    d, du = np.array(data_times), np.array(data_rounds)
     return {"mode": "latency", "capacity": args.capacity, "sample_p50_us": float(np.percentile(s, 50)),
             "sample_p99_us": float(np.percentile(s, 99)), "round_p50_us": float(np.percentile(u, 50)),
-            "round_p99_us": float(np.percentile(u, 99)), "round_mean_us": float(u.mean())}
+            "round_p99_us": float(np.percentile(u, 99)), "round_mean_us": float(u.mean()),
+            "dataset_batch_p50_us": float(np.percentile(d, 50)), "dataset_batch_p99_us": float(np.percentile(d, 99)),
+            "dataset_round_p50_us": float(np.percentile(du, 50)), "dataset_round_p99_us": float(np.percentile(du, 99))}
 
 
 def main() -> None:
@@ -137,6 +161,7 @@ def main() -> None:
     parser.add_argument("--item-rows", type=int, default=1, help="transitions per Reverb item (1 = PEARL's item size)")
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=1000)
+    parser.add_argument("--legacy-rounds", type=int, default=50, help="rounds of the (slow) Client.sample path")
     args = parser.parse_args()
     import reverb
 

@@ -104,7 +104,10 @@ def run(args) -> int:
         raise ConfigError("the replay server needs pyzmq: pip install 'pearl-rl[server]'") from None
     from pearl.server.server import ReplayServer
 
-    server = ReplayServer(config)
+    try:
+        server = ReplayServer(config)
+    except (ValueError, OSError) as error:  # e.g. a checkpoint of another table shape
+        raise ConfigError(f"replay server: {error}") from None
     signal.signal(signal.SIGTERM, lambda *_: server._stop.set())
     t = config.table
     import threading
