@@ -363,3 +363,39 @@ def test_every_selector_behind_the_server(server, kind):
     assert batch.obs.shape == (32, 4) and np.isin(batch.indices, np.arange(200)).all()
     assert client.prioritized == (kind != "uniform")
     client.close()
+
+
+def test_table_rate_limiter_band_kept_by_the_server(server):
+    """The table's pearl.replay.RateLimiter on the server: a refused insert is answered RATE_LIMITED
+    and resent by the writer, a refused sample waits; every row is stored once, the band holds."""
+    from pearl.server.config import RateLimiterConfig
+
+    srv = server("uniform", capacity=1000, rate_limiter=RateLimiterConfig(samples_per_insert=2.0,
+                                                                         min_size_to_sample=10))
+    rows, errors = 200, []
+
+    def write():
+        try:
+            client = ReplayClient(srv.address, writer=4, window=2, timeout=20)
+            for k in range(rows // 5):
+                client.add(*chunk(5 * k, 5))
+            client.flush()
+            client.close()
+        except Exception as error:  # pragma: no cover
+            errors.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    learner = ReplayClient(srv.address, timeout=20)
+    sampled, deadline = 0, time.monotonic() + 60
+    while sampled < 2 * rows - 20 and time.monotonic() < deadline:
+        learner.sample(4)
+        sampled += 4
+    thread.join(30)
+    assert not errors, errors
+    limiter = srv.service.table.rate_limiter
+    assert limiter.inserts == rows and limiter.samples == sampled
+    assert limiter.min_diff <= limiter.diff <= limiter.max_diff
+    assert np.array_equal(stored_ids(srv), np.arange(rows))
+    assert learner.stats()["rejected_by_code"].get("RATE_LIMITED", 0) >= 1  # the writer was held back
+    learner.close()
