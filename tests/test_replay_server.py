@@ -322,6 +322,18 @@ def test_ratio_exact_at_end_and_within_credit_bound(server):
     # the learner cannot run ahead: one more sample waits (and times out)
     with pytest.raises(NoReply):
         learner.sample(32, timeout=0.3)
+    time.sleep(0.3)
+    # more env steps make it due after the learner gave up: the batch drawn for nobody is no update
+    late = ReplayClient(srv.address, writer=3, timeout=20)
+    late.add(*chunk(300_000, 8), env_steps=8)
+    late.flush()
+    more = updates_due(total + 8, ratio.learning_starts, ratio.updates_per_step) - want
+    for _ in range(more):
+        learner.sample(32, timeout=20)
+    stats = learner.stats()
+    assert stats["updates"] == stats["updates_due"] == want + more
+    assert stats.get("undelivered", 0) == 1
+    late.close()
     learner.close()
 
 

@@ -89,6 +89,9 @@ class Connection:
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
         timeout = self.timeout if timeout is None else timeout
         if not self.socket.poll(int(timeout * 1000), zmq.POLLIN):
+            # a fresh socket: a late reply to this request must not be read as the next one's (the
+            # server sees us leave and takes back a sample it could not deliver)
+            self.connect()
             raise NoReply(f"no reply from the replay server at {self.address} within {timeout} s "
                           f"(down, unreachable, or our key is not on its allow-list)")
         frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]

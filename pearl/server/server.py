@@ -21,6 +21,7 @@ from pearl.server.wire import ErrorCode, Op, error_frames
 log = logging.getLogger("pearl.replay_server")
 POLL_MS = 50
 ACK_OP = struct.pack("<H", Op.ACK)
+BATCH_OP = struct.pack("<H", Op.BATCH)
 
 
 def coalesce(replies: list) -> list:
@@ -151,7 +152,8 @@ class ReplayServer:
             try:
                 socket.send_multipart([peer] + frames, copy=True)
             except zmq.ZMQError:  # the peer left (EHOSTUNREACH): nothing to deliver
-                pass
+                if bytes(memoryview(frames[0])[6:8]) == BATCH_OP:
+                    self.service.undo_sample()  # a waiting sample whose learner gave up: not an update
 
     # ---- embedded use -----------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "ReplayServer":

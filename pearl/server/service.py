@@ -324,6 +324,14 @@ class ReplayService:
                        pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
                             columns)])
 
+    def undo_sample(self) -> None:
+        """A drawn batch could not be delivered (its learner left): it does not count as an update.
+        (A table rate limiter's record of it stays: pearl.replay.RateLimiter has no un-record.)"""
+        self.counts["samples"] -= 1
+        self.counts["undelivered"] = self.counts.get("undelivered", 0) + 1
+        if self.config.ratio is not None:
+            self.updates -= 1
+
     def _serve_waiting(self) -> list:
         replies = []
         while self.waiting_samples and self._allowed(int(self.waiting_samples[0][1].arg0)):
