@@ -99,3 +99,35 @@ def test_curve_allow_list_unknown_key_gets_nothing(tmp_path):
         good.close()
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_server_embedded_in_a_ray_actor(monkeypatch):
+    """The server runs inside a Ray actor (start() in the actor, loopback); clients outside use it."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    try:
+        @ray.remote
+        class Host:
+            def start(self):
+                from pearl.server.config import ServerConfig, TableConfig
+                from pearl.server.server import ReplayServer
+
+                self.server = ReplayServer(ServerConfig(table=TableConfig(kind="prioritized", capacity=1000),
+                                                        bind=LOOPBACK)).start()
+                return self.server.address
+
+        host = Host.remote()
+        address = ray.get(host.start.remote(), timeout=120)
+        assert address.startswith("tcp://127.0.0.1:")
+        client = ReplayClient(address, writer=1, timeout=20)
+        client.add(*rows(np.arange(100)))
+        client.flush()
+        batch = client.sample(16)
+        client.update_priorities(batch.indices, np.ones(16))
+        assert client.sample(16).obs.shape == (16, 4) and client.stats()["size"] == 100
+        client.close()
+    finally:
+        ray.shutdown()
