@@ -411,3 +411,16 @@ def test_table_rate_limiter_band_kept_by_the_server(server):
     assert np.array_equal(stored_ids(srv), np.arange(rows))
     assert learner.stats()["rejected_by_code"].get("RATE_LIMITED", 0) >= 1  # the writer was held back
     learner.close()
+
+
+@pytest.mark.parametrize("rows", [50, 2000])  # one inline frame / zero-copy frames per column
+def test_caller_may_reuse_its_arrays_after_add(server, rows):
+    srv = server("uniform", capacity=5000)
+    client = ReplayClient(srv.address, writer=1, window=4)
+    columns = chunk(0, rows)
+    client.add(*columns)
+    for c in columns:  # an actor overwriting its buffers right away
+        c[...] = -1
+    client.flush()
+    assert np.array_equal(stored_ids(srv), np.arange(rows))
+    client.close()

@@ -26,8 +26,8 @@ import numpy as np
 import zmq
 
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_MASSES, ErrorCode, Header, Op, column_array, column_buffers, pack,
-                               unpack_header)
+from pearl.server.wire import (FLAG_MASSES, INLINE_BYTES, ErrorCode, Header, Op, column_array, column_buffers,
+                               pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
 
@@ -252,6 +252,7 @@ class ReplayClient:
             self._writer = _Writer(Connection(address, self.auth, timeout), writer, window,
                                    self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
+        self._dtypes = (np.float32, np.dtype(self.info["action_dtype"]), np.float32, np.float32, np.float32)
         self._progress = 0
 
     # ---- the table interface ----------------------------------------------------------------
@@ -275,11 +276,14 @@ class ReplayClient:
         steps = rows if env_steps is None else int(env_steps)
         w = self._writer
         seq = w.next_seq if seq is None else int(seq)
-        # copies: the chunk stays in the resend buffer until acknowledged, the caller may reuse its arrays
-        columns = [np.array(obs, np.float32, order="C"), np.array(actions, self.info["action_dtype"], order="C"),
-                   np.array(rewards, np.float32, order="C"), np.array(next_obs, np.float32, order="C"),
-                   np.array(discounts, np.float32, order="C")]
-        w.put(pack(Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps), columns), seq, steps)
+        dtypes = self._dtypes
+        columns = [np.ascontiguousarray(a, t) for a, t in zip((obs, actions, rewards, next_obs, discounts), dtypes)]
+        header = Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps)
+        if sum(c.nbytes for c in columns) > INLINE_BYTES:
+            # zero-copy frames: copies first, the chunk stays in the resend buffer until acknowledged
+            # and the caller may reuse its arrays
+            columns = [c.copy() for c in columns]
+        w.put(pack(header, columns), seq, steps)  # inline: pack copies into one bytes frame
         return seq
 
     def flush(self) -> int:
