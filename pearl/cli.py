@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="also measure the threaded runtime's contention factor per learner kernel")
     prof.add_argument("--processes", action="store_true",
                       help="also measure the processes runtime's ring write and time-sharing factor per learner kernel")
+    from pearl.server.cli import add_parser as replay_server_parser
+
+    replay_server_parser(sub)
     return parser
 
 
@@ -319,11 +322,17 @@ def _devices(args) -> int:
     return 0
 
 
+def _replay_server(args) -> int:
+    from pearl.server.cli import run
+
+    return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"train": _train, "devices": _devices, "autotune": _autotune,
-                "profile": _profile}[args.command](args)
+                "profile": _profile, "replay-server": _replay_server}[args.command](args)
     except PearlError as err:
         print(f"pearl: error: {err}", file=sys.stderr)
         return EXIT_USAGE

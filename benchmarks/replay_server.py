@@ -1,0 +1,380 @@
+"""Replay server benchmark: PEARL's replay server (pearl/server) vs Ray actor calls, one run.
+
+    python benchmarks/replay_server.py ingest  [--rows 2000000] [--chunk 1000] [--repeats 3]
+    python benchmarks/replay_server.py latency [--capacity 1000000] [--rounds 3000] [--repeats 3]
+    python benchmarks/replay_server.py reverb  [--reverb-python /tmp/reverb-venv/bin/python]
+    python benchmarks/replay_server.py all
+
+ingest: 2 writer processes each send --rows CartPole-size transitions (obs 4 float32, int64
+  action, reward, next obs, discount: 48 bytes) in chunks of --chunk rows to a uniform table,
+  as fast as the protocol lets them (PEARL: `pearl replay-server` process, ReplayClient writers
+  with 16 chunks in flight, every chunk acknowledged; Ray: one actor holding the same PEARL
+  UniformReplay, 2 Ray task processes calling `actor.add.remote(*chunk)` with 16 calls in flight,
+  the same chunks). Transitions/s = all rows / (last writer done - start signal).
+latency: a prioritized table of --capacity rows on a `pearl replay-server` process; the learner
+  (this process) samples 256 and sends the previous batch's |TD|: piggybacked (UPDATE_SAMPLE, one
+  round trip) and separate (UPDATE then SAMPLE, two), alternating blocks of 250 rounds; per-round
+  p50/p99 and the learner's total replay communication time per round; the same on a Ray actor
+  (update.remote + sample.remote); and the in-process table (no network) as the floor.
+Every run prints the CPU model and `uptime` first. Servers bind 127.0.0.1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = 256
+WINDOW = 16
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def header() -> None:
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"# CPU: {cpu_model()} x {os.cpu_count()} | python {platform.python_version()} | {uptime}")
+
+
+def chunks(seed: int, rows: int, chunk: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        obs = rng.normal(size=(n, 4)).astype(np.float32)
+        out.append((obs, rng.integers(0, 2, n).astype(np.int64), rng.normal(size=n).astype(np.float32),
+                    rng.normal(size=(n, 4)).astype(np.float32), np.full(n, 0.99, np.float32)))
+    return out
+
+
+def start_server(*args: str):
+    process = subprocess.Popen([sys.executable, "-m", "pearl.server.cli", "--bind", "tcp://127.0.0.1:0",
+                                "--plaintext", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "listening on" in line:
+            return process, line.split("listening on ")[1].split()[0]
+        if process.poll() is not None:
+            break
+    raise RuntimeError(f"replay server did not start: {process.stderr.read()}")
+
+
+def stop(process) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+# ---- ingest ----------------------------------------------------------------------------------
+def writer_main(address: str, writer: int, rows: int, chunk: int) -> None:
+    """A writer process: build the chunks, say ready, wait for go, send all, flush, report."""
+    from pearl.server.client import ReplayClient
+
+    data = chunks(writer, rows, chunk)
+    client = ReplayClient(address, writer=writer, window=WINDOW, timeout=60, retain=0)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for c in data:
+        client.add(*c)
+    client.flush()
+    print(json.dumps({"done": time.time(), "rows": rows}), flush=True)
+    client.close()
+
+
+def pearl_ingest(rows: int, chunk: int, writers: int = 2) -> float:
+    server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform")
+    try:
+        procs = [subprocess.Popen([sys.executable, __file__, "_writer", address, str(w + 1), str(rows), str(chunk)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                 for w in range(writers)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        start = time.time()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        ends = [json.loads(p.stdout.readline())["done"] for p in procs]
+        for p in procs:
+            p.wait(60)
+        return writers * rows / (max(ends) - start)
+    finally:
+        stop(server)
+
+
+def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
+    import ray
+
+    @ray.remote
+    class Table:
+        def __init__(self, capacity):
+            from pearl.replay import UniformReplay
+
+            self.table = UniformReplay(capacity, 4)
+
+        def add(self, obs, actions, rewards, next_obs, discounts):
+            self.table.add(obs, actions, rewards, next_obs, discounts)
+
+        def size(self):
+            return self.table.size
+
+    @ray.remote
+    class Writer:  # a writer process: builds its chunks, then sends them when told
+        def prepare(self, table, seed, rows, chunk):
+            self.table, self.data = table, chunks(seed, rows, chunk)
+
+        def run(self):
+            pending = []
+            for c in self.data:
+                pending.append(self.table.add.remote(*c))
+                if len(pending) >= WINDOW:
+                    _, pending = ray.wait(pending, num_returns=1)
+            ray.get(pending)
+            return time.time()
+
+    table = Table.remote(writers * rows)
+    ray.get(table.size.remote())
+    procs = [Writer.remote() for _ in range(writers)]
+    ray.get([p.prepare.remote(table, w + 1, rows, chunk) for w, p in enumerate(procs)])
+    start = time.time()
+    ends = ray.get([p.run.remote() for p in procs], timeout=600)
+    assert ray.get(table.size.remote()) == writers * rows
+    for p in procs + [table]:
+        ray.kill(p)
+    return writers * rows / (max(ends) - start)
+
+
+def ingest(args) -> None:
+    print(f"## ingest: 2 writer processes x {args.rows} CartPole-size transitions, chunks of {args.chunk} rows")
+    ours = [pearl_ingest(args.rows, args.chunk) for _ in range(args.repeats)]
+    print(f"pearl replay-server: {', '.join(f'{x / 1e6:.2f}M' for x in ours)} transitions/s", flush=True)
+    theirs = []
+    try:
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        # warm-up (worker start, imports) outside the timed runs
+        ray_ingest(args.chunk * WINDOW * 2, args.chunk)
+        theirs = [ray_ingest(max(args.chunk * 4, args.rows // args.ray_divisor), args.chunk) for _ in range(args.repeats)]
+        ray.shutdown()
+        print(f"ray {ray.__version__} actor calls: {', '.join(f'{x / 1e3:.1f}k' for x in theirs)} transitions/s")
+    except ImportError as error:
+        print(f"ray: not installed ({error})")
+    if theirs:
+        print(f"ratio pearl / ray (median of each): {np.median(ours) / np.median(theirs):.1f}x "
+              f"(range {min(ours) / max(theirs):.1f}-{max(ours) / min(theirs):.1f}x)")
+
+
+# ---- latency ---------------------------------------------------------------------------------
+def fill_server(address: str, capacity: int) -> None:
+    from pearl.server.client import ReplayClient
+
+    client = ReplayClient(address, writer=1, window=WINDOW, timeout=120, retain=0)
+    for c in chunks(0, capacity, 16384):
+        client.add(*c)
+    client.flush()
+    client.close()
+
+
+def rounds_remote(client, rounds: int, piggyback: bool, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Per round: the learner's replay communication time (sample + the previous update)."""
+    client.piggyback = piggyback
+    times = np.empty(rounds)
+    batch = client.sample(BATCH)
+    for r in range(rounds):
+        td = rng.exponential(size=BATCH).astype(np.float32)
+        t0 = time.perf_counter_ns()
+        client.update_priorities(batch.indices, td)
+        batch = client.sample(BATCH)
+        times[r] = time.perf_counter_ns() - t0
+    client.flush_updates()
+    return times / 1e3
+
+
+def latency(args) -> None:
+    from pearl.server.client import ReplayClient
+
+    print(f"## latency: prioritized table of {args.capacity} rows, sample {BATCH} + the previous batch's "
+          f"priority update, per learner step")
+    server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized")
+    rng = np.random.default_rng(1)
+    try:
+        fill_server(address, args.capacity)
+        client = ReplayClient(address, timeout=60)
+        rounds_remote(client, 300, True, rng)  # warm-up
+        piggy, separate = [], []
+        for _ in range(args.repeats):
+            for _ in range(args.rounds // 250):
+                piggy.append(rounds_remote(client, 250, True, rng))
+                separate.append(rounds_remote(client, 250, False, rng))
+        piggy, separate = np.concatenate(piggy), np.concatenate(separate)
+        stats = client.stats()["latency"]
+        client.close()
+    finally:
+        stop(server)
+    from pearl.replay import PrioritizedReplay
+
+    local = PrioritizedReplay(args.capacity, 4)
+    for c in chunks(0, args.capacity, 65536):
+        local.add(*c)
+    floor = np.empty(2000)
+    batch = local.sample(BATCH, rng)
+    for r in range(len(floor)):
+        td = rng.exponential(size=BATCH).astype(np.float32)
+        t0 = time.perf_counter_ns()
+        local.update_priorities(batch.indices, td)
+        batch = local.sample(BATCH, rng)
+        floor[r] = (time.perf_counter_ns() - t0) / 1e3
+
+    def row(name, t):
+        print(f"{name:<44} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
+              f"mean {t.mean():8.1f} us")
+
+    row("pearl piggybacked (UPDATE_SAMPLE, 1 trip)", piggy)
+    row("pearl separate (UPDATE + SAMPLE, 2 trips)", separate)
+    row("in-process table, no network (the floor)", floor)
+    print(f"piggybacked cuts the learner's replay communication time by "
+          f"{100 * (1 - piggy.mean() / separate.mean()):.0f}% (mean), {100 * (1 - np.median(piggy) / np.median(separate)):.0f}% (p50)")
+    print(f"server-side handling: {json.dumps({k: v for k, v in stats.items() if k in ('sample', 'update', 'update_sample')})}")
+    ray_latency(args, rng)
+
+
+def ray_latency(args, rng) -> None:
+    try:
+        import ray
+    except ImportError as error:
+        print(f"ray: not installed ({error})")
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+
+    @ray.remote
+    class Table:
+        def __init__(self, capacity):
+            from pearl.replay import PrioritizedReplay
+
+            self.table = PrioritizedReplay(capacity, 4)
+            self.rng = np.random.default_rng(0)
+            for c in chunks(0, capacity, 65536):
+                self.table.add(*c)
+
+        def sample(self, batch):
+            b = self.table.sample(batch, self.rng)
+            return b.obs, b.actions, b.rewards, b.next_obs, b.discounts, b.indices, b.weights
+
+        def update(self, indices, td):
+            self.table.update_priorities(indices, td)
+
+        def update_sample(self, indices, td, batch):
+            self.table.update_priorities(indices, td)
+            return self.sample(batch)
+
+    table = Table.remote(args.capacity)
+    batch = ray.get(table.sample.remote(BATCH))
+    times = np.empty(min(args.rounds, 2000))
+    for r in range(len(times) + 200):
+        td = rng.exponential(size=BATCH).astype(np.float32)
+        t0 = time.perf_counter_ns()
+        batch = ray.get(table.update_sample.remote(batch[5], td, BATCH))
+        if r >= 200:
+            times[r - 200] = (time.perf_counter_ns() - t0) / 1e3
+    print(f"{'ray ' + ray.__version__ + ' actor update_sample (1 call)':<44} p50 {np.percentile(times, 50):8.1f} us   "
+          f"p99 {np.percentile(times, 99):8.1f} us   mean {times.mean():8.1f} us")
+    ray.shutdown()
+
+
+# ---- Reverb (its own environment) -------------------------------------------------------------
+def run_reverb(python: str, *args: str) -> dict | None:
+    """benchmarks/reverb_rival.py in the Reverb environment, inside a network namespace with only
+    loopback when `unshare -n` works (Reverb's server listens on every interface)."""
+    command = [python, str(ROOT / "benchmarks" / "reverb_rival.py"), *args]
+    isolated = subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    if isolated:
+        command = ["unshare", "-n", "--", "sh", "-c", "ip link set lo up && exec " + " ".join(command)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        print(f"reverb failed: {done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else done.returncode}")
+        return None
+    return json.loads(lines[-1])
+
+
+def reverb(args) -> None:
+    python = args.reverb_python
+    if not python or not Path(python).exists():
+        print(f"reverb: no environment at {python!r} (docs/BENCHMARKS.md: how to make one)")
+        return
+    print(f"## vs Reverb 0.14 (its own venv: {python}); items = single transitions, chunks of {args.chunk}")
+    print(f"{'writers':>8} {'pearl inserts/s':>18} {'reverb inserts/s':>18} {'pearl / reverb':>15}")
+    for writers in (1, 2, 4):
+        ours = [pearl_ingest(args.rows // writers, args.chunk, writers) for _ in range(args.repeats)]
+        theirs = [run_reverb(python, "ingest", "--writers", str(writers), "--rows", str(args.reverb_rows // writers),
+                             "--chunk", str(args.chunk)) for _ in range(args.repeats)]
+        theirs = [t["per_s"] for t in theirs if t]
+        big = [run_reverb(python, "ingest", "--writers", str(writers), "--rows", str(args.rows // writers // 4),
+                          "--chunk", str(args.chunk), "--item-rows", str(args.chunk)) for _ in range(args.repeats)]
+        big = [t["per_s"] for t in big if t]
+        ratio = f"{np.median(ours) / np.median(theirs):.1f}x" if theirs else "-"
+        print(f"{writers:>8} {np.median(ours) / 1e3:>13.0f}k ({min(ours) / 1e3:.0f}-{max(ours) / 1e3:.0f}k) "
+              f"{(np.median(theirs) / 1e3 if theirs else float('nan')):>10.1f}k "
+              f"({(min(theirs) / 1e3 if theirs else 0):.1f}-{(max(theirs) / 1e3 if theirs else 0):.1f}k) {ratio:>8}"
+              + (f"   reverb with {args.chunk}-transition items: {np.median(big) / 1e3:.0f}k "
+                 f"({min(big) / 1e3:.0f}-{max(big) / 1e3:.0f}k) transitions/s" if big else ""), flush=True)
+    result = run_reverb(python, "latency", "--capacity", str(args.capacity), "--rounds", str(min(args.rounds, 1000)))
+    if result:
+        print(f"reverb prioritized, {args.capacity} one-transition items, batch 256: "
+              f"Client.sample p50 {result['sample_p50_us']:.0f} us (p99 {result['sample_p99_us']:.0f}); "
+              f"mutate_priorities + Client.sample p50 {result['round_p50_us']:.0f} us; "
+              f"TrajectoryDataset batch p50 {result['dataset_batch_p50_us']:.0f} us "
+              f"(p99 {result['dataset_batch_p99_us']:.0f}); mutate_priorities + dataset batch p50 "
+              f"{result['dataset_round_p50_us']:.0f} us (p99 {result['dataset_round_p99_us']:.0f}) "
+              f"(pearl: the latency section)")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_writer":
+        writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["ingest", "latency", "reverb", "all"])
+    parser.add_argument("--reverb-python", default="/tmp/reverb-venv/bin/python",
+                        help="python of the Reverb environment (TensorFlow 2.15 + dm-reverb 0.14)")
+    parser.add_argument("--reverb-rows", type=int, default=200_000, help="rows over all Reverb writers")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows per writer (ingest)")
+    parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--ray-divisor", type=int, default=10, help="Ray writers send rows / this (it is slower)")
+    parser.add_argument("--capacity", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    header()
+    if args.what in ("ingest", "all"):
+        ingest(args)
+    if args.what in ("latency", "all"):
+        latency(args)
+    if args.what in ("reverb", "all"):
+        reverb(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""Clients of the replay server.
+
+`ReplayClient(address, ...)` has the interface of a local replay table (pearl.contracts.ReplayTable):
+`add(obs, actions, rewards, next_obs, discounts)`, `sample(batch, rng) -> Batch`,
+`update_priorities(indices, td)`, `state_dict()` / `load_state_dict()`, `capacity`,
+`prioritized`, `progress` - so a learner or an actor uses it where it used a table.
+
+- As a writer (`writer=ID`, a positive int unique per writer stream): `add` sends the chunk with the
+  next sequence number and the env steps it commits (`env_steps=`, default its row count) and
+  returns at once; up to `window` chunks are in flight. The writer keeps every chunk until it is
+  acknowledged and resends unacknowledged ones after a reconnect, so a chunk is stored exactly
+  once; it also keeps up to `retain` acknowledged chunks that are not yet in a server checkpoint
+  and resends them if the server restarts from an older checkpoint (kill -9); `flush()` waits for all acknowledgements. With a server-side replay ratio the writer
+  commits env steps only against the credit the server granted it (and waits for more).
+- As a learner: `update_priorities` is held and rides on the next `sample` request
+  (UPDATE_SAMPLE: one round trip per learner step); `piggyback=False` sends it at once instead.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from pearl.replay.base import Batch
+from pearl.server.wire import (FLAG_MASSES, INLINE_BYTES, ErrorCode, Header, Op, column_array, column_buffers,
+                               pack, unpack_header)
+
+ZERO_COPY_BYTES = 1 << 18
+
+
+class ServerError(RuntimeError):
+    """The server refused a request: `code` is its ErrorCode, the message its one line."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"replay server: {ErrorCode(code).name}: {message}" if code in ErrorCode._value2member_map_
+                         else f"replay server: error {code}: {message}")
+        self.code = code
+
+
+class NoReply(TimeoutError):
+    """No reply within the timeout: the server is down, unreachable, or refused our key."""
+
+
+@dataclass
+class ClientAuth:
+    """plaintext, or CURVE with this client's certificate (NAME.key_secret) and the server's
+    public key (a certificate file or a z85 string)."""
+
+    plaintext: bool = True
+    client_secret: str | None = None
+    server_public: str | bytes | None = None
+
+
+class Connection:
+    """One DEALER socket to one server."""
+
+    def __init__(self, address: str, auth: ClientAuth | None = None, timeout: float = 30.0,
+                 context: zmq.Context | None = None):
+        self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
+        self.context = context or zmq.Context.instance()
+        self.socket = None
+        self.connect()
+
+    def connect(self) -> None:
+        if self.socket is not None:
+            self.socket.close(linger=0)
+        socket = self.context.socket(zmq.DEALER)
+        socket.linger = 0
+        socket.sndhwm = socket.rcvhwm = 10_000
+        if not self.auth.plaintext:
+            from pearl.server.keys import load_public, load_secret
+
+            public, secret = load_secret(self.auth.client_secret)
+            socket.curve_publickey, socket.curve_secretkey = public, secret
+            socket.curve_serverkey = load_public(self.auth.server_public)
+        socket.connect(self.address)
+        self.socket = socket
+
+    def send(self, frames) -> None:
+        # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
+        big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
+        self.socket.send_multipart(frames, copy=not big)
+
+    def recv(self, timeout: float | None = None):
+        """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
+        timeout = self.timeout if timeout is None else timeout
+        if not self.socket.poll(int(timeout * 1000), zmq.POLLIN):
+            # a fresh socket: a late reply to this request must not be read as the next one's (the
+            # server sees us leave and takes back a sample it could not deliver)
+            self.connect()
+            raise NoReply(f"no reply from the replay server at {self.address} within {timeout} s "
+                          f"(down, unreachable, or our key is not on its allow-list)")
+        frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
+        header, columns = unpack_header(frames[0])
+        # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
+        rows_of = (lambda i: 1 if (header.op == Op.BATCH and i == 8) else header.rows)
+        buffers = column_buffers(frames, header, columns, rows_of)
+        if header.op == Op.ERROR:
+            text = bytes(buffers[0]).decode("utf-8", "replace") if buffers else ""
+            raise ServerError(header.status, text)
+        arrays = [column_array(buffers[i], c, rows_of(i), i) for i, c in enumerate(columns)]
+        return header, arrays
+
+    def call(self, frames, timeout: float | None = None):
+        self.send(frames)
+        return self.recv(timeout)
+
+    def info(self, op: Op) -> dict:
+        header, arrays = self.call(pack(Header(op)))
+        return json.loads(arrays[0].tobytes().decode("utf-8"))
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close(linger=0)
+            self.socket = None
+
+
+def batch_from(arrays, copy: bool = True) -> Batch:
+    obs, actions, rewards, next_obs, discounts, indices, weights = (a.copy() if copy else a for a in arrays[:7])
+    return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
+
+
+class _Writer:
+    """A writer stream: sequence numbers, the resend buffer, the window, and credits."""
+
+    def __init__(self, connection: Connection, writer: int, window: int, ratio: bool, retries: int,
+                 retain: int = 1024):
+        if writer < 1 or writer >= 1 << 32:
+            raise ValueError(f"writer id {writer}: expected 1 .. 2^32 - 1")
+        self.conn, self.writer, self.window, self.ratio, self.retries = connection, writer, window, ratio, retries
+        self.inflight: deque = deque()  # (seq, frames, env steps), oldest first, unacknowledged
+        # acknowledged chunks not yet in a server checkpoint (at most `retain`): resent if the
+        # server restarts from a checkpoint older than them
+        self.retain, self.retained, self.unprotected = retain, deque(), 0
+        self.sent = 0                   # chunks of `inflight` already sent since the last resync
+        self.acked = 0
+        self.durable = 0                # highest seq in the server's last checkpoint
+        self.credit = 0                 # server's credit at the last ack, before in-flight chunks
+        self.resync()
+
+    @property
+    def next_seq(self) -> int:
+        return (self.inflight[-1][0] if self.inflight else self.acked) + 1
+
+    def resync(self) -> None:
+        """Asks the server for this writer's acknowledged sequence number; drops what it has. A
+        server restarted from a checkpoint older than our acknowledgements gets the retained
+        chunks again; if we no longer hold them, that is an error naming the lost range."""
+        header, _ = self.conn.call(pack(Header(Op.WRITER, writer=self.writer)))
+        self.sent = 0
+        if header.seq < self.acked:
+            if header.seq < self.unprotected:
+                raise ServerError(ErrorCode.SEQUENCE_GAP,
+                                  f"the server restarted at writer {self.writer}'s chunk {header.seq}; chunks "
+                                  f"{header.seq + 1}..{self.unprotected} were acknowledged after its last "
+                                  f"checkpoint and are no longer held here (raise retain=)")
+            while self.retained and self.retained[-1][0] > header.seq:
+                self.inflight.appendleft(self.retained.pop())
+            self.acked = header.seq
+        self._acknowledge(header)
+
+    def _acknowledge(self, header: Header) -> None:
+        self.acked = max(self.acked, header.seq)
+        self.credit, self.durable = header.arg0, header.arg1
+        while self.inflight and self.inflight[0][0] <= self.acked:
+            chunk = self.inflight.popleft()
+            self.sent = max(0, self.sent - 1)
+            if self.retain and chunk[0] > self.durable:
+                self.retained.append(chunk)
+        while self.retained and (self.retained[0][0] <= self.durable or len(self.retained) > self.retain):
+            seq = self.retained.popleft()[0]
+            if seq > self.durable:
+                self.unprotected = max(self.unprotected, seq)
+
+    def available(self) -> int:
+        return self.credit - sum(steps for _, _, steps in list(self.inflight)[:self.sent])
+
+    def put(self, frames, seq: int, steps: int) -> None:
+        if seq <= self.acked:
+            return  # a resend of a chunk the server already stored (restarted writer)
+        self.inflight.append((seq, frames, steps))
+        self.pump()
+
+    def pump(self, wait_all: bool = False) -> None:
+        """Sends what the window and the credit allow; waits for acks while the window is full,
+        credit is short, or (wait_all) anything is unacknowledged."""
+        failures = 0
+        while True:
+            try:
+                while self.sent < len(self.inflight) and self.sent < self.window:
+                    seq, frames, steps = self.inflight[self.sent]
+                    if self.ratio and steps > self.available():
+                        if self.sent:  # let the server take what is in flight first
+                            break
+                        self._ask_credit(steps)
+                        continue
+                    self.conn.send(frames)
+                    self.sent += 1
+                if not self.inflight or (not wait_all and len(self.inflight) < self.window and
+                                         self.sent == len(self.inflight)):
+                    return
+                self._receive()
+                failures = 0
+            except (NoReply, zmq.ZMQError) as error:
+                failures += 1
+                if failures > self.retries:
+                    raise NoReply(f"writer {self.writer}: {error}") from error
+                self.conn.connect()  # a fresh socket: stale replies die with the old one
+                try:
+                    self.resync()
+                except NoReply:
+                    continue
+
+    def _receive(self) -> None:
+        try:
+            header, _ = self.conn.recv()
+        except ServerError as error:
+            if error.code in (ErrorCode.SEQUENCE_GAP, ErrorCode.RATE_LIMITED, ErrorCode.NO_CREDIT):
+                # the chunks after it are refused too: a fresh socket (their replies die with the
+                # old one), ask where the server is, resend from there
+                time.sleep(0.01 if error.code == ErrorCode.RATE_LIMITED else 0)
+                self.conn.connect()
+                self.resync()
+                return
+            raise
+        self._acknowledge(header)
+
+    def _ask_credit(self, steps: int) -> None:
+        self.conn.send(pack(Header(Op.CREDIT, writer=self.writer, arg0=steps)))
+        header, _ = self.conn.recv()
+        self._acknowledge(header)
+
+
+class ReplayClient:
+    """A replay table on a replay server, used through the local table's interface."""
+
+    def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
+                 timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
+                 copy_batches: bool = True, retain: int = 1024):
+        self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
+        self.piggyback, self.copy_batches = piggyback, copy_batches
+        self.learner = Connection(address, self.auth, timeout)
+        self.info = self.learner.info(Op.HELLO)
+        self.capacity = int(self.info["capacity"])
+        self.prioritized = bool(self.info["prioritized"])
+        self._writer = None
+        if writer is not None:
+            self._writer = _Writer(Connection(address, self.auth, timeout), writer, window,
+                                   self.info["ratio"] is not None, retries, retain)
+        self._pending: tuple | None = None  # (indices, td) riding on the next sample
+        self._dtypes = (np.float32, np.dtype(self.info["action_dtype"]), np.float32, np.float32, np.float32)
+        self._progress = 0
+
+    # ---- the table interface ----------------------------------------------------------------
+    @property
+    def progress(self) -> int:
+        """Env steps the server has counted from the writers' commit records (read-only: the
+        server owns the count; setting it is ignored)."""
+        return self._progress
+
+    @progress.setter
+    def progress(self, value) -> None:
+        pass
+
+    def add(self, obs, actions, rewards, next_obs, discounts, env_steps: int | None = None,
+            seq: int | None = None) -> int:
+        """Sends one chunk (returns its sequence number without waiting for the ack). `seq`:
+        an explicit sequence number, for a restarted writer replaying its stream."""
+        if self._writer is None:
+            raise RuntimeError("this ReplayClient has no writer id: ReplayClient(address, writer=ID)")
+        rows = len(rewards)
+        steps = rows if env_steps is None else int(env_steps)
+        w = self._writer
+        seq = w.next_seq if seq is None else int(seq)
+        dtypes = self._dtypes
+        columns = [np.ascontiguousarray(a, t) for a, t in zip((obs, actions, rewards, next_obs, discounts), dtypes)]
+        header = Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps)
+        if sum(c.nbytes for c in columns) > INLINE_BYTES:
+            # zero-copy frames: copies first, the chunk stays in the resend buffer until acknowledged
+            # and the caller may reuse its arrays
+            columns = [c.copy() for c in columns]
+        w.put(pack(header, columns), seq, steps)  # inline: pack copies into one bytes frame
+        return seq
+
+    def flush(self) -> int:
+        """Waits until every chunk sent was acknowledged; returns the acknowledged sequence number."""
+        if self._writer is not None:
+            self._writer.pump(wait_all=True)
+            return self._writer.acked
+        return 0
+
+    def resume(self) -> int:
+        """A (re)started writer: the server's highest acknowledged sequence number for it."""
+        self._writer.resync()
+        return self._writer.acked
+
+    @property
+    def durable(self) -> int:
+        """The highest sequence number of this writer inside the server's last checkpoint."""
+        return self._writer.durable if self._writer else 0
+
+    def sample(self, batch_size: int, rng: np.random.Generator | None = None, timeout: float | None = None,
+               flags: int = 0) -> Batch:
+        """A batch drawn by the server's selector (its RNG; `rng` is accepted for the table
+        interface). With a server-side ratio the reply waits until the update is due."""
+        header, arrays = self.sample_raw(batch_size, timeout, flags)
+        return batch_from(arrays, self.copy_batches)
+
+    def sample_raw(self, batch_size: int, timeout: float | None = None, flags: int = 0):
+        if self._pending is not None:
+            indices, td = self._pending
+            self._pending = None
+            frames = pack(Header(Op.UPDATE_SAMPLE, rows=len(indices), arg0=batch_size, flags=flags), [indices, td])
+        else:
+            frames = pack(Header(Op.SAMPLE, arg0=batch_size, flags=flags))
+        header, arrays = self.learner.call(frames, timeout)
+        self._progress = int(header.arg0)
+        return header, arrays
+
+    def update_priorities(self, indices, td_errors) -> None:
+        indices = np.ascontiguousarray(indices, np.int64)
+        td = np.abs(np.ascontiguousarray(td_errors, np.float32))
+        if self.piggyback:
+            if self._pending is not None:  # two updates without a sample between: send the first
+                self._send_update(*self._pending)
+            self._pending = (indices.copy(), td.copy())
+        else:
+            self._send_update(indices, td)
+
+    def _send_update(self, indices, td) -> None:
+        self.learner.call(pack(Header(Op.UPDATE, rows=len(indices)), [indices, td]))
+
+    def flush_updates(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._send_update(*pending)
+
+    def stats(self) -> dict:
+        return self.learner.info(Op.STATS)
+
+    def checkpoint(self) -> dict:
+        """Asks the server to write a checkpoint; returns its manifest once it is on disk."""
+        self.flush_updates()
+        return self.learner.info(Op.CHECKPOINT)
+
+    def state_dict(self) -> dict:
+        """The server's table stays on the server: this writes a checkpoint there and returns
+        where (restart the server from its checkpoint_dir to load it)."""
+        return {"replay_server": self.address, "checkpoint": self.checkpoint()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to load client-side: a server restarts from its own latest checkpoint."""
+
+    def __len__(self) -> int:
+        return int(self.stats()["size"])
+
+    def close(self) -> None:
+        self.learner.close()
+        if self._writer is not None:
+            self._writer.conn.close()

@@ -1,0 +1,377 @@
+"""The replay service without its socket: a PEARL replay table (pearl.replay.make_replay) plus
+what only a server can own - the writers' sequence numbers, the env-step count from their commit
+records, the replay ratio and the credits it grants, counters and latencies, checkpoints.
+
+`handle(peer, frames)` validates one request completely (header, op, column dtypes and shapes,
+byte lengths, row bounds, finite non-negative priorities, index range) before anything touches
+the table; a bad request gets an ERROR reply and is counted in `rejected`, never executed. It
+returns [(peer, reply frames), ...]: usually one reply to `peer`, none when the request waits
+(a sample the ratio does not allow yet, a credit not grantable yet), and replies to waiting
+peers that this request unblocked. One thread calls it (pearl/server/server.py's loop).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+
+import numpy as np
+from numba import njit
+
+from pearl.schedule import updates_due
+from pearl.server.config import ServerConfig
+from pearl.server.wire import (FLAG_MASSES, REQUESTS, Column, ErrorCode, Header, Op, WireError,
+                               column_array, column_buffers, error_frames, info_frames, pack, unpack_header)
+
+INDEX = Column(np.dtype(np.int64), ())
+
+
+@njit(cache=True, nogil=True)
+def _check_update(indices, td, size):
+    """0 if every |td| is finite and >= 0 and every index in [0, size); else 1 (non-finite),
+    2 (negative) or 3 (index out of range): one pass instead of four numpy reductions."""
+    for i in range(td.shape[0]):
+        x = td[i]
+        if not np.isfinite(x):
+            return 1
+        if x < 0:
+            return 2
+        if indices[i] < 0 or indices[i] >= size:
+            return 3
+    return 0
+LATENCY_WINDOW = 4096
+
+
+def make_table(config: ServerConfig):
+    """The PEARL replay table a server config asks for (uniform, prioritized sum tree, AMPER)."""
+    from pearl.config import ReplayConfig
+    from pearl.replay import RateLimiter, make_replay
+
+    t = config.table
+    replay = ReplayConfig(kind=t.kind, capacity=t.capacity, alpha=t.alpha, beta=t.beta,
+                          beta_final=t.beta_final, priority_eps=t.priority_eps,
+                          backend=t.backend if t.backend in ("auto", "numba", "numpy") else "auto",
+                          fanout=t.fanout)
+    limiter = None
+    if config.rate_limiter is not None:
+        r = config.rate_limiter
+        limiter = RateLimiter(r.samples_per_insert, r.min_size_to_sample, r.error_buffer)
+    return make_replay(replay, t.obs_dim, action_dtype=np.dtype(t.action_dtype),
+                       action_shape=tuple(t.action_shape), total_steps=t.beta_steps, rate_limiter=limiter)
+
+
+def selector_masses(table, indices: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(mass of each index, total mass, smallest mass) of the table's selector: one draw returns
+    index i with probability mass_i / total. Sum tree: p_i^alpha; AMPER: its bucket's mean;
+    uniform: 1 per stored row."""
+    if not table.prioritized:
+        return np.ones(len(indices)), float(table.size), 1.0
+    tree = table.tree
+    total = float(tree.total)
+    if hasattr(tree, "probabilities"):  # AMPER draws with its buckets' means
+        return tree.probabilities(indices) * total, total, float(tree.min())
+    return np.asarray(tree.get(indices), dtype=np.float64), total, float(tree.min())
+
+
+class Latency:
+    def __init__(self):
+        self.samples = np.zeros(LATENCY_WINDOW, np.int64)
+        self.count = 0
+
+    def add(self, ns: int) -> None:
+        self.samples[self.count % LATENCY_WINDOW] = ns
+        self.count += 1
+
+    def summary(self) -> dict:
+        window = self.samples[:min(self.count, LATENCY_WINDOW)]
+        if not len(window):
+            return {"count": 0}
+        p50, p99 = np.percentile(window, [50, 99]) / 1e3
+        return {"count": self.count, "p50_us": round(float(p50), 2), "p99_us": round(float(p99), 2)}
+
+
+class ReplayService:
+    def __init__(self, config: ServerConfig, table=None):
+        self.config = config
+        self.schema = config.schema()
+        self.table = make_table(config) if table is None else table
+        if table is None:  # fault the ring's pages in now, not during the first pass of inserts
+            for view in self.table.storage.values():
+                view[...] = 0
+        self.rng = np.random.default_rng(config.seed)
+        self.env_steps = 0           # from the writers' commit records
+        self.updates = 0             # samples served under the ratio (one per learner update)
+        self.acked: dict[int, int] = {}    # writer -> highest contiguous sequence number stored
+        self.credit: dict[int, int] = {}   # writer -> env steps it may still commit (ratio only)
+        self.durable: dict[int, int] = {}  # writer -> highest sequence number in the last checkpoint
+        self.counts = {"inserts": 0, "rows_inserted": 0, "duplicates": 0, "samples": 0, "rows_sampled": 0,
+                       "updates": 0, "rejected": 0, "checkpoints": 0}
+        self.rejected_by_code: dict[str, int] = {}
+        self.latency = {op.name.lower(): Latency() for op in REQUESTS}
+        self.max_lag_seen = 0
+        self.waiting_samples: deque = deque()   # (peer, header, update columns) a ratio holds back
+        self.waiting_credit: dict[int, tuple] = {}  # writer -> (peer, need)
+        self.snapshot = None                    # a checkpoint in progress (pearl/server/checkpoint.py)
+        self.last_error = ""
+
+    # ---- the replay ratio -------------------------------------------------------------------
+    @property
+    def due(self) -> int:
+        r = self.config.ratio
+        return updates_due(self.env_steps, r.learning_starts, r.updates_per_step)
+
+    def ceiling(self) -> int:
+        """The most env steps that may be committed now: due(ceiling) <= updates + max_lag."""
+        r = self.config.ratio
+        limit = self.updates + r.max_lag
+        steps = r.learning_starts + int(math.ceil((limit + 1) / r.updates_per_step)) - 1
+        while updates_due(steps, r.learning_starts, r.updates_per_step) > limit:
+            steps -= 1
+        while updates_due(steps + 1, r.learning_starts, r.updates_per_step) <= limit:
+            steps += 1
+        return steps
+
+    def _grant(self, writer: int, need: int) -> bool:
+        """Tops up `writer`'s credit to at least `need` env steps if the ceiling leaves room."""
+        have = self.credit.get(writer, 0)
+        if have >= need:
+            return True
+        headroom = self.ceiling() - self.env_steps - sum(self.credit.values())
+        r = self.config.ratio
+        share = max(1, int(r.max_lag / r.updates_per_step) // max(1, len(self.acked)))
+        give = min(headroom, max(need - have, share))
+        if have + give < need:
+            return False
+        self.credit[writer] = have + give
+        return True
+
+    # ---- requests ---------------------------------------------------------------------------
+    def handle(self, peer, frames) -> list:
+        start = time.perf_counter_ns()
+        try:
+            header, columns = unpack_header(frames[0])
+            if header.op not in REQUESTS:
+                raise WireError(ErrorCode.UNKNOWN_OP, f"unknown op {header.op}")
+            if header.table != 0:
+                raise WireError(ErrorCode.UNKNOWN_TABLE, f"unknown table {header.table} (this server holds table 0)")
+            if header.rows > 1 << 30:
+                raise WireError(ErrorCode.TOO_LARGE, f"{header.rows} rows")
+            buffers = column_buffers(frames, header, columns)
+            op = Op(header.op)
+            replies = getattr(self, "_" + op.name.lower())(peer, header, columns, buffers)
+        except WireError as error:
+            self.counts["rejected"] += 1
+            name = ErrorCode(error.code).name
+            self.rejected_by_code[name] = self.rejected_by_code.get(name, 0) + 1
+            self.last_error = str(error)
+            return [(peer, error_frames(error.code, str(error)))]
+        self.latency[op.name.lower()].add(time.perf_counter_ns() - start)
+        return replies
+
+    def _expect(self, header: Header, columns, frames, schema: list, what: str) -> list[np.ndarray]:
+        if len(columns) != len(schema):
+            raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected {len(schema)})")
+        return [column_array(frames[i], c, header.rows, i, schema[i]) for i, c in enumerate(columns)]
+
+    def _hello(self, peer, header, columns, frames):
+        t = self.config.table
+        info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_dim": t.obs_dim,
+                "action_dtype": t.action_dtype, "action_shape": list(t.action_shape),
+                "prioritized": bool(self.table.prioritized), "alpha": t.alpha, "beta": t.beta,
+                "beta_final": t.beta_final, "beta_steps": t.beta_steps,
+                "ratio": None if self.config.ratio is None else vars(self.config.ratio),
+                "max_chunk_rows": self.config.max_chunk_rows, "max_batch": self.config.max_batch}
+        return [(peer, info_frames(json.dumps(info)))]
+
+    def _ack(self, peer, writer: int, seq: int) -> tuple:
+        return (peer, pack(Header(Op.ACK, writer=writer, seq=seq, arg0=self.credit.get(writer, 0),
+                                  arg1=self.durable.get(writer, 0))))
+
+    def _writer(self, peer, header, columns, frames):
+        if header.writer == 0:
+            raise WireError(ErrorCode.BAD_VALUE, "writer id 0 is reserved")
+        self.acked.setdefault(header.writer, 0)
+        return [self._ack(peer, header.writer, self.acked[header.writer])]
+
+    def _insert(self, peer, header, columns, frames):
+        writer, seq, rows = header.writer, header.seq, header.rows
+        if writer == 0 or seq == 0:
+            raise WireError(ErrorCode.BAD_VALUE, "insert needs a writer id and a sequence number > 0")
+        if not 1 <= rows <= self.config.max_chunk_rows:
+            raise WireError(ErrorCode.TOO_LARGE, f"insert of {rows} rows (1..{self.config.max_chunk_rows})")
+        values = self._expect(header, columns, frames, self.schema, "insert")
+        if header.arg0 > 1 << 40:
+            raise WireError(ErrorCode.TOO_LARGE, f"insert commits {header.arg0} env steps")
+        acked = self.acked.get(writer, 0)
+        if seq <= acked:  # a resend of a chunk already stored: acknowledge, do not store again
+            self.counts["duplicates"] += 1
+            return [self._ack(peer, writer, acked)]
+        if seq != acked + 1:
+            raise WireError(ErrorCode.SEQUENCE_GAP, f"writer {writer}: chunk {seq} after {acked} "
+                                                    f"(resend from {acked + 1})")
+        steps = int(header.arg0)
+        if self.config.ratio is not None and steps > self.credit.get(writer, 0):
+            raise WireError(ErrorCode.NO_CREDIT, f"writer {writer}: {steps} env steps over its credit "
+                                                 f"{self.credit.get(writer, 0)}")
+        limiter = self.table.rate_limiter
+        if limiter is not None and not limiter.can_insert(rows):
+            raise WireError(ErrorCode.RATE_LIMITED, f"insert of {rows} refused by the rate limiter: retry")
+        if self.snapshot is not None:
+            self.snapshot.before_write(self.table.cursor, rows)
+        self.table.add(*values)
+        self.acked[writer] = seq
+        self.env_steps += steps
+        self.table.progress = self.env_steps
+        if self.config.ratio is not None:
+            self.credit[writer] -= steps
+        self.counts["inserts"] += 1
+        self.counts["rows_inserted"] += rows
+        replies = [self._ack(peer, writer, seq)]
+        if self.waiting_samples:
+            replies += self._serve_waiting()
+        return replies
+
+    def _credit(self, peer, header, columns, frames):
+        writer, need = header.writer, int(header.arg0)
+        if self.config.ratio is None:
+            self.acked.setdefault(writer, 0)
+            return [self._ack(peer, writer, self.acked[writer])]
+        r = self.config.ratio
+        if writer == 0 or need < 1 or need > r.max_lag / r.updates_per_step:
+            raise WireError(ErrorCode.BAD_VALUE, f"credit of {need} env steps (1..{int(r.max_lag / r.updates_per_step)}"
+                                                 f" with max_lag {r.max_lag}: send smaller chunks)")
+        self.acked.setdefault(writer, 0)
+        if self._grant(writer, need):
+            return [self._ack(peer, writer, self.acked[writer])]
+        self.waiting_credit[writer] = (peer, need)
+        return []
+
+    def _parse_update(self, header, columns, frames, what):
+        if len(columns) != 2:
+            raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected indices, |td|)")
+        rows = header.rows
+        if rows > self.config.max_batch:
+            raise WireError(ErrorCode.TOO_LARGE, f"{what} of {rows} rows (at most {self.config.max_batch})")
+        if columns[1].dtype not in (np.float32, np.float64):
+            raise WireError(ErrorCode.BAD_COLUMN, f"column 1: |td| as {columns[1].dtype} (float32 or float64)")
+        indices = column_array(frames[0], columns[0], rows, 0, INDEX)
+        td = column_array(frames[1], columns[1], rows, 1, Column(columns[1].dtype, ()))
+        if rows:
+            bad = _check_update(indices, td, self.table.size)
+            if bad == 1:
+                raise WireError(ErrorCode.BAD_VALUE, f"{what}: non-finite priority")
+            if bad == 2:
+                raise WireError(ErrorCode.BAD_VALUE, f"{what}: negative |td| {float(td.min())}")
+            if bad == 3:
+                raise WireError(ErrorCode.BAD_VALUE, f"{what}: index outside [0, {self.table.size})")
+        return indices, td
+
+    def _apply_update(self, indices, td) -> None:
+        if len(indices):
+            self.table.update_priorities(indices, td)
+            self.counts["updates"] += 1
+
+    def _update(self, peer, header, columns, frames):
+        self._apply_update(*self._parse_update(header, columns, frames, "update"))
+        return [(peer, pack(Header(Op.ACK)))]
+
+    def _check_batch(self, batch: int) -> None:
+        if not 1 <= batch <= self.config.max_batch:
+            raise WireError(ErrorCode.TOO_LARGE, f"sample of {batch} rows (1..{self.config.max_batch})")
+
+    def _sample(self, peer, header, columns, frames):
+        if columns:
+            raise WireError(ErrorCode.BAD_COLUMN, f"sample: {len(columns)} columns (expected none)")
+        self._check_batch(int(header.arg0))
+        return self._sample_or_wait(peer, header)
+
+    def _update_sample(self, peer, header, columns, frames):
+        update = self._parse_update(header, columns, frames, "update")
+        self._check_batch(int(header.arg0))
+        self._apply_update(*update)  # the previous batch's priorities land before this batch is drawn
+        return self._sample_or_wait(peer, header)
+
+    def _allowed(self, batch: int) -> bool:
+        if self.config.ratio is not None and self.updates >= self.due:
+            return False
+        limiter = self.table.rate_limiter
+        return limiter is None or limiter.can_sample(batch)
+
+    def _sample_or_wait(self, peer, header):
+        if not self._allowed(int(header.arg0)):
+            self.waiting_samples.append((peer, header))
+            return []
+        if not self.table.size:
+            raise WireError(ErrorCode.BAD_VALUE, "sample from an empty table")
+        return [self._draw(peer, header)] + self._grant_waiting()
+
+    def _draw(self, peer, header) -> tuple:
+        batch = self.table.sample(int(header.arg0), self.rng)
+        if self.config.ratio is not None:
+            self.max_lag_seen = max(self.max_lag_seen, self.due - self.updates)
+            self.updates += 1
+        self.counts["samples"] += 1
+        self.counts["rows_sampled"] += len(batch.indices)
+        columns = [batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.discounts, batch.indices,
+                   batch.weights if batch.weights is not None else np.ones(len(batch.indices), np.float32)]
+        if header.flags & FLAG_MASSES:
+            masses, total, least = selector_masses(self.table, batch.indices)
+            beta = float(getattr(self.table, "beta", 0.0))
+            columns += [masses, np.array([[total, least, beta, self.table.size, self.env_steps]], np.float64)]
+        # copies (inline, or bytes): the table reuses its sample buffers on the next call, zmq may send later
+        return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in
+                       pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
+                            columns)])
+
+    def undo_sample(self) -> None:
+        """A drawn batch could not be delivered (its learner left): it does not count as an update.
+        (A table rate limiter's record of it stays: pearl.replay.RateLimiter has no un-record.)"""
+        self.counts["samples"] -= 1
+        self.counts["undelivered"] = self.counts.get("undelivered", 0) + 1
+        if self.config.ratio is not None:
+            self.updates -= 1
+
+    def _serve_waiting(self) -> list:
+        replies = []
+        while self.waiting_samples and self._allowed(int(self.waiting_samples[0][1].arg0)):
+            peer, header = self.waiting_samples.popleft()
+            replies.append(self._draw(peer, header))
+        return replies + (self._grant_waiting() if replies else [])
+
+    def _grant_waiting(self) -> list:
+        replies = []
+        for writer, (peer, need) in list(self.waiting_credit.items()):
+            if self._grant(writer, need):
+                del self.waiting_credit[writer]
+                replies.append(self._ack(peer, writer, self.acked[writer]))
+        return replies
+
+    def stats(self) -> dict:
+        stats = {"size": int(self.table.size), "capacity": int(self.table.capacity),
+                 "env_steps": self.env_steps, **self.counts, "rejected_by_code": dict(self.rejected_by_code),
+                 "last_error": self.last_error, "writers": {str(k): v for k, v in self.acked.items()},
+                 "latency": {k: v.summary() for k, v in self.latency.items() if v.count},
+                 "waiting_samples": len(self.waiting_samples), "waiting_credit": len(self.waiting_credit)}
+        if self.table.size:
+            _, total, least = selector_masses(self.table, np.zeros(0, np.int64))
+            stats.update(total_mass=total, min_mass=least)
+        if self.config.ratio is not None:
+            stats.update(updates=self.updates, updates_due=self.due, max_lag_seen=self.max_lag_seen,
+                         max_lag=self.config.ratio.max_lag, credit={str(k): v for k, v in self.credit.items()})
+        if self.snapshot is not None:
+            stats["checkpoint_in_progress"] = True
+        return stats
+
+    def _stats(self, peer, header, columns, frames):
+        return [(peer, info_frames(json.dumps(self.stats())))]
+
+    def _checkpoint(self, peer, header, columns, frames):
+        if self.config.checkpoint_dir is None:
+            raise WireError(ErrorCode.BAD_VALUE, "this server has no checkpoint_dir")
+        from pearl.server.checkpoint import start_checkpoint
+
+        if self.snapshot is not None:
+            self.snapshot.join()  # one at a time
+        self.snapshot = start_checkpoint(self, peer)
+        return []  # the reply goes out when the snapshot is on disk (ReplayServer polls `finished`)

@@ -1,0 +1,142 @@
+"""Exact prioritized sampling across S replay servers, each with its own sum tree.
+
+One draw from the union of the shards must return row i of shard s with probability
+m_i / T, T = sum of the shards' totals T_s (m_i: the row's selector mass, p_i^alpha). The client
+draws per-shard counts c ~ Multinomial(B, T_s / T) and asks shard s for c_s rows drawn by its own
+tree (probability m_i / T_s each), all shards in parallel (one request each, then the replies).
+So a draw is from shard s with probability T_s / T and then row i with m_i / T_s: m_i / T exactly.
+Importance weights use the global quantities: w_i = (N P(i))^-beta / max_j (N P(j))^-beta =
+(m_i / m_min)^-beta with m_min the smallest mass over all shards, so they equal one table's.
+
+The shards' totals come from their previous replies (each reply carries the shard's total and
+minimum after that request's priority update) and are refreshed by `refresh()`; rows inserted
+since the last reply are not in them until the next one (a table of one shard has the same
+staleness between a learner's steps). Indices handed to the learner are global: shard << 40 | slot.
+Shards are separate servers with no shared replay ratio: give them none (the ratio is a single
+server's feature; see docs/REPLAY_SERVER.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pearl.replay.base import Batch
+from pearl.replay.prioritized import annealed_beta
+from pearl.server.client import ClientAuth, Connection, NoReply, ReplayClient, ServerError  # noqa: F401
+from pearl.server.wire import FLAG_MASSES, Header, Op, pack
+
+SHIFT = 40
+SLOT = (1 << SHIFT) - 1
+
+
+class ShardedReplayClient:
+    """The table interface over S shard servers (writers: round-robin chunks to the shards)."""
+
+    def __init__(self, addresses: list[str], auth: ClientAuth | None = None, writer: int | None = None,
+                 timeout: float = 30.0, window: int = 16):
+        self.shards = [ReplayClient(a, auth, writer=writer, timeout=timeout, window=window) for a in addresses]
+        first = self.shards[0].info
+        for shard in self.shards[1:]:
+            for key in ("kind", "obs_dim", "action_dtype", "action_shape", "alpha", "beta", "beta_final", "beta_steps"):
+                if shard.info[key] != first[key]:
+                    raise ValueError(f"shard {shard.address}: {key} {shard.info[key]!r} != {first[key]!r}")
+        if any(s.info["ratio"] is not None for s in self.shards):
+            raise ValueError("sharded replay: the shards must not enforce a replay ratio each")
+        self.info = first
+        self.prioritized = bool(first["prioritized"])
+        self.capacity = sum(s.capacity for s in self.shards)
+        self.totals = np.zeros(len(self.shards))
+        self.mins = np.full(len(self.shards), np.inf)
+        self.progress_of = np.zeros(len(self.shards), np.int64)
+        self._next_shard = 0
+        self._pending: list = [None] * len(self.shards)
+        self.timeout = timeout
+
+    @property
+    def progress(self) -> int:
+        return int(self.progress_of.sum())
+
+    @progress.setter
+    def progress(self, value) -> None:
+        pass
+
+    def refresh(self) -> None:
+        for s, shard in enumerate(self.shards):
+            stats = shard.stats()
+            self.totals[s] = stats.get("total_mass", 0.0)
+            self.mins[s] = stats.get("min_mass", np.inf)
+            self.progress_of[s] = stats["env_steps"]
+
+    def add(self, obs, actions, rewards, next_obs, discounts, env_steps: int | None = None) -> int:
+        shard = self.shards[self._next_shard]
+        self._next_shard = (self._next_shard + 1) % len(self.shards)
+        return shard.add(obs, actions, rewards, next_obs, discounts, env_steps=env_steps)
+
+    def flush(self) -> None:
+        for shard in self.shards:
+            shard.flush()
+
+    def update_priorities(self, indices, td_errors) -> None:
+        """Split by shard; each part rides on that shard's next request."""
+        indices = np.asarray(indices, np.int64)
+        td = np.abs(np.asarray(td_errors, np.float32))
+        which = indices >> SHIFT
+        for s in range(len(self.shards)):
+            mask = which == s
+            if mask.any():
+                part = (np.ascontiguousarray(indices[mask] & SLOT), np.ascontiguousarray(td[mask]))
+                if self._pending[s] is not None:
+                    self.shards[s]._send_update(*self._pending[s])
+                self._pending[s] = part
+
+    def sample(self, batch_size: int, rng: np.random.Generator, timeout: float | None = None) -> Batch:
+        if not self.totals.sum() > 0:
+            self.refresh()
+        total = self.totals.sum()
+        if not total > 0:
+            raise ValueError("cannot sample: the shards hold no mass")
+        counts = rng.multinomial(batch_size, self.totals / total)
+        asked = []
+        for s, (shard, count) in enumerate(zip(self.shards, counts)):
+            pending, self._pending[s] = self._pending[s], None
+            if count == 0 and pending is None:
+                continue
+            if count == 0:  # only an update for this shard: its ack tells nothing new about totals
+                frames = pack(Header(Op.UPDATE, rows=len(pending[0])), list(pending))
+            elif pending is None:
+                frames = pack(Header(Op.SAMPLE, arg0=int(count), flags=FLAG_MASSES))
+            else:
+                frames = pack(Header(Op.UPDATE_SAMPLE, rows=len(pending[0]), arg0=int(count), flags=FLAG_MASSES),
+                              list(pending))
+            shard.learner.send(frames)
+            asked.append(s)
+        parts = {}
+        for s in asked:  # the shards work in parallel; the replies are read in any order
+            header, arrays = self.shards[s].learner.recv(timeout if timeout is not None else self.timeout)
+            if header.op == Op.BATCH:
+                parts[s] = arrays
+                meta = arrays[8][0]
+                self.totals[s], self.mins[s], self.progress_of[s] = meta[0], meta[1], int(meta[4])
+        order = [s for s in range(len(self.shards)) if s in parts]
+        fields = [np.concatenate([parts[s][f] for s in order]) for f in range(5)]
+        indices = np.concatenate([parts[s][5] + (s << SHIFT) for s in order])
+        masses = np.concatenate([parts[s][7] for s in order])
+        info = self.info
+        if self.prioritized:
+            beta = annealed_beta(info["beta"], info["beta_final"], max(1, info["beta_steps"]), self.progress)
+            weights = ((masses / self.mins.min()) ** -beta).astype(np.float32)
+        else:
+            weights = np.ones(len(indices), np.float32)
+        return Batch(*fields, indices=indices, weights=weights)
+
+    def stats(self) -> list[dict]:
+        return [shard.stats() for shard in self.shards]
+
+    def state_dict(self) -> dict:
+        return {"shards": [shard.state_dict() for shard in self.shards]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to load client-side: each shard restarts from its own latest checkpoint."""
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()

@@ -1,0 +1,426 @@
+"""The replay server (pearl/server): wire format, validation of every frame while serving,
+insert / sample / update / piggybacked update / stats, exactly-once writers, the replay ratio and
+its credits. Every server binds 127.0.0.1 on an ephemeral port; every loop is bounded."""
+from __future__ import annotations
+
+import pickle
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from pearl.replay import PrioritizedReplay  # noqa: E402
+from pearl.schedule import updates_due  # noqa: E402
+from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
+from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
+from pearl.server.server import ReplayServer  # noqa: E402
+from pearl.server.wire import (COLUMN, HEADER, MAGIC, VERSION, ErrorCode, Header, Op, column_array,  # noqa: E402
+                               column_buffers, pack, unpack_header)
+
+LOOPBACK = "tcp://127.0.0.1:0"
+
+
+def chunk(start: int, rows: int, obs_dim: int = 4):
+    """Rows whose obs[:, 0] is a unique id start..start+rows-1."""
+    ids = np.arange(start, start + rows, dtype=np.float32)
+    obs = np.repeat(ids[:, None], obs_dim, axis=1).astype(np.float32)
+    return obs, (ids % 2).astype(np.int64), ids, obs + 0.5, np.full(rows, 0.99, np.float32)
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(kind="uniform", capacity=1000, **kwargs):
+        config = ServerConfig(table=TableConfig(kind=kind, capacity=capacity), bind=LOOPBACK, **kwargs)
+        srv = ReplayServer(config).start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
+def stored_ids(srv) -> np.ndarray:
+    table = srv.service.table
+    return np.sort(table.storage["obs"][:table.size, 0])
+
+
+class Raw:
+    """A bare DEALER socket that sends any frames and reads one reply."""
+
+    def __init__(self, address):
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.linger = 0
+        self.socket.connect(address)
+
+    def ask(self, frames, timeout=10.0):
+        self.socket.send_multipart(frames)
+        assert self.socket.poll(int(timeout * 1000)), "no reply"
+        reply = self.socket.recv_multipart()
+        return unpack_header(reply[0])[0], reply
+
+    def close(self):
+        self.socket.close(linger=0)
+
+
+def header_bytes(op=Op.STATS, version=VERSION, magic=MAGIC, ncols=0, table=0, writer=0, seq=0, rows=0, arg0=0):
+    return HEADER.pack(magic, version, op, 0, ncols, table, writer, rows, 0, seq, arg0, 0)
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_wire_round_trip(inline):
+    obs, actions, rewards, next_obs, discounts = chunk(0, 7)
+    frames = pack(Header(Op.INSERT, writer=3, seq=9, rows=7, arg0=7), [obs, actions, rewards, next_obs, discounts],
+                  inline=inline)
+    assert len(frames) == (1 if inline else 6)
+    header, columns = unpack_header(frames[0])
+    buffers = column_buffers(frames, header, columns)
+    assert np.array_equal(column_array(buffers[0], columns[0], 7, 0), obs)
+    assert np.array_equal(column_array(buffers[1], columns[1], 7, 1), actions)
+    assert np.array_equal(column_array(buffers[4], columns[4], 7, 4), discounts)
+    assert (header.op, header.writer, header.seq, header.rows, header.arg0) == (Op.INSERT, 3, 9, 7, 7)
+    assert [c.dtype for c in columns] == [np.float32, np.int64, np.float32, np.float32, np.float32]
+    assert header.flags & 0x8000 == (0x8000 if inline else 0)
+    assert columns[0].shape == (4,) and columns[2].shape == ()
+    assert HEADER.size == 56 and COLUMN.size == 20
+
+
+def test_insert_sample_update_stats(server):
+    srv = server("prioritized", capacity=500)
+    client = ReplayClient(srv.address, writer=1, timeout=20)
+    for k in range(4):
+        client.add(*chunk(100 * k, 100))
+    assert client.flush() == 4
+    assert len(client) == 400 and client.capacity == 500 and client.prioritized
+    assert np.array_equal(stored_ids(srv), np.arange(400))
+    batch = client.sample(64)
+    ids = batch.obs[:, 0]
+    assert np.array_equal(batch.indices, ids.astype(np.int64))  # slot i holds id i
+    assert np.array_equal(batch.next_obs, batch.obs + 0.5) and np.array_equal(batch.rewards, ids)
+    assert np.allclose(batch.weights, 1.0)  # every row at the max priority
+    # piggybacked: one row gets all the priority, the next batch (same round trip) is all that row
+    td = np.zeros(64, np.float32)
+    td[0] = 1e3
+    client.update_priorities(batch.indices, td)
+    again = client.sample(64)
+    stats = client.stats()
+    assert stats["updates"] == 1 and stats["samples"] == 2 and stats["rejected"] == 0
+    assert stats["latency"]["update_sample"]["count"] == 1
+    # rows never sampled keep priority 1, so the heavy row is drawn at least ~1e3^0.6 / (400 + 63) of the time
+    assert (again.indices == batch.indices[0]).sum() >= 1
+    # weights agree with a local table holding the same priorities
+    local = PrioritizedReplay(500, 4)
+    local.add(*chunk(0, 400))
+    local.update_priorities(batch.indices, td)
+    local.progress = 400  # the server's env-step count (beta anneals on it)
+    p = local.tree.get(again.indices)
+    expected = (p / local.tree.min()) ** -local.beta
+    assert np.allclose(again.weights, expected, rtol=1e-5)
+    client.close()
+
+
+def test_separate_update_and_uniform(server):
+    srv = server("uniform", capacity=50)
+    client = ReplayClient(srv.address, writer=2, piggyback=False)
+    client.add(*chunk(0, 30))
+    client.add(*chunk(30, 30))  # wraps: 60 rows into 50 slots
+    client.flush()
+    assert len(client) == 50 and srv.service.table.inserted == 60
+    batch = client.sample(16)
+    client.update_priorities(batch.indices, np.ones(16))  # a uniform table ignores priorities
+    assert client.stats()["updates"] == 1
+    client.close()
+
+
+MALFORMED = []
+
+
+def _malformed(name):
+    def register(fn):
+        MALFORMED.append((name, fn))
+        return fn
+    return register
+
+
+def _insert(rows=4, obs=None, writer=7, seq=1, ncols=None, table=0, arg0=None, columns=None, drop=0):
+    cols = list(chunk(0, rows)) if columns is None else columns
+    if obs is not None:
+        cols[0] = obs
+    frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, table=table,
+                         arg0=rows if arg0 is None else arg0), cols, inline=False)
+    return [f if isinstance(f, bytes) else f.tobytes() for f in frames[:len(frames) - drop]]
+
+
+def _update(indices, td):
+    frames = pack(Header(Op.UPDATE, rows=len(indices)), [np.asarray(indices, np.int64), td], inline=False)
+    return [f if isinstance(f, bytes) else f.tobytes() for f in frames]
+
+
+_malformed("bad magic")(lambda: [header_bytes(magic=b"XXXX")])
+_malformed("bad version")(lambda: [header_bytes(version=VERSION + 1)])
+_malformed("truncated header")(lambda: [header_bytes()[:20]])
+_malformed("header longer than its columns")(lambda: [header_bytes() + b"\0" * 7])
+_malformed("unknown op")(lambda: [header_bytes(op=99)])
+_malformed("a reply op sent as a request")(lambda: [header_bytes(op=Op.ACK)])
+_malformed("unknown table")(lambda: [header_bytes(table=5)])
+_malformed("pickled payload")(lambda: [pickle.dumps({"obs": np.zeros(4), "cmd": "rm -rf"})])
+_malformed("pickled column")(lambda: _insert()[:1] + [pickle.dumps(np.zeros((4, 4), np.float32))] + _insert()[2:])
+_malformed("wrong dtype")(lambda: _insert(obs=np.zeros((4, 4), np.float64)))
+_malformed("wrong shape")(lambda: _insert(obs=np.zeros((4, 5), np.float32)))
+_malformed("truncated column")(lambda: _insert()[:1] + [_insert()[1][:-3]] + _insert()[2:])
+_malformed("missing column frame")(lambda: _insert(drop=1))
+_malformed("oversize row count")(lambda: _insert(rows=2000))
+_malformed("row count larger than the buffers")(lambda: [
+    HEADER.pack(MAGIC, VERSION, Op.INSERT, 0, 5, 0, 7, 10**9, 0, 1, 4, 0) + _insert()[0][HEADER.size:]] + _insert()[1:])
+_malformed("unknown dtype code")(lambda: [header_bytes(op=Op.UPDATE, ncols=1, rows=1) + COLUMN.pack(99, 0, 0, 0, 0, 0),
+                                          b"\0" * 8])
+_malformed("too many dims")(lambda: [header_bytes(op=Op.UPDATE, ncols=1, rows=1) + COLUMN.pack(5, 6, 1, 1, 1, 1),
+                                     b"\0" * 8])
+_malformed("NaN priority")(lambda: _update([0, 1], np.array([1.0, np.nan], np.float32)))
+_malformed("negative priority")(lambda: _update([0, 1], np.array([1.0, -2.0], np.float32)))
+_malformed("infinite priority")(lambda: _update([0], np.array([np.inf], np.float64)))
+_malformed("index out of range")(lambda: _update([0, 10**6], np.ones(2, np.float32)))
+_malformed("priorities as int")(lambda: _update([0], np.ones(1, np.int32)))
+_malformed("sample of 0 rows")(lambda: [header_bytes(op=Op.SAMPLE, arg0=0)])
+_malformed("sample over max_batch")(lambda: [header_bytes(op=Op.SAMPLE, arg0=10**9)])
+_malformed("writer id 0")(lambda: _insert(writer=0))
+_malformed("sequence gap")(lambda: _insert(seq=5))
+_malformed("inline message with trailing bytes")(lambda: [pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                               list(chunk(0, 4)), inline=True)[0] + b"\0" * 8])
+_malformed("inline message with extra frames")(lambda: pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                            list(chunk(0, 4)), inline=True) + [b"\0" * 16])
+_malformed("inline message truncated")(lambda: [pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
+                                                     list(chunk(0, 4)), inline=True)[0][:-5]])
+
+
+def test_malformed_frames_refused_while_serving(server):
+    srv = server("prioritized", capacity=100, max_chunk_rows=64)
+    good = ReplayClient(srv.address, writer=1)
+    good.add(*chunk(0, 20))
+    good.flush()
+    raw = Raw(srv.address)
+    assert len(MALFORMED) >= 15
+    for i, (name, make) in enumerate(MALFORMED, 1):
+        header, reply = raw.ask(make())
+        assert header.op == Op.ERROR, name
+        assert header.status != ErrorCode.OK
+        h, columns = unpack_header(reply[0])
+        message = bytes(column_buffers(reply, h, columns)[0]).decode()
+        assert message and "\n" not in message, name
+        # the server keeps serving: a valid request right after each bad one
+        stats = good.stats()
+        assert stats["rejected"] == i, (name, stats["last_error"])
+        assert stats["size"] == 20, name  # nothing was executed
+    # an empty message (routing id only) is refused too
+    raw.socket.send(b"")
+    assert raw.socket.poll(10_000)
+    assert unpack_header(raw.socket.recv_multipart()[0])[0].op == Op.ERROR
+    assert good.sample(8).obs.shape == (8, 4)
+    assert np.array_equal(stored_ids(srv), np.arange(20))
+    stats = good.stats()
+    assert stats["rejected"] == len(MALFORMED) + 1 and stats["rows_inserted"] == 20
+    raw.close()
+    good.close()
+
+
+def test_client_reports_refusal_as_one_line(server):
+    srv = server("uniform", capacity=100)
+    client = ReplayClient(srv.address, writer=1)
+    with pytest.raises(ServerError, match="empty table"):
+        client.sample(4)
+    client.close()
+
+
+def test_exactly_once_under_resend_and_writer_restart(server):
+    srv = server("uniform", capacity=10_000)
+    chunks = [chunk(50 * k, 50) for k in range(40)]
+    first = ReplayClient(srv.address, writer=9, window=4)
+    for k in range(25):
+        first.add(*chunks[k])
+    first.flush()
+    # the same chunks sent again with their sequence numbers: acknowledged, not stored
+    for k in range(10, 25):
+        first.add(*chunks[k], seq=k + 1)
+    first.flush()
+    # raw duplicates that bypass the client's bookkeeping are dropped by the server too
+    raw = Raw(srv.address)
+    for k in (0, 5, 24):
+        header, _ = raw.ask(_insert_frames(chunks[k], writer=9, seq=k + 1))
+        assert header.op == Op.ACK and header.seq == 25
+    raw.close()
+    # a writer that dies with chunks in flight: they were sent (not flushed) then the process "died"
+    for k in range(25, 32):
+        first.add(*chunks[k])
+    first.close()
+    # its restart replays its whole stream from the start: whatever the server stored is skipped
+    second = ReplayClient(srv.address, writer=9, window=4)
+    acked = second.resume()
+    assert 25 <= acked <= 32
+    for k in range(40):
+        second.add(*chunks[k], seq=k + 1)
+    assert second.flush() == 40
+    assert np.array_equal(stored_ids(srv), np.arange(2000))
+    stats = second.stats()
+    assert stats["rows_inserted"] == 2000 and stats["duplicates"] >= 3  # the client skips what it knows is stored
+    assert stats["env_steps"] == 2000
+    second.close()
+
+
+def _insert_frames(columns, writer, seq):
+    rows = len(columns[2])
+    frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, arg0=rows), list(columns))
+    return [f if isinstance(f, bytes) else f.tobytes() for f in frames]
+
+
+def test_ratio_exact_at_end_and_within_credit_bound(server):
+    ratio = RatioConfig(updates_per_step=0.25, learning_starts=64, max_lag=4)
+    srv = server("prioritized", capacity=20_000, ratio=ratio)
+    steps_per_writer, rows = 1200, 8
+    errors = []
+
+    def write(writer):
+        try:
+            client = ReplayClient(srv.address, writer=writer, window=4, timeout=20)
+            for k in range(steps_per_writer // rows):
+                client.add(*chunk(writer * 100_000 + k * rows, rows), env_steps=rows)
+            client.flush()
+            client.close()
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in (1, 2)]
+    for t in writers:
+        t.start()
+    learner = ReplayClient(srv.address, timeout=20)
+    total = 2 * steps_per_writer
+    want = updates_due(total, ratio.learning_starts, ratio.updates_per_step)
+    lags = []
+    deadline = time.monotonic() + 60
+    done = 0
+    while done < want and time.monotonic() < deadline:
+        batch = learner.sample(32, timeout=20)
+        done += 1
+        learner.update_priorities(batch.indices, np.abs(batch.rewards) + 1)
+        if done % 25 == 0:
+            s = learner.stats()
+            lags.append(s["updates_due"] - s["updates"])
+    for t in writers:
+        t.join(30)
+    assert not errors, errors
+    learner.flush_updates()
+    stats = learner.stats()
+    assert stats["env_steps"] == total and stats["size"] == total
+    assert stats["updates"] == want == done  # exact at the end
+    assert stats["max_lag_seen"] <= ratio.max_lag  # within the credit bound during the run
+    assert max(lags, default=0) <= ratio.max_lag
+    # the learner cannot run ahead: one more sample waits (and times out)
+    with pytest.raises(NoReply):
+        learner.sample(32, timeout=0.3)
+    time.sleep(0.3)
+    # more env steps make it due after the learner gave up: the batch drawn for nobody is no update
+    late = ReplayClient(srv.address, writer=3, timeout=20)
+    late.add(*chunk(300_000, 8), env_steps=8)
+    late.flush()
+    more = updates_due(total + 8, ratio.learning_starts, ratio.updates_per_step) - want
+    for _ in range(more):
+        learner.sample(32, timeout=20)
+    stats = learner.stats()
+    assert stats["updates"] == stats["updates_due"] == want + more
+    assert stats.get("undelivered", 0) == 1
+    late.close()
+    learner.close()
+
+
+def test_config_file_errors(tmp_path):
+    path = tmp_path / "server.yaml"
+    path.write_text("table: {kind: prioritized, capacity: 1000}\nbind: tcp://127.0.0.1:5999\n")
+    config = load_config(path)
+    assert config.table.kind == "prioritized" and config.auth.plaintext
+    from pearl.errors import ConfigError
+
+    for text, field in (("table: {capacity: -1}\n", "table.capacity"), ("tabel: {}\n", "tabel"),
+                        ("bind: tcp://0.0.0.0:5555\n", "bind"), ("table: {kind: fifo}\n", "table.kind"),
+                        ("auth: {plaintext: false}\n", "auth")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+            load_config(path)
+
+
+def test_header_struct_is_little_endian():
+    raw = header_bytes(op=Op.SAMPLE, arg0=256)
+    assert raw[:4] == MAGIC and struct.unpack_from("<H", raw, 4)[0] == VERSION
+    assert struct.unpack_from("<Q", raw, 40)[0] == 256
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "amper"])
+def test_every_selector_behind_the_server(server, kind):
+    from pearl.server.wire import FLAG_MASSES
+
+    srv = server(kind, capacity=300)
+    client = ReplayClient(srv.address, writer=1)
+    client.add(*chunk(0, 200))
+    client.flush()
+    header, arrays = client.sample_raw(32, flags=FLAG_MASSES)
+    masses, meta = arrays[7], arrays[8][0]
+    assert len(masses) == 32 and meta[3] == 200 and meta[4] == 200  # size, env steps
+    assert meta[0] > 0 and 0 < meta[1] <= masses.min()  # total, min mass
+    client.update_priorities(arrays[5], np.linspace(0.1, 5, 32))
+    batch = client.sample(32)
+    assert batch.obs.shape == (32, 4) and np.isin(batch.indices, np.arange(200)).all()
+    assert client.prioritized == (kind != "uniform")
+    client.close()
+
+
+def test_table_rate_limiter_band_kept_by_the_server(server):
+    """The table's pearl.replay.RateLimiter on the server: a refused insert is answered RATE_LIMITED
+    and resent by the writer, a refused sample waits; every row is stored once, the band holds."""
+    from pearl.server.config import RateLimiterConfig
+
+    srv = server("uniform", capacity=1000, rate_limiter=RateLimiterConfig(samples_per_insert=2.0,
+                                                                         min_size_to_sample=10))
+    rows, errors = 200, []
+
+    def write():
+        try:
+            client = ReplayClient(srv.address, writer=4, window=2, timeout=20)
+            for k in range(rows // 5):
+                client.add(*chunk(5 * k, 5))
+            client.flush()
+            client.close()
+        except Exception as error:  # pragma: no cover
+            errors.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    learner = ReplayClient(srv.address, timeout=20)
+    sampled, deadline = 0, time.monotonic() + 60
+    while sampled < 2 * rows - 20 and time.monotonic() < deadline:
+        learner.sample(4)
+        sampled += 4
+    thread.join(30)
+    assert not errors, errors
+    limiter = srv.service.table.rate_limiter
+    assert limiter.inserts == rows and limiter.samples == sampled
+    assert limiter.min_diff <= limiter.diff <= limiter.max_diff
+    assert np.array_equal(stored_ids(srv), np.arange(rows))
+    assert learner.stats()["rejected_by_code"].get("RATE_LIMITED", 0) >= 1  # the writer was held back
+    learner.close()
+
+
+@pytest.mark.parametrize("rows", [50, 2000])  # one inline frame / zero-copy frames per column
+def test_caller_may_reuse_its_arrays_after_add(server, rows):
+    srv = server("uniform", capacity=5000)
+    client = ReplayClient(srv.address, writer=1, window=4)
+    columns = chunk(0, rows)
+    client.add(*columns)
+    for c in columns:  # an actor overwriting its buffers right away
+        c[...] = -1
+    client.flush()
+    assert np.array_equal(stored_ids(srv), np.arange(rows))
+    client.close()
