@@ -6,7 +6,9 @@ runtime advances (pearl/runtime/counters.py); it keeps the run directory.
 """
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split
 from pearl.config import ExperimentConfig, parse_config, resolve_config
 from pearl.envs import make_env
 from pearl.errors import ConfigError
-from pearl.io import atomic_write_text
+from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
@@ -41,6 +43,7 @@ class Agent:
                  plan: Plan | None = None, **options):
         self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
         self.counters = Counters()
+        self._warned_schedules = False  # train() past config.total_steps says so once
 
     config, plan, algo, learner, replay, policy, rng = (
         _delegated("parts", name) for name in ("config", "plan", "algo", "learner", "replay", "policy", "rng"))
@@ -71,9 +74,19 @@ class Agent:
         steps = config.total_steps - counters.env_steps if steps is None else steps
         if steps < 1:
             raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
+        if counters.env_steps + steps > config.total_steps and not self._warned_schedules:
+            self._warned_schedules = True
+            warnings.warn(f"training to env step {counters.env_steps + steps:,} but the schedules (epsilon, "
+                          f"beta) were sized for config.total_steps = {config.total_steps:,} steps",
+                          stacklevel=2)
         run_path = Path(run_dir) if run_dir is not None else None
+        with owned_run_dir(run_path) if run_path is not None else contextlib.nullcontext():
+            return self._train(steps, progress, run_path, time_tasks, resume, on_round)
+
+    def _train(self, steps: int, progress: bool, run_path: Path | None, time_tasks: bool, resume: bool,
+               on_round) -> dict:
+        counters, config = self.counters, self.config
         if run_path is not None:
-            run_path.mkdir(parents=True, exist_ok=True)
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
         fpga = self.parts.fpga_device()
@@ -82,7 +95,9 @@ class Agent:
                      resume_after=counters.env_steps if resume else None, **simulated_columns(fpga, fpga_start))
         eval_every, log_every = config.eval.interval, config.log.interval
         checkpoint_every = config.log.checkpoint_interval if run_path is not None else 0
+        checkpoint_seconds = config.log.checkpoint_seconds if run_path is not None else 0
         last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
+        last_checkpoint = [time.monotonic()]
 
         def after_round():
             previous, last[0] = last[0], counters.env_steps
@@ -91,8 +106,10 @@ class Agent:
                 log(counters, epsilon, eval_return=self.evaluate(config.eval.episodes)["mean"])
             else:
                 log(counters, epsilon)
-            if crossed(previous, counters.env_steps, checkpoint_every):
+            if (crossed(previous, counters.env_steps, checkpoint_every)
+                    or checkpoint_seconds and time.monotonic() - last_checkpoint[0] >= checkpoint_seconds):
                 self.checkpoint(run_path / "checkpoint.npz")
+                last_checkpoint[0] = time.monotonic()
             if on_round is not None:
                 on_round(self)
 
@@ -108,7 +125,9 @@ class Agent:
         wall = time.perf_counter() - started
         summary = {
             "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
-            "wall_s": wall, "steps_per_s": (counters.env_steps - start_steps) / wall,
+            # this call's share: a resumed run's figures count only the steps it took
+            "steps": counters.env_steps - start_steps, "wall_s": wall,
+            "steps_per_s": (counters.env_steps - start_steps) / wall,
             "updates_per_s": (counters.updates - start_updates) / wall,
             "mean_return_100": counters.mean_return(), "learner_kernel": self.learner.kernel,
             "interrupted": counters.stop_requested,
@@ -178,7 +197,8 @@ class Agent:
         False is returned): a run's checkpoint is always one it can resume from."""
         if not np.isfinite(self.learner.policy_weights()).all():
             return False
-        self.save(path)
+        with interrupts_deferred():  # a Ctrl-C while it is written acts once it is complete
+            self.save(path)
         return True
 
     def _load_state(self, header: dict, arrays: dict) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
-from pearl.envs import box_spaces, discrete_spaces, make_env
+from pearl.envs import box_spaces, discrete_spaces, env_module, import_modules, make_env
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
 from pearl.plan import Plan, reconcile
@@ -178,6 +178,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     from pearl.estimator.workload import workload_of
 
     config, plan = reconcile(config, plan)
+    import_modules(config.imports)
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
     workload = workload_of(config, family.obs_dim, getattr(family, "n_actions", None) or family.action_dim)
@@ -199,5 +200,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                          device=replay_device(plan.devices, plan.platform))
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size, plan.sync_interval,
                         getattr(cfg, "target_update_interval", None))
-    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy,
-                 family.actor_recipe(config, plan, policy_factory), np.random.default_rng(config.seed))
+    # what an actor process imports before it makes the env: the config's modules, and the one
+    # that registered the env id with a class (Gymnasium imports 'module:...' strings itself)
+    modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))
+    recipe = dataclasses.replace(family.actor_recipe(config, plan, policy_factory), modules=modules)
+    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy, recipe,
+                 np.random.default_rng(config.seed))

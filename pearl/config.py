@@ -182,12 +182,15 @@ class LogConfig:
     # env steps between checkpoints in the run directory (0: only at the end); `pearl train
     # --resume RUN_DIR` continues from the latest
     checkpoint_interval: int = 20_000
+    # and every this many seconds of wall time (0: by env steps only), so a slow run loses little
+    checkpoint_seconds: float = 600.0
 
     def check(self, at: str) -> None:
         if not self.run_dir:
             raise ConfigError(f"{at}.run_dir: expected a directory path")
         _at_least(at + ".interval", self.interval, 1)
         _at_least(at + ".checkpoint_interval", self.checkpoint_interval, 0)
+        _in_range(at + ".checkpoint_seconds", self.checkpoint_seconds, 0.0, math.inf)
 
 
 @dataclass
@@ -196,6 +199,9 @@ class ExperimentConfig:
     env: str = "CartPole-v1"
     seed: int = 0
     total_steps: int = 100_000
+    # modules imported before the env is made, here and in actor processes (they register custom
+    # environments with gymnasium.register); `pearl train --import MODULE` adds one
+    imports: list[str] = field(default_factory=list)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     ddpg: DDPGConfig = field(default_factory=DDPGConfig)
     td3: TD3Config = field(default_factory=TD3Config)
@@ -210,6 +216,10 @@ class ExperimentConfig:
         _at_least(_join(at, "total_steps"), self.total_steps, 1)
         if not self.env:
             raise ConfigError(f"{_join(at, 'env')}: expected a Gymnasium environment id")
+        for i, name in enumerate(self.imports):
+            if not all(part.isidentifier() for part in name.split(".")):
+                raise ConfigError(f"{_join(at, 'imports')}[{i}]: expected a module name like mypackage.envs, "
+                                  f"got {name!r}")
         for name in ("dqn", *CONTINUOUS_ALGOS, "replay", "runtime", "eval", "log"):
             getattr(self, name).check(_join(at, name))
         batch_size = self.algo_config.batch_size
@@ -381,8 +391,8 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
             out["replay.kind"] = value
         elif key in ("capacity", "buffer_size"):
             out["replay.capacity"] = value
-        elif key == "checkpoint_interval":
-            out["log.checkpoint_interval"] = value
+        elif key in ("checkpoint_interval", "checkpoint_seconds"):
+            out[f"log.{key}"] = value
         elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
             out[f"runtime.{key}"] = value
         else:

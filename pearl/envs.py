@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 import gymnasium as gym
 import numpy as np
@@ -9,12 +10,44 @@ import numpy as np
 from pearl.errors import ConfigError
 
 
+def _first_line(err: Exception) -> str:
+    """An exception from the user's code as one line (the CLI prints one line per mistake)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def import_modules(names, field: str = "imports") -> None:
+    """Imports the user's modules (those that register custom environments); one line if one fails."""
+    for i, name in enumerate(names):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            raise ConfigError(f"{field}[{i}]: no module named {err.name!r} (importing {name!r})") from None
+        except Exception as err:  # the user's module raised while it was imported
+            raise ConfigError(f"{field}[{i}]: importing {name!r} failed: {_first_line(err)}") from None
+
+
 def check_env_id(env_id: str, field: str = "env") -> None:
+    """A registered id, or Gymnasium's 'module:EnvId' (the module is imported, then the id made)."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        import_modules([module], field)
+        env_id = name
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ConfigError(f"{field}: unknown Gymnasium environment id {env_id!r}{hint}")
+
+
+def env_module(env_id: str) -> str | None:
+    """The module an actor process imports to make `env_id` (registered with a class or function
+    as entry point: its module; Gymnasium imports a 'module:Class' string or a 'module:' prefix
+    itself). '__main__' when the user's script registered it: no other process can import that."""
+    spec = gym.registry.get(env_id.rpartition(":")[2])
+    if spec is None or not callable(spec.entry_point):
+        return None
+    return spec.entry_point.__module__
 
 
 def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.Env:
@@ -23,6 +56,8 @@ def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.En
         env = gym.make(env_id, disable_env_checker=True)
     except gym.error.DependencyNotInstalled as err:
         raise ConfigError(f"{field}: {env_id} needs an extra package ({err})") from None
+    except Exception as err:  # the user's environment failed to construct
+        raise ConfigError(f"{field}: making {env_id} failed: {_first_line(err)}") from None
     if seed is not None:
         env.action_space.seed(seed)
     return env
