@@ -16,22 +16,26 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
+def import_module(name: str, field: str) -> None:
+    """Imports a user's module (one that registers custom environments); one line if it fails."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        raise ConfigError(f"{field}: no module named {err.name!r} (importing {name!r})") from None
+    except Exception as err:  # the user's module raised while it was imported
+        raise ConfigError(f"{field}: importing {name!r} failed: {_first_line(err)}") from None
+
+
 def import_modules(names, field: str = "imports") -> None:
-    """Imports the user's modules (those that register custom environments); one line if one fails."""
     for i, name in enumerate(names):
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            raise ConfigError(f"{field}[{i}]: no module named {err.name!r} (importing {name!r})") from None
-        except Exception as err:  # the user's module raised while it was imported
-            raise ConfigError(f"{field}[{i}]: importing {name!r} failed: {_first_line(err)}") from None
+        import_module(name, f"{field}[{i}]")
 
 
 def check_env_id(env_id: str, field: str = "env") -> None:
     """A registered id, or Gymnasium's 'module:EnvId' (the module is imported, then the id made)."""
     module, _, name = env_id.rpartition(":")
     if module:
-        import_modules([module], field)
+        import_module(module, field)
         env_id = name
     if env_id in gym.registry:
         return
