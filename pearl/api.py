@@ -16,8 +16,8 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
-from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
-from pearl.config import ExperimentConfig, parse_config, resolve_config
+from pearl.checkpoint import check_header, check_state, join_state, load_checkpoint, save_checkpoint, split_state
+from pearl.config import ExperimentConfig, parse_config, read_yaml, resolve_config
 from pearl.envs import make_env
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
@@ -254,15 +254,47 @@ def load(path: str | Path, plan: Plan | None = None) -> Agent:
     """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz); `plan`
     replaces the saved plan (its unset fields keep the saved ones)."""
     path = Path(path)
-    if path.is_dir():
+    run_dir = path if path.is_dir() else None
+    if run_dir is not None:
         path = path / "checkpoint.npz"
     header, arrays = load_checkpoint(path)
-    config = parse_config(header["config"], str(path))
-    saved = Plan.from_data({"plan": header["plan"]}, str(path))
+    check_header(path, header)
+    try:
+        config = parse_config(header["config"], f"{path}: header.config")
+        saved = Plan.from_data({"plan": header["plan"]}, f"{path}: header.plan")
+    except ConfigError as err:
+        raise ConfigError(f"{path}: header.{err}") from None
+    if run_dir is not None:
+        _check_run_config(run_dir, config)
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     agent = make_agent(config, plan)
+    # the arrays and values must be what the config's parts hold, before any is loaded into them
+    capacity = agent.config.replay.capacity
+    check_state(path, "learner", header["learner"], arrays, agent.learner.state_dict(), capacity)
+    check_state(path, "replay", header["replay"], arrays, agent.replay.state_dict(), capacity)
     agent._load_state(header, arrays)
     return agent
+
+
+def _check_run_config(run_dir: Path, config: ExperimentConfig) -> None:
+    """A run directory's config.yaml says what its checkpoint holds (a checkpoint copied in from
+    another run must not resume as that run)."""
+    written = run_dir / "config.yaml"
+    if not written.is_file():
+        return
+    mine, theirs = _flat(parse_config(read_yaml(written), str(written)).to_dict()), _flat(config.to_dict())
+    for key in sorted(mine.keys() | theirs.keys()):
+        if mine.get(key) != theirs.get(key):
+            raise ConfigError(f"{written}: {key} is {mine.get(key)!r} but checkpoint.npz holds a run with "
+                              f"{theirs.get(key)!r}: they are not one run")
+
+
+def _flat(data: dict, at: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        name = f"{at}.{key}" if at else key
+        out.update(_flat(value, name) if isinstance(value, dict) else {name: value})
+    return out
 
 
 def resume(run_dir: str | Path, progress: bool = False, time_tasks: bool = False) -> tuple[Agent, dict]:
