@@ -260,14 +260,20 @@ def load(path: str | Path, plan: Plan | None = None) -> Agent:
     header, arrays = load_checkpoint(path)
     check_header(path, header)
     try:
-        config = parse_config(header["config"], f"{path}: header.config")
-        saved = Plan.from_data({"plan": header["plan"]}, f"{path}: header.plan")
+        config = parse_config(header["config"])
     except ConfigError as err:
+        raise ConfigError(f"{path}: header.config.{err}") from None
+    try:
+        saved = Plan.from_data({"plan": header["plan"]})
+    except ConfigError as err:  # its messages name plan.<field>
         raise ConfigError(f"{path}: header.{err}") from None
     if run_dir is not None:
         _check_run_config(run_dir, config)
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
-    agent = make_agent(config, plan)
+    try:
+        agent = make_agent(config, plan)
+    except ConfigError as err:  # the saved env or devices are not there: say which file holds them
+        raise ConfigError(f"{path}: {err}") from None
     # the arrays and values must be what the config's parts hold, before any is loaded into them
     capacity = agent.config.replay.capacity
     check_state(path, "learner", header["learner"], arrays, agent.learner.state_dict(), capacity)

@@ -29,8 +29,10 @@ def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
         header = json.loads(arrays.pop("__header__").tobytes().decode())
-    except (zipfile.BadZipFile, ValueError, KeyError, OSError):
+    except (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError):
         raise PearlError(f"{path}: not a PEARL checkpoint (unreadable or truncated)") from None
+    if not isinstance(header, dict):
+        raise PearlError(f"{path}: not a PEARL checkpoint (its header is no mapping)")
     if header.get("format") != FORMAT:
         raise PearlError(f"{path}: checkpoint format {header.get('format')!r}, expected {FORMAT!r}")
     return header, arrays
