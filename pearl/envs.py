@@ -45,12 +45,14 @@ def check_env_id(env_id: str, field: str = "env") -> None:
 
 
 def env_module(env_id: str) -> str | None:
-    """The module an actor process imports to make `env_id` (registered with a class or function
-    as entry point: its module; Gymnasium imports a 'module:Class' string or a 'module:' prefix
-    itself). '__main__' when the user's script registered it: no other process can import that."""
+    """The module that defines `env_id`'s environment: an actor process imports it before making
+    the env, and finds it where the learner did. '__main__' when the user's script defined it
+    (no other process can import that)."""
     spec = gym.registry.get(env_id.rpartition(":")[2])
-    if spec is None or not callable(spec.entry_point):
+    if spec is None:
         return None
+    if isinstance(spec.entry_point, str):  # Gymnasium's "module:Class" form
+        return spec.entry_point.partition(":")[0]
     return spec.entry_point.__module__
 
 

@@ -57,11 +57,23 @@ def test_python_api_with_a_registered_env(tmp_path, monkeypatch, runtime):
     assert agent.parts.actor_recipe.modules == (module,)
 
 
-def test_cli_subprocess_module_in_the_working_directory(tmp_path):
-    """`python -m` puts the cwd on the learner's path; the actors get the module's folder back."""
-    module = user_module(tmp_path, "CwdPole")
-    result = subprocess.run([sys.executable, "-m", "pearl.cli", "train", small_config(tmp_path), "--import", module,
-                             "--env", "CwdPole-v0", "--runtime", "processes", "--run-dir", "run", *SMALL],
+STRING_ENTRY = """
+import gymnasium as gym
+
+gym.register("TextPole-v0", entry_point="textpole_impl:TextPole", max_episode_steps=100)
+"""
+
+
+@pytest.mark.parametrize("env_args", [["--import", "cwdpole", "--env", "CwdPole-v0"], ["--env", "cwdpole:CwdPole-v0"],
+                                      ["--import", "textpole", "--env", "TextPole-v0"]])
+def test_cli_subprocess_module_in_the_working_directory(tmp_path, env_args):
+    """`python -m` puts the cwd on the learner's path; the actors get the module's folder back,
+    whether the env is registered with a class or with Gymnasium's 'module:Class' string."""
+    user_module(tmp_path, "CwdPole")
+    (tmp_path / "textpole.py").write_text(STRING_ENTRY)
+    (tmp_path / "textpole_impl.py").write_text(MODULE.format(name="TextPole").split("gym.register")[0])
+    result = subprocess.run([sys.executable, "-m", "pearl.cli", "train", small_config(tmp_path), *env_args,
+                             "--runtime", "processes", "--run-dir", "run", *SMALL],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
