@@ -107,7 +107,7 @@ def _in_use(path: Path, fd: int) -> str:
     return f"{path}: in use by another run (pid {holder}); wait for it or choose another directory"
 
 
-_owned: dict[Path, list] = {}  # run dir -> [lock file descriptor, nesting depth] of this process
+_owned: set[Path] = set()  # the run dirs this process holds
 
 
 @contextmanager
@@ -120,12 +120,8 @@ def owned_run_dir(run_dir: str | Path):
     if path.exists() and not path.is_dir():
         raise PearlError(f"{path}: is a file; expected a run directory")
     key = path.resolve()
-    if key in _owned:
-        _owned[key][1] += 1
-        try:
-            yield path
-        finally:
-            _owned[key][1] -= 1
+    if key in _owned:  # the outer hold keeps the lock until it ends
+        yield path
         return
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -144,8 +140,8 @@ def owned_run_dir(run_dir: str | Path):
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         for leftover in path.glob(f".*{TEMP_SUFFIX}"):
             leftover.unlink(missing_ok=True)
-        _owned[key] = [fd, 1]
+        _owned.add(key)
         yield path
     finally:
-        _owned.pop(key, None)
+        _owned.discard(key)
         os.close(fd)  # releases the flock
