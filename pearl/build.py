@@ -20,7 +20,7 @@ import torch
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
 from pearl.errors import ConfigError
-from pearl.envs import box_spaces, discrete_spaces, env_module, import_modules, make_env
+from pearl.envs import box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
 from pearl.plan import Plan, reconcile
@@ -224,6 +224,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     # what an actor process imports before it makes the env: the config's modules, and the one
     # that registered the env id with a class (Gymnasium imports 'module:...' strings itself)
     modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))
-    recipe = dataclasses.replace(family.actor_recipe(config, plan, policy_factory), modules=modules)
+    recipe = dataclasses.replace(family.actor_recipe(config, plan, policy_factory), modules=modules,
+                                 env_factory=env_factory(config.env))
     return Parts(config, plan, family, run_schedule, algo, learner, replay, policy, recipe,
                  np.random.default_rng(config.seed))

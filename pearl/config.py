@@ -443,7 +443,7 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
     return out
 
 
-def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, options: dict,
+def resolve_config(algo: str, env, config: ExperimentConfig | None, options: dict,
                    default_env: str) -> ExperimentConfig:
     """The validated config of an agent built as `Agent(env, config=..., **options)`."""
     if config is None:
@@ -451,6 +451,10 @@ def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, 
     elif config.algo != algo:
         raise ConfigError(f"algo: the config is for {config.algo}, not {algo} (pearl.make_agent(config) builds the agent a config names)")
     if env is not None:
+        if not isinstance(env, str):  # a factory or instance: made through an id registered for it
+            from pearl.envs import register_source
+
+            env = register_source(env)
         options = {**options, "env": env}
     if options:
         return apply_overrides(config, _keyword_overrides(options, algo))

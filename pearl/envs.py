@@ -1,8 +1,12 @@
 """Gymnasium environments: checked ids and spaces, with errors a user can act on."""
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import importlib
+import itertools
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -44,6 +48,31 @@ def check_env_id(env_id: str, field: str = "env") -> None:
     raise ConfigError(f"{field}: unknown Gymnasium environment id {env_id!r}{hint}")
 
 
+_FACTORIES: dict[str, object] = {}  # ids registered by `register_source` -> their factory
+_NUMBERS = itertools.count(1)
+
+
+def register_source(env) -> str:
+    """An env factory (a callable returning a gymnasium.Env) or an env instance given in Python ->
+    the Gymnasium id that makes it (an instance: a deep copy of it each time, so the training,
+    probing and evaluation envs are separate). Actor processes get the factory pickled."""
+    if isinstance(env, gym.Env):
+        factory, name = functools.partial(copy.deepcopy, env), type(env).__name__
+    elif callable(env):
+        factory, name = env, getattr(env, "__qualname__", type(env).__name__)
+    else:
+        raise ConfigError(f"env: expected a Gymnasium id, an env factory or an env instance, got {env!r}")
+    env_id = f"pearl/{re.sub(r'[^A-Za-z0-9_.]', '_', name)}-v{next(_NUMBERS)}"
+    gym.register(env_id, entry_point=factory)
+    _FACTORIES[env_id] = factory
+    return env_id
+
+
+def env_factory(env_id: str):
+    """The factory `register_source` registered `env_id` with, or None for any other id."""
+    return _FACTORIES.get(env_id)
+
+
 def env_module(env_id: str) -> str | None:
     """The module that defines `env_id`'s environment: an actor process imports it before making
     the env, and finds it where the learner did. '__main__' when the user's script defined it
@@ -53,7 +82,7 @@ def env_module(env_id: str) -> str | None:
         return None
     if isinstance(spec.entry_point, str):  # Gymnasium's "module:Class" form
         return spec.entry_point.partition(":")[0]
-    return spec.entry_point.__module__
+    return getattr(spec.entry_point, "__module__", None)
 
 
 def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.Env:

@@ -113,3 +113,40 @@ def test_bad_imports_are_one_line(tmp_path, monkeypatch):
         pearl.DQN("CartPole-v1", imports=["broken_envs"])
     with pytest.raises(pearl.ConfigError, match=r"^env: no module named 'nowhere_envs'"):
         pearl.DQN("nowhere_envs:Thing-v0")
+
+
+FACTORY = """
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from gymnasium.wrappers import TimeLimit
+
+
+def short_pole():
+    return TimeLimit(CartPoleEnv(), 100)
+"""
+
+
+@pytest.mark.parametrize("runtime", ["sequential", "processes"])
+def test_env_factories_and_instances_from_python(tmp_path, monkeypatch, runtime):
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    (tmp_path / "pole_factories.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import pole_factories
+
+    for env in (pole_factories.short_pole, CartPoleEnv()):
+        agent = pearl.DQN(env, hidden=[16], learning_starts=100, total_steps=400, plan=pearl.Plan(runtime=runtime))
+        assert agent.train()["env_steps"] == 400
+        assert agent.evaluate(1)["mean"] > 0
+
+
+def test_unpicklable_env_factory_refused_for_actor_processes():
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    agent = pearl.DQN(lambda: CartPoleEnv(), hidden=[16], learning_starts=100, total_steps=200)
+    agent.train()  # in this process: fine
+    agent = pearl.DQN(lambda: CartPoleEnv(), hidden=[16], learning_starts=100, total_steps=200,
+                      plan=pearl.Plan(runtime="processes"))
+    with pytest.raises(pearl.PearlError, match="^env: actor processes need a picklable env factory"):
+        agent.train()
+    with pytest.raises(pearl.ConfigError, match="^env: expected a Gymnasium id, an env factory or an env instance"):
+        pearl.DQN(42)

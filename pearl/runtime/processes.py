@@ -65,13 +65,24 @@ ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM
 @dataclass
 class ActorRecipe:
     """How to build an actor in another process: the actor class, a factory of its policy, its
-    other constructor arguments, and the modules to import first (those that register the env).
-    Everything here is picklable."""
+    other constructor arguments, the modules to import first (those that register the env) and
+    the factory of an env given in Python (pearl.envs.register_source), registered again there.
+    Everything here is picklable, except possibly that factory (a lambda, a closure)."""
 
     actor_class: type
     policy_factory: Callable[[], object]
     kwargs: dict = field(default_factory=dict)
     modules: tuple[str, ...] = ()
+    env_factory: Callable[[], object] | None = None
+
+    def env_here(self) -> None:
+        """Makes the recipe's env id makeable in this process."""
+        for name in self.modules:
+            importlib.import_module(name)
+        if self.env_factory is not None:
+            import gymnasium
+
+            gymnasium.register(self.kwargs["env_id"], entry_point=self.env_factory)
 
     def build(self, seed: int, policy=None):
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
@@ -123,8 +134,7 @@ def actor_main() -> None:
     index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
     channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
     try:
-        for name in recipe.modules:
-            importlib.import_module(name)
+        recipe.env_here()
         actor = recipe.build(seed)
         n_envs = len(actor.envs)
         counters = channel.counters
@@ -181,6 +191,11 @@ class _ActorProcesses:
         if "__main__" in parts.actor_recipe.modules:
             raise PearlError(f"env: {parts.config.env} was registered by the main script; actor processes "
                              f"cannot import it: register it in a module and list that module in imports")
+        try:
+            pickle.dumps(parts.actor_recipe)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise PearlError(f"env: actor processes need a picklable env factory (a module-level function "
+                             f"or class, or a registered id); {type(err).__name__}: {err}") from None
         self.n, self.envs, self.quota = plan.actors, plan.envs_per_actor, quota
         self.seed, self.start_steps = parts.seed, start_steps
         self.recipe = parts.actor_recipe
