@@ -62,13 +62,16 @@ class Agent:
               time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
-        With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
-        learning_curve.png there, the checkpoint also every `log.checkpoint_interval` env steps
-        (atomically; never one with non-finite weights). `resume`: continue that run directory's
-        metrics.csv instead of starting it afresh (`pearl.resume`). `on_round(agent)` runs after
-        each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at the end of
-        the round, writes the checkpoint and returns (`summary["interrupted"]`); a second Ctrl-C
-        aborts at once. Returns a summary (steps/s, updates, final training return).
+        With `run_dir` (held for the call: a second run on it is refused, pearl.io.owned_run_dir),
+        writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and learning_curve.png there,
+        the checkpoint also every `log.checkpoint_interval` env steps and `log.checkpoint_seconds`
+        of wall time (atomically; never one with non-finite weights). `resume`: continue that run
+        directory's metrics.csv instead of starting it afresh (`pearl.resume`). `on_round(agent)`
+        runs after each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at
+        the end of the round, writes the checkpoint and returns (`summary["interrupted"]`); a
+        second Ctrl-C aborts at once, but not a checkpoint being written. Training past
+        config.total_steps warns once. Returns a summary (steps/s, updates, final training
+        return; `steps` and the rates count this call only).
         """
         counters, config = self.counters, self.config
         steps = config.total_steps - counters.env_steps if steps is None else steps
