@@ -157,7 +157,7 @@ def test_cli_train_with_actor_processes(tmp_path, capsys):
     assert main(["train", "--steps", "2000", "--runtime", "processes", "--actors", "2", "--run-dir",
                  str(run_dir), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "processes runtime, 2 actor processes" in err
+    assert "processes runtime, 2 actors" in err
     result = json.loads((run_dir / "result.json").read_text())
     assert result["env_steps"] == 2000 and result["actor_restarts"] == 0
     assert {"act", "act_wait", "insert", "sample", "learn"} <= set(result["task_us"])
