@@ -22,3 +22,8 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'pearl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API, loaded or not (the lazy names are not in the module's dict until used)."""
+    return sorted({*globals(), *_EXPORTS} - {"import_module"})

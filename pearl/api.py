@@ -6,7 +6,9 @@ runtime advances (pearl/runtime/counters.py); it keeps the run directory.
 """
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +16,11 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
-from pearl.checkpoint import join_state, load_checkpoint, save_checkpoint, split_state
-from pearl.config import ExperimentConfig, parse_config, resolve_config
+from pearl.checkpoint import check_header, check_state, join_state, load_checkpoint, save_checkpoint, split_state
+from pearl.config import ExperimentConfig, parse_config, read_yaml, resolve_config
 from pearl.envs import make_env
 from pearl.errors import ConfigError
-from pearl.io import atomic_write_text
+from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
@@ -41,6 +43,7 @@ class Agent:
                  plan: Plan | None = None, **options):
         self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
         self.counters = Counters()
+        self._warned_schedules = False  # train() past config.total_steps says so once
 
     config, plan, algo, learner, replay, policy, rng = (
         _delegated("parts", name) for name in ("config", "plan", "algo", "learner", "replay", "policy", "rng"))
@@ -59,21 +62,34 @@ class Agent:
               time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
-        With `run_dir`, writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and
-        learning_curve.png there, the checkpoint also every `log.checkpoint_interval` env steps
-        (atomically; never one with non-finite weights). `resume`: continue that run directory's
-        metrics.csv instead of starting it afresh (`pearl.resume`). `on_round(agent)` runs after
-        each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at the end of
-        the round, writes the checkpoint and returns (`summary["interrupted"]`); a second Ctrl-C
-        aborts at once. Returns a summary (steps/s, updates, final training return).
+        With `run_dir` (held for the call: a second run on it is refused, pearl.io.owned_run_dir),
+        writes config.yaml, plan.yaml, metrics.csv, checkpoint.npz and learning_curve.png there,
+        the checkpoint also every `log.checkpoint_interval` env steps and `log.checkpoint_seconds`
+        of wall time (atomically; never one with non-finite weights). `resume`: continue that run
+        directory's metrics.csv instead of starting it afresh (`pearl.resume`). `on_round(agent)`
+        runs after each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at
+        the end of the round, writes the checkpoint and returns (`summary["interrupted"]`); a
+        second Ctrl-C aborts at once, but not a checkpoint being written. Training past
+        config.total_steps warns once. Returns a summary (steps/s, updates, final training
+        return; `steps` and the rates count this call only).
         """
         counters, config = self.counters, self.config
         steps = config.total_steps - counters.env_steps if steps is None else steps
         if steps < 1:
             raise ConfigError(f"steps: expected a positive number of env steps, got {steps}")
+        if counters.env_steps + steps > config.total_steps and not self._warned_schedules:
+            self._warned_schedules = True
+            warnings.warn(f"training to env step {counters.env_steps + steps:,} but the schedules (epsilon, "
+                          f"beta) were sized for config.total_steps = {config.total_steps:,} steps",
+                          stacklevel=2)
         run_path = Path(run_dir) if run_dir is not None else None
+        with owned_run_dir(run_path) if run_path is not None else contextlib.nullcontext():
+            return self._train(steps, progress, run_path, time_tasks, resume, on_round)
+
+    def _train(self, steps: int, progress: bool, run_path: Path | None, time_tasks: bool, resume: bool,
+               on_round) -> dict:
+        counters, config = self.counters, self.config
         if run_path is not None:
-            run_path.mkdir(parents=True, exist_ok=True)
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
             self.plan.save(run_path / "plan.yaml")
         fpga = self.parts.fpga_device()
@@ -82,7 +98,9 @@ class Agent:
                      resume_after=counters.env_steps if resume else None, **simulated_columns(fpga, fpga_start))
         eval_every, log_every = config.eval.interval, config.log.interval
         checkpoint_every = config.log.checkpoint_interval if run_path is not None else 0
+        checkpoint_seconds = config.log.checkpoint_seconds if run_path is not None else 0
         last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
+        last_checkpoint = [time.monotonic()]
 
         def after_round():
             previous, last[0] = last[0], counters.env_steps
@@ -91,8 +109,10 @@ class Agent:
                 log(counters, epsilon, eval_return=self.evaluate(config.eval.episodes)["mean"])
             else:
                 log(counters, epsilon)
-            if crossed(previous, counters.env_steps, checkpoint_every):
+            if (crossed(previous, counters.env_steps, checkpoint_every)
+                    or checkpoint_seconds and time.monotonic() - last_checkpoint[0] >= checkpoint_seconds):
                 self.checkpoint(run_path / "checkpoint.npz")
+                last_checkpoint[0] = time.monotonic()
             if on_round is not None:
                 on_round(self)
 
@@ -108,7 +128,9 @@ class Agent:
         wall = time.perf_counter() - started
         summary = {
             "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
-            "wall_s": wall, "steps_per_s": (counters.env_steps - start_steps) / wall,
+            # this call's share: a resumed run's figures count only the steps it took
+            "steps": counters.env_steps - start_steps, "wall_s": wall,
+            "steps_per_s": (counters.env_steps - start_steps) / wall,
             "updates_per_s": (counters.updates - start_updates) / wall,
             "mean_return_100": counters.mean_return(), "learner_kernel": self.learner.kernel,
             "interrupted": counters.stop_requested,
@@ -178,7 +200,8 @@ class Agent:
         False is returned): a run's checkpoint is always one it can resume from."""
         if not np.isfinite(self.learner.policy_weights()).all():
             return False
-        self.save(path)
+        with interrupts_deferred():  # a Ctrl-C while it is written acts once it is complete
+            self.save(path)
         return True
 
     def _load_state(self, header: dict, arrays: dict) -> None:
@@ -234,15 +257,53 @@ def load(path: str | Path, plan: Plan | None = None) -> Agent:
     """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz); `plan`
     replaces the saved plan (its unset fields keep the saved ones)."""
     path = Path(path)
-    if path.is_dir():
+    run_dir = path if path.is_dir() else None
+    if run_dir is not None:
         path = path / "checkpoint.npz"
     header, arrays = load_checkpoint(path)
-    config = parse_config(header["config"], str(path))
-    saved = Plan.from_data({"plan": header["plan"]}, str(path))
+    check_header(path, header)
+    try:
+        config = parse_config(header["config"])
+    except ConfigError as err:
+        raise ConfigError(f"{path}: header.config.{err}") from None
+    try:
+        saved = Plan.from_data({"plan": header["plan"]})
+    except ConfigError as err:  # its messages name plan.<field>
+        raise ConfigError(f"{path}: header.{err}") from None
+    if run_dir is not None:
+        _check_run_config(run_dir, config)
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
-    agent = make_agent(config, plan)
+    try:
+        agent = make_agent(config, plan)
+    except ConfigError as err:  # the saved env or devices are not there: say which file holds them
+        raise ConfigError(f"{path}: {err}") from None
+    # the arrays and values must be what the config's parts hold, before any is loaded into them
+    capacity = agent.config.replay.capacity
+    check_state(path, "learner", header["learner"], arrays, agent.learner.state_dict(), capacity)
+    check_state(path, "replay", header["replay"], arrays, agent.replay.state_dict(), capacity)
     agent._load_state(header, arrays)
     return agent
+
+
+def _check_run_config(run_dir: Path, config: ExperimentConfig) -> None:
+    """A run directory's config.yaml says what its checkpoint holds (a checkpoint copied in from
+    another run must not resume as that run)."""
+    written = run_dir / "config.yaml"
+    if not written.is_file():
+        return
+    mine, theirs = _flat(parse_config(read_yaml(written), str(written)).to_dict()), _flat(config.to_dict())
+    for key in sorted(mine.keys() | theirs.keys()):
+        if mine.get(key) != theirs.get(key):
+            raise ConfigError(f"{written}: {key} is {mine.get(key)!r} but checkpoint.npz holds a run with "
+                              f"{theirs.get(key)!r}: they are not one run")
+
+
+def _flat(data: dict, at: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        name = f"{at}.{key}" if at else key
+        out.update(_flat(value, name) if isinstance(value, dict) else {name: value})
+    return out
 
 
 def resume(run_dir: str | Path, progress: bool = False, time_tasks: bool = False) -> tuple[Agent, dict]:

@@ -19,12 +19,13 @@ import torch
 
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
-from pearl.envs import box_spaces, discrete_spaces, make_env
+from pearl.envs import box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env
+from pearl.errors import ConfigError
 from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
 from pearl.plan import Plan, reconcile
-from pearl.placement import check_placement, replay_device
+from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
 from pearl.runtime.actor import Actor, device_policy
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
@@ -176,11 +177,32 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
     return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
+def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int) -> None:
+    """Refuses (one line naming the field) a replay table or networks larger than this machine's
+    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback."""
+    import os
+
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    # a transition: obs and next_obs (float32), the action, reward and discount, the sum-tree leaves
+    replay = config.replay.capacity * (8 * obs_dim + 8 * action_dim + 8 + 16)
+    widths = [obs_dim, *config.algo_config.hidden, action_dim]
+    # weights, gradients, two Adam moments and a target copy, float32, for up to three networks
+    networks = 3 * 5 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
+    for field, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
+        if size > memory:
+            raise ConfigError(f"{field}: needs about {size / 2**30:,.0f} GiB; this machine has "
+                              f"{memory / 2**30:,.0f} GiB of memory")
+
+
 def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     """The parts of a run of `config` under `plan` (default: the config's own placement)."""
+    configured = config.runtime.device
     config, plan = reconcile(config, plan)
+    check_device("runtime.device", configured, plan.platform)  # named as the user gave it
+    import_modules(config.imports)
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
+    check_memory(config, family.obs_dim, family.action_size)
     workload = workload_of(config, family.obs_dim, family.action_size)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
@@ -200,5 +222,10 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                          device=replay_device(plan.devices, plan.platform))
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
                                      plan.sync_interval, getattr(cfg, "target_update_interval", None))
-    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy,
-                 family.actor_recipe(config, plan, policy_factory), np.random.default_rng(config.seed))
+    # what an actor process imports before it makes the env: the config's modules, and the one
+    # that registered the env id with a class (Gymnasium imports 'module:...' strings itself)
+    modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))
+    recipe = dataclasses.replace(family.actor_recipe(config, plan, policy_factory), modules=modules,
+                                 env_factory=env_factory(config.env))
+    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy, recipe,
+                 np.random.default_rng(config.seed))

@@ -31,7 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an agent from an experiment config")
     train.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
     train.add_argument("--algo", help="algorithm: dqn, ddpg, td3 or sac")
-    train.add_argument("--env", help="Gymnasium environment id, e.g. CartPole-v1")
+    train.add_argument("--env", help="Gymnasium environment id, e.g. CartPole-v1, or module:EnvId (imports "
+                                     "the module, which registers EnvId)")
+    train.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                       help="import MODULE first (it registers custom environments); repeatable")
     train.add_argument("--steps", type=int, help="total environment steps")
     train.add_argument("--seed", type=int, help="random seed")
     train.add_argument("--device", help="learner device: cpu, cuda, cuda:N")
@@ -130,6 +133,10 @@ def _autotune(args) -> int:
         raise PearlError(f"--actors: only {' or '.join(MANY_ACTORS)} plans run several actors; add one to --runtimes")
     if args.measure < 0 or args.seconds <= 0:
         raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
+    if args.output:
+        from pearl.io import check_output_file
+
+        check_output_file(args.output, "-o")
     result = autotune(args.config or default_config_path(), args.platform, args.metric,
                       power_cap_w=args.power_cap, replay_kinds=kinds, envs=_int_list(args.envs, "--envs"),
                       batches=_int_list(args.batch_sizes, "--batch-sizes"), schedule=args.schedule,
@@ -200,7 +207,7 @@ def _profile(args) -> int:
 
 def _train(args) -> int:
     from pearl.config import apply_overrides, default_config_path, load_config
-    from pearl.envs import check_env_id
+    from pearl.envs import check_env_id, import_modules
     from pearl.plan import Plan, load_plan
 
     if args.resume:
@@ -208,23 +215,29 @@ def _train(args) -> int:
     config = load_config(args.config or default_config_path())
     overrides = {"algo": args.algo, "env": args.env, "total_steps": args.steps, "seed": args.seed,
                  "runtime.device": args.device, "replay.kind": args.replay,
-                 "runtime.learner_kernel": args.learner_kernel}
+                 "runtime.learner_kernel": args.learner_kernel,
+                 "imports": config.imports + args.imports if args.imports else None}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         config = apply_overrides(config, overrides)
     plan = load_plan(args.plan) if args.plan else None
+    import_modules(config.imports)
     check_env_id(config.env)
     if args.actors is not None and args.actors < 1:
         raise PearlError(f"--actors: expected an integer >= 1, got {args.actors}")
 
+    from pearl.io import check_run_dir
+
     if args.run_dir:
         run_dir = Path(args.run_dir)
+        check_run_dir(run_dir)
         if (run_dir / "checkpoint.npz").exists():
             raise PearlError(f"--run-dir {run_dir}: already holds a run; continue it with --resume {run_dir} "
                              f"or choose another directory")
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(config.log.run_dir) / f"{config.env}-{config.algo}-s{config.seed}-{stamp}"
+        check_run_dir(run_dir)
 
     from pearl.api import make_agent  # torch is imported once the inputs are known to be good
 
@@ -252,12 +265,16 @@ def _resume(args) -> int:
     given = [flag for flag, value in (("CONFIG", args.config), ("--algo", args.algo), ("--env", args.env),
                                       ("--steps", args.steps), ("--seed", args.seed), ("--device", args.device),
                                       ("--replay", args.replay), ("--learner-kernel", args.learner_kernel),
-                                      ("--plan", args.plan), ("--run-dir", args.run_dir)) if value]
+                                      ("--plan", args.plan), ("--run-dir", args.run_dir),
+                                      ("--import", args.imports)) if value]
     if given:
         raise PearlError(f"--resume: the run directory's config and plan are used; drop {', '.join(given)}")
+    from pearl.io import check_run_dir
+
     run_dir = Path(args.resume)
     if not (run_dir / "checkpoint.npz").is_file():
         raise PearlError(f"--resume {run_dir}: no checkpoint.npz there (expected a pearl train run directory)")
+    check_run_dir(run_dir)
     from pearl.api import load  # torch is imported only once the inputs are known to be good
 
     agent = load(run_dir)
@@ -288,7 +305,7 @@ def _report(agent, summary: dict, run_dir: Path, fpga) -> int:
     atomic_write_text(run_dir / "result.json", json.dumps(result, indent=2))
     tasks = ", ".join(f"{t} {us:.0f}" for t, us in summary.get("task_us", {}).items())
     print(f"throughput: {summary['steps_per_s']:,.0f} env steps/s, {summary['updates_per_s']:,.0f} updates/s "
-          f"({summary['env_steps']:,} steps in {summary['wall_s']:.1f} s); mean us per task call: {tasks}")
+          f"({summary['steps']:,} steps in {summary['wall_s']:.1f} s); mean us per task call: {tasks}")
     if fpga is not None and fpga.simulated:
         report = summary["fpga"]
         print(f"simulated FPGA ({report['platform']} {report['device']}, not measured): "
@@ -306,8 +323,11 @@ def _devices(args) -> int:
     if args.write:
         from pearl.devices import draft_profile
 
+        from pearl.io import check_output_file
+
         if not args.write.endswith((".yaml", ".yml")):
             raise PearlError(f"--write {args.write}: expected a .yaml file name")
+        check_output_file(args.write, "--write")
         draft_profile(args.write)
         print(f"pearl devices: wrote {args.write} (check the figures marked 'assumed (draft)'; "
               f"use it with `pearl autotune CONFIG --platform {args.write}`)", file=sys.stderr)

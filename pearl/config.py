@@ -18,6 +18,11 @@ import yaml
 from pearl.errors import ConfigError
 
 
+MAX_INT = 2**53
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds and Gymnasium's env seeds all take it
+MAX_WIDTH = 2**16  # units per hidden layer; beyond that one layer's weights alone outgrow a machine
+
+
 @dataclass
 class ExplorationConfig:
     initial: float = 1.0
@@ -50,7 +55,7 @@ class DQNConfig:
         if not self.hidden:
             raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
         for i, width in enumerate(self.hidden):
-            _at_least(f"{at}.hidden[{i}]", width, 1)
+            _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
         _positive(at + ".lr", self.lr)
         _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
         _at_least(at + ".batch_size", self.batch_size, 1)
@@ -80,7 +85,7 @@ class ContinuousConfig:
         if not self.hidden:
             raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
         for i, width in enumerate(self.hidden):
-            _at_least(f"{at}.hidden[{i}]", width, 1)
+            _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
         _positive(at + ".lr", self.lr)
         _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
         if not 0.0 < self.tau <= 1.0:
@@ -182,12 +187,15 @@ class LogConfig:
     # env steps between checkpoints in the run directory (0: only at the end); `pearl train
     # --resume RUN_DIR` continues from the latest
     checkpoint_interval: int = 20_000
+    # and every this many seconds of wall time (0: by env steps only), so a slow run loses little
+    checkpoint_seconds: float = 600.0
 
     def check(self, at: str) -> None:
         if not self.run_dir:
             raise ConfigError(f"{at}.run_dir: expected a directory path")
         _at_least(at + ".interval", self.interval, 1)
         _at_least(at + ".checkpoint_interval", self.checkpoint_interval, 0)
+        _in_range(at + ".checkpoint_seconds", self.checkpoint_seconds, 0.0, math.inf)
 
 
 @dataclass
@@ -196,6 +204,9 @@ class ExperimentConfig:
     env: str = "CartPole-v1"
     seed: int = 0
     total_steps: int = 100_000
+    # modules imported before the env is made, here and in actor processes (they register custom
+    # environments with gymnasium.register); `pearl train --import MODULE` adds one
+    imports: list[str] = field(default_factory=list)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     ddpg: DDPGConfig = field(default_factory=DDPGConfig)
     td3: TD3Config = field(default_factory=TD3Config)
@@ -206,10 +217,14 @@ class ExperimentConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def check(self, at: str = "") -> None:
-        _at_least(_join(at, "seed"), self.seed, 0)
+        _at_least(_join(at, "seed"), self.seed, 0, MAX_SEED)
         _at_least(_join(at, "total_steps"), self.total_steps, 1)
         if not self.env:
             raise ConfigError(f"{_join(at, 'env')}: expected a Gymnasium environment id")
+        for i, name in enumerate(self.imports):
+            if not all(part.isidentifier() for part in name.split(".")):
+                raise ConfigError(f"{_join(at, 'imports')}[{i}]: expected a module name like mypackage.envs, "
+                                  f"got {name!r}")
         for name in ("dqn", *CONTINUOUS_ALGOS, "replay", "runtime", "eval", "log"):
             getattr(self, name).check(_join(at, name))
         batch_size = self.algo_config.batch_size
@@ -243,9 +258,11 @@ def _positive(at: str, value: float) -> None:
         raise ConfigError(f"{at}: expected a positive number, got {value}")
 
 
-def _at_least(at: str, value: int, low: int) -> None:
+def _at_least(at: str, value: int, low: int, high: int | None = None) -> None:
     if value < low:
         raise ConfigError(f"{at}: expected an integer >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(f"{at}: expected an integer <= {high}, got {value}")
 
 
 def _in_range(at: str, value: float, low: float, high: float) -> None:
@@ -294,6 +311,8 @@ def _convert(value: Any, expected: Any, at: str) -> Any:
     if expected is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise wrong
+        if abs(value) > MAX_INT:  # beyond float64's exact integers: no count or size here is that big
+            raise ConfigError(f"{at}: expected an integer of at most 2**53, got {value}")
         return value
     if expected is float:
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
@@ -333,16 +352,50 @@ def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
     return config
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(data: bytes, source: str) -> Any:
+    """A config, plan or platform file's bytes -> its YAML data; one line naming `source` for
+    binary or non-UTF-8 input, invalid YAML, a duplicate key or a file with nothing in it."""
+    if b"\0" in data:
+        raise ConfigError(f"{source}: a binary file; expected YAML text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start}); expected YAML") from None
+    try:
+        parsed = yaml.load(text, Loader=_UniqueKeyLoader)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{source}: not valid YAML{where}") from None
+    if parsed is None:
+        raise ConfigError(f"{source}: empty file; expected YAML settings")
+    return parsed
+
+
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    return parse_yaml(data, str(path))
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
@@ -381,8 +434,8 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
             out["replay.kind"] = value
         elif key in ("capacity", "buffer_size"):
             out["replay.capacity"] = value
-        elif key == "checkpoint_interval":
-            out["log.checkpoint_interval"] = value
+        elif key in ("checkpoint_interval", "checkpoint_seconds"):
+            out[f"log.{key}"] = value
         elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
             out[f"runtime.{key}"] = value
         else:
@@ -390,7 +443,7 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
     return out
 
 
-def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, options: dict,
+def resolve_config(algo: str, env, config: ExperimentConfig | None, options: dict,
                    default_env: str) -> ExperimentConfig:
     """The validated config of an agent built as `Agent(env, config=..., **options)`."""
     if config is None:
@@ -398,6 +451,10 @@ def resolve_config(algo: str, env: str | None, config: ExperimentConfig | None, 
     elif config.algo != algo:
         raise ConfigError(f"algo: the config is for {config.algo}, not {algo} (pearl.make_agent(config) builds the agent a config names)")
     if env is not None:
+        if not isinstance(env, str):  # a factory or instance: made through an id registered for it
+            from pearl.envs import register_source
+
+            env = register_source(env)
         options = {**options, "env": env}
     if options:
         return apply_overrides(config, _keyword_overrides(options, algo))

@@ -88,7 +88,8 @@ def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, floa
             agent.stop_requested = True  # the runtime stops at the end of its round
             marks["end"] = now
 
-    agent.train(10**12, time_tasks=time_tasks, on_round=on_round)
+    # what is left of total_steps (agent_for sizes it far beyond any window): the run stops itself
+    agent.train(time_tasks=time_tasks, on_round=on_round)
     agent.stop_requested = False
     steps, updates, started = marks["start"]
     return steps, updates, marks["end"] - started

@@ -5,7 +5,7 @@ Built on the backends' answers (pearl.kernels.registry: `can_run`, `check`, `lea
 enumerated like the built-in ones. Everything that places tasks asks here: the builder (a Plan
 before any part is built: `check_placement`), Plan.check (`check_platform_devices`), the mapper
 (`check_placement(..., here=False)` on every candidate), `pearl profile` / `--measure`
-(`runnable_here`), the replay (`replay_device`).
+(`runnable_here`), the replay (`replay_device`), the config's learn device (`check_device`).
 
 `devices` are a Plan's task -> device id strings (a task left out runs on the cpu); `workload`
 is an estimator.workload.Workload (algo, replay_kind, continuous, dueling, learner_kernels, ...);
@@ -52,13 +52,14 @@ def platform_profile(platform, kind_backend):
         raise ConfigError(f"plan.platform: {err}") from None
 
 
-def _check_device(task: str, device: str, platform, here: bool) -> None:
-    did = parse_device(device, f"plan.devices.{task}")
+def check_device(field: str, device: str, platform="", here: bool = True) -> None:
+    """`device` (named by `field`) exists: on this machine (`here`), or in its platform profile."""
+    did = parse_device(device, field)
     b = backend(did.kind)
     if b.default_platform is not None:
-        b.check(did, platform_profile(platform, b), f"plan.devices.{task}")
+        b.check(did, platform_profile(platform, b), field)
     elif here:
-        b.check(did, None, f"plan.devices.{task}")
+        b.check(did, None, field)
 
 
 def check_platform_devices(devices: dict[str, str], platform="") -> None:
@@ -67,7 +68,7 @@ def check_platform_devices(devices: dict[str, str], platform="") -> None:
     plan is built, `check_placement`)."""
     for task, device in devices.items():
         if backend(parse_device(device, f"plan.devices.{task}").kind).default_platform is not None:
-            _check_device(task, device, platform, here=False)
+            check_device(f"plan.devices.{task}", device, platform, here=False)
 
 
 def check_placement(devices: dict[str, str], workload, learner_kernel: str | None = "auto", platform="",
@@ -98,7 +99,7 @@ def check_placement(devices: dict[str, str], workload, learner_kernel: str | Non
     for task in _CHECK_ORDER:
         if device[task] not in checked:
             checked.add(device[task])
-            _check_device(task, device[task], platform, here)
+            check_device(f"plan.devices.{task}", device[task], platform, here)
     if kinds["sample"].table_on_device and device["learn"] != sample:  # batches stay on that device
         raise ConfigError(f"plan.devices.learn: a replay on {sample} feeds a learner on the same device; "
                           f"got {device['learn']}")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pearl.config import ExperimentConfig, from_dict, read_yaml
+from pearl.config import ExperimentConfig, from_dict, parse_yaml, read_yaml
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 from pearl.kernels.registry import TASKS, parse_device
@@ -78,11 +78,7 @@ class Plan:
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "plan") -> "Plan":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"{source}: not valid YAML") from None
-        return cls.from_data(data, source)
+        return cls.from_data(parse_yaml(text.encode(), source), source)
 
     @classmethod
     def from_data(cls, data: Any, source: str = "plan") -> "Plan":

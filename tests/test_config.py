@@ -70,9 +70,9 @@ CLI_BAD = [
     ("env: CartPole-v\n", [], "did you mean 'CartPole-v1'"),
     ("dqn: [unclosed\n", [], "not valid YAML"),
     ("env: Pendulum-v1\n", [], "DQN needs Discrete actions"),
-    ("", ["--steps", "-3"], "total_steps: expected an integer >= 1"),
-    ("", ["--device", "cuda:x"], "runtime.device"),
-    ("", ["--replay", "ring"], "replay.kind"),
+    ("seed: 0\n", ["--steps", "-3"], "total_steps: expected an integer >= 1"),
+    ("seed: 0\n", ["--device", "cuda:x"], "runtime.device"),
+    ("seed: 0\n", ["--replay", "ring"], "replay.kind"),
 ]
 
 

@@ -45,7 +45,9 @@ def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, en
     assert len(np.unique(stored, axis=0)) == len(stored)  # none duplicated
     assert summary["actor_restarts"] == 0
     ahead = allowance(ratio, actors, envs)
-    assert 0 < agent.actor_lead <= actors * ahead
+    # the actors share the learner's scheduling group (its session's autogroup): on a machine that
+    # other sessions load they may run only while the learner waits, so a zero lead is legitimate
+    assert 0 <= agent.actor_lead <= actors * ahead
     # while running, over the actors' own steps: the updates trail the count due by at most the
     # actors' allowances (MAX_LAG updates, at least a round each), so within 2% of the configured
     # ratio once 50x that many updates are due
@@ -155,7 +157,7 @@ def test_cli_train_with_actor_processes(tmp_path, capsys):
     assert main(["train", "--steps", "2000", "--runtime", "processes", "--actors", "2", "--run-dir",
                  str(run_dir), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert "processes runtime, 2 actor processes" in err
+    assert "processes runtime, 2 actors" in err
     result = json.loads((run_dir / "result.json").read_text())
     assert result["env_steps"] == 2000 and result["actor_restarts"] == 0
     assert {"act", "act_wait", "insert", "sample", "learn"} <= set(result["task_us"])

@@ -29,6 +29,7 @@ requested count.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 import pickle
@@ -45,6 +46,7 @@ import numpy as np
 
 from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
+from pearl.io import interrupts_deferred
 from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
 from pearl.runtime.counters import Counters, Hooks
@@ -62,12 +64,25 @@ ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM
 
 @dataclass
 class ActorRecipe:
-    """How to build an actor in another process: the actor class, a factory of its policy and its
-    other constructor arguments. Everything here is picklable."""
+    """How to build an actor in another process: the actor class, a factory of its policy, its
+    other constructor arguments, the modules to import first (those that register the env) and
+    the factory of an env given in Python (pearl.envs.register_source), registered again there.
+    Everything here is picklable, except possibly that factory (a lambda, a closure)."""
 
     actor_class: type
     policy_factory: Callable[[], object]
     kwargs: dict = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
+    env_factory: Callable[[], object] | None = None
+
+    def env_here(self) -> None:
+        """Makes the recipe's env id makeable in this process."""
+        for name in self.modules:
+            importlib.import_module(name)
+        if self.env_factory is not None:
+            import gymnasium
+
+            gymnasium.register(self.kwargs["env_id"], entry_point=self.env_factory)
 
     def build(self, seed: int, policy=None):
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
@@ -88,13 +103,38 @@ def _wait(spins: int) -> int:
     return spins + 1
 
 
+# An actor's interpreter: isolated (-I: no cwd or script dir on sys.path, no PYTHON* variables, no
+# user site), deaf to the terminal's Ctrl-C (the learner stops it), its sys.path the learner's as
+# sent on stdin, then actor_main. A Ctrl-C in the few ms before the first line runs kills it as a
+# signal would (the learner restarts it, or is stopping anyway).
+ACTOR_BOOT = ("import pickle, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "sys.path[:] = pickle.load(sys.stdin.buffer); "
+              "from pearl.runtime.processes import actor_main; actor_main()")
+
+
+def actor_path(modules: tuple[str, ...]) -> list[str]:
+    """The learner's sys.path for an actor, without the working directory (`-c`, `-m` and the
+    interactive prompt put it first: a gymnasium.py there must not shadow the real one), plus at
+    the end the folders `modules` were imported from (the user's env module or actor class may
+    live in the working directory)."""
+    cwd = os.getcwd()
+    path = [p for p in sys.path if p not in ("", cwd)]
+    for name in modules:
+        origin = getattr(sys.modules.get(name.partition(".")[0]), "__file__", None)
+        if origin is not None:
+            folder = os.path.dirname(os.path.dirname(origin) if origin.endswith("__init__.py") else origin)
+            if folder not in path:
+                path.append(folder)
+    return path
+
+
 def actor_main() -> None:
     """An actor process (started by `_ActorProcesses.start`): step, write, wait for the allowance,
     until the learner says stop or goes away. Its arguments arrive pickled on stdin."""
-    sys.path[:0] = [p for p in pickle.load(sys.stdin.buffer) if p not in sys.path]  # the learner's
     index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
     channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
     try:
+        recipe.env_here()
         actor = recipe.build(seed)
         n_envs = len(actor.envs)
         counters = channel.counters
@@ -139,14 +179,23 @@ def actor_main() -> None:
 class _ActorProcesses:
     """The learner's view of its actors: channels, processes, restarts.
 
-    Actors are fresh interpreters (`python -c ...`), not `multiprocessing` children: those re-run
-    the user's main script in each child (a script without an `if __name__ == "__main__"` guard
-    would train again there) and inherit its signal handlers. Each runs in its own session, so a
-    Ctrl-C in the terminal reaches the learner only; the learner stops them.
+    Actors are fresh isolated interpreters (`python -I -c ACTOR_BOOT`), not `multiprocessing`
+    children: those re-run the user's main script in each child (a script without an `if __name__
+    == "__main__"` guard would train again there) and inherit its signal handlers. They stay in
+    the learner's session and process group (one scheduling group: the kernel's autogroup is per
+    session), and ignore SIGINT, so a Ctrl-C in the terminal acts through the learner, which stops them.
     """
 
     def __init__(self, parts, start_steps: int, n_weights: int, quota: int):
         plan = parts.plan
+        if "__main__" in parts.actor_recipe.modules:
+            raise PearlError(f"env: {parts.config.env} was registered by the main script; actor processes "
+                             f"cannot import it: register it in a module and list that module in imports")
+        try:
+            pickle.dumps(parts.actor_recipe)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise PearlError(f"env: actor processes need a picklable env factory (a module-level function "
+                             f"or class, or a registered id); {type(err).__name__}: {err}") from None
         self.n, self.envs, self.quota = plan.actors, plan.envs_per_actor, quota
         self.seed, self.start_steps = parts.seed, start_steps
         self.recipe = parts.actor_recipe
@@ -161,11 +210,10 @@ class _ActorProcesses:
     def start(self, index: int) -> None:
         args = (index, self.recipe, actor_seed(self.seed, self.start_steps, index, self.generations[index]),
                 self.channels[index].spec(), self.board.spec(), os.getpid())
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from pearl.runtime.processes import actor_main; actor_main()"],
-            stdin=subprocess.PIPE, start_new_session=True, env={**os.environ, **ONE_BLAS_THREAD})
+        process = subprocess.Popen([sys.executable, "-I", "-c", ACTOR_BOOT], stdin=subprocess.PIPE,
+                                   env={**os.environ, **ONE_BLAS_THREAD})
         try:
-            pickle.dump(sys.path, process.stdin)
+            pickle.dump(actor_path((*self.recipe.modules, self.recipe.actor_class.__module__)), process.stdin)
             pickle.dump(args, process.stdin)
             process.stdin.close()
         except BrokenPipeError:  # it died at once; check() reports how
@@ -392,16 +440,18 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 last_check = clock()
     finally:
         # what actors commit after the last take_in is dropped: the run ends where the learner's
-        # count says (counters.env_steps), with exactly the updates due there
-        actors.stop()
-        if timer:
-            rounds = sum(int(c.counters[ROUNDS]) for c in channels)
-            # the actors' own clocks: time in act rounds, and waiting for the allowance or ring space
-            timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
-            timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
-        actors.close()
-        if prefetcher is not None:
-            prefetcher.close()
-        counters.actor_processes = None
+        # count says (counters.env_steps), with exactly the updates due there. A second Ctrl-C
+        # waits for the actors to stop and the shared memory to be unlinked.
+        with interrupts_deferred():
+            actors.stop()
+            if timer:
+                rounds = sum(int(c.counters[ROUNDS]) for c in channels)
+                # the actors' own clocks: time in act rounds, and waiting for the allowance or ring space
+                timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
+                timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
+            actors.close()
+            if prefetcher is not None:
+                prefetcher.close()
+            counters.actor_processes = None
     counters.actor_restarts, counters.actor_lead = actors.restarts, lead
     parts.policy.load(learner.policy_weights())  # the learner side's copy: no actor here synced it
