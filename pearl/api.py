@@ -16,9 +16,9 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
-from pearl.checkpoint import check_header, check_state, join_state, load_checkpoint, save_checkpoint, split_state
-from pearl.config import ExperimentConfig, parse_config, read_yaml, resolve_config
-from pearl.envs import make_env
+from pearl.checkpoint import agent_state, read_checkpoint, restore_state, save_checkpoint
+from pearl.config import ExperimentConfig, resolve_config
+from pearl.envs import episode_returns
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
@@ -104,7 +104,7 @@ class Agent:
 
         def after_round():
             previous, last[0] = last[0], counters.env_steps
-            epsilon = self.algo.epsilon(counters.env_steps)
+            epsilon = self.algo.epsilon  # RunLog reads it only for a row it writes
             if crossed(previous, counters.env_steps, eval_every):
                 log(counters, epsilon, eval_return=self.evaluate(config.eval.episodes)["mean"])
             else:
@@ -151,24 +151,12 @@ class Agent:
 
     def evaluate(self, episodes: int | None = None, seed: int | None = None) -> dict:
         """Greedy returns over `episodes` fresh episodes on a separate env (the training env is untouched)."""
-        episodes = episodes or self.config.eval.episodes
-        base_seed = (self.config.seed + 1_000_003) if seed is None else seed
-        env = make_env(self.config.env, base_seed)
         family = self.parts.family
         policy = family.policy_factory(self.config, self.algo, "cpu")()  # a copy of the current weights
         policy.load(self.learner.policy_weights())
-        returns = []
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=base_seed + episode)
-            total, done = 0.0, False
-            while not done:
-                batch = np.asarray(obs, dtype=np.float32)[None]
-                action = family.to_env(family.act(policy, batch, None, True, self.config))
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
-        env.close()
+        returns = episode_returns(self.config.env, lambda obs: family.to_env(family.act(
+            policy, np.asarray(obs, dtype=np.float32)[None], None, True, self.config)),
+            episodes or self.config.eval.episodes, (self.config.seed + 1_000_003) if seed is None else seed)
         return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
 
     def act(self, obs, deterministic: bool = True):
@@ -185,15 +173,7 @@ class Agent:
 
     def save(self, path: str | Path) -> None:
         """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz."""
-        self.learner.sync_to_algo()
-        learner_plain, learner_arrays = split_state("learner", self.learner.state_dict())
-        replay_plain, replay_arrays = split_state("replay", self.replay.state_dict())
-        actor_rng = getattr(self.parts._actor, "rng", None)
-        header = {"config": self.config.to_dict(), "plan": self.plan.to_dict(),
-                  "learner": learner_plain, "replay": replay_plain, "counters": self.counters.state(),
-                  "rng": {"agent": self.rng.bit_generator.state,
-                          "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
-        save_checkpoint(path, header, {**learner_arrays, **replay_arrays})
+        save_checkpoint(path, *agent_state(self.parts, self.counters))
 
     def checkpoint(self, path: str | Path) -> bool:
         """save(path) unless the weights went non-finite (then the previous checkpoint stays, and
@@ -203,16 +183,6 @@ class Agent:
         with interrupts_deferred():  # a Ctrl-C while it is written acts once it is complete
             self.save(path)
         return True
-
-    def _load_state(self, header: dict, arrays: dict) -> None:
-        self.learner.load_state_dict(join_state("learner", header["learner"], arrays))
-        self.replay.load_state_dict(join_state("replay", header["replay"], arrays))
-        self.policy.load(self.learner.policy_weights())
-        self.counters.load(header["counters"])
-        if "rng" in header:  # checkpoints from before RNG states were saved have none
-            self.rng.bit_generator.state = header["rng"]["agent"]
-            self.parts.actor_rng_state = header["rng"]["actor"]
-
 
 class DQN(Agent):
     """DQN (pearl/algos/dqn.py: double DQN, n-step returns, dueling head) on discrete actions.
@@ -255,55 +225,16 @@ def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
 
 def load(path: str | Path, plan: Plan | None = None) -> Agent:
     """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz); `plan`
-    replaces the saved plan (its unset fields keep the saved ones)."""
-    path = Path(path)
-    run_dir = path if path.is_dir() else None
-    if run_dir is not None:
-        path = path / "checkpoint.npz"
-    header, arrays = load_checkpoint(path)
-    check_header(path, header)
-    try:
-        config = parse_config(header["config"])
-    except ConfigError as err:
-        raise ConfigError(f"{path}: header.config.{err}") from None
-    try:
-        saved = Plan.from_data({"plan": header["plan"]})
-    except ConfigError as err:  # its messages name plan.<field>
-        raise ConfigError(f"{path}: header.{err}") from None
-    if run_dir is not None:
-        _check_run_config(run_dir, config)
+    replaces the saved plan (its unset fields keep the saved ones). The checkpoint is checked
+    against the parts its config builds before anything is loaded (pearl/checkpoint.py)."""
+    path, header, arrays, config, saved = read_checkpoint(path)
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     try:
         agent = make_agent(config, plan)
     except ConfigError as err:  # the saved env or devices are not there: say which file holds them
         raise ConfigError(f"{path}: {err}") from None
-    # the arrays and values must be what the config's parts hold, before any is loaded into them
-    capacity = agent.config.replay.capacity
-    check_state(path, "learner", header["learner"], arrays, agent.learner.state_dict(), capacity)
-    check_state(path, "replay", header["replay"], arrays, agent.replay.state_dict(), capacity)
-    agent._load_state(header, arrays)
+    restore_state(path, header, arrays, agent.parts, agent.counters)
     return agent
-
-
-def _check_run_config(run_dir: Path, config: ExperimentConfig) -> None:
-    """A run directory's config.yaml says what its checkpoint holds (a checkpoint copied in from
-    another run must not resume as that run)."""
-    written = run_dir / "config.yaml"
-    if not written.is_file():
-        return
-    mine, theirs = _flat(parse_config(read_yaml(written), str(written)).to_dict()), _flat(config.to_dict())
-    for key in sorted(mine.keys() | theirs.keys()):
-        if mine.get(key) != theirs.get(key):
-            raise ConfigError(f"{written}: {key} is {mine.get(key)!r} but checkpoint.npz holds a run with "
-                              f"{theirs.get(key)!r}: they are not one run")
-
-
-def _flat(data: dict, at: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        name = f"{at}.{key}" if at else key
-        out.update(_flat(value, name) if isinstance(value, dict) else {name: value})
-    return out
 
 
 def resume(run_dir: str | Path, progress: bool = False, time_tasks: bool = False) -> tuple[Agent, dict]:

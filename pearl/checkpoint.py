@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pearl.errors import PearlError
+from pearl.config import ExperimentConfig, parse_config, read_yaml
+from pearl.errors import ConfigError, PearlError
 from pearl.io import atomic_write_bytes
+from pearl.plan import Plan
 
 FORMAT = "pearl-checkpoint/1"
 
@@ -123,3 +125,76 @@ def join_state(prefix: str, plain: dict, arrays: dict[str, np.ndarray]) -> dict:
         if name.startswith(start) and "." not in name[len(start):]:
             state[name[len(start):]] = value
     return state
+
+
+# -- an agent's checkpoint: its parts' state and its counters ----------------------------------------
+def agent_state(parts, counters) -> tuple[dict, dict[str, np.ndarray]]:
+    """(header, arrays) of a run (pearl.build.Parts and its Counters), as save_checkpoint takes them."""
+    parts.learner.sync_to_algo()
+    learner_plain, learner_arrays = split_state("learner", parts.learner.state_dict())
+    replay_plain, replay_arrays = split_state("replay", parts.replay.state_dict())
+    actor_rng = getattr(parts._actor, "rng", None)
+    header = {"config": parts.config.to_dict(), "plan": parts.plan.to_dict(),
+              "learner": learner_plain, "replay": replay_plain, "counters": counters.state(),
+              "rng": {"agent": parts.rng.bit_generator.state,
+                      "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
+    return header, {**learner_arrays, **replay_arrays}
+
+
+def read_checkpoint(path: str | Path) -> tuple[Path, dict, dict[str, np.ndarray], ExperimentConfig, Plan]:
+    """(file, header, arrays, config, plan) of a checkpoint file or a run directory's, checked: the
+    header's sections, its config and plan, and a run directory's config.yaml against it."""
+    path = Path(path)
+    run_dir = path if path.is_dir() else None
+    if run_dir is not None:
+        path = path / "checkpoint.npz"
+    header, arrays = load_checkpoint(path)
+    check_header(path, header)
+    try:
+        config = parse_config(header["config"])
+    except ConfigError as err:
+        raise ConfigError(f"{path}: header.config.{err}") from None
+    try:
+        saved = Plan.from_data({"plan": header["plan"]})
+    except ConfigError as err:  # its messages name plan.<field>
+        raise ConfigError(f"{path}: header.{err}") from None
+    if run_dir is not None:
+        _check_run_config(run_dir, config)
+    return path, header, arrays, config, saved
+
+
+def restore_state(path: Path, header: dict, arrays: dict[str, np.ndarray], parts, counters) -> None:
+    """Loads a checkpoint read by read_checkpoint into freshly built parts and counters, after
+    checking its arrays and values against what those parts hold."""
+    capacity = parts.config.replay.capacity
+    check_state(path, "learner", header["learner"], arrays, parts.learner.state_dict(), capacity)
+    check_state(path, "replay", header["replay"], arrays, parts.replay.state_dict(), capacity)
+    parts.learner.load_state_dict(join_state("learner", header["learner"], arrays))
+    parts.replay.load_state_dict(join_state("replay", header["replay"], arrays))
+    parts.policy.load(parts.learner.policy_weights())
+    counters.load(header["counters"])
+    if "rng" in header:  # checkpoints from before RNG states were saved have none
+        parts.rng.bit_generator.state = header["rng"]["agent"]
+        parts.actor_rng_state = header["rng"]["actor"]
+
+
+def _check_run_config(run_dir: Path, config: ExperimentConfig) -> None:
+    """A run directory's config.yaml says what its checkpoint holds (a checkpoint copied in from
+    another run must not resume as that run)."""
+    written = run_dir / "config.yaml"
+    if not written.is_file():
+        return
+    mine, theirs = _flat(parse_config(read_yaml(written), str(written)).to_dict()), _flat(config.to_dict())
+    for key in sorted(mine.keys() | theirs.keys()):
+        if mine.get(key) != theirs.get(key):
+            raise ConfigError(f"{written}: {key} is {mine.get(key)!r} but checkpoint.npz holds a run with "
+                              f"{theirs.get(key)!r}: they are not one run")
+
+
+def _flat(data: dict, at: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        name = f"{at}.{key}" if at else key
+        out.update(_flat(value, name) if isinstance(value, dict) else {name: value})
+    return out
+

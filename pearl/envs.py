@@ -119,3 +119,23 @@ def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tupl
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
     return int(obs_space.shape[0]), int(action_space.shape[0])
+
+
+def episode_returns(env_id: str, act, episodes: int, seed: int) -> list[float]:
+    """The returns of `episodes` episodes of a fresh env seeded `seed`, `seed + 1`, ..., acting
+    with `act(observation) -> the env's action`."""
+    env = make_env(env_id, seed)
+    returns = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, done = 0.0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(act(obs))
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return returns
+

@@ -46,15 +46,17 @@ class RunLog:
         elapsed = time.perf_counter() - self.start
         return (env_steps - self.start_steps) / elapsed if elapsed > 0 else 0.0
 
-    def __call__(self, counters, epsilon: float, eval_return: float | None = None) -> None:
-        """A row of `counters` (pearl.runtime.counters.Counters) if one is due or an eval is given."""
+    def __call__(self, counters, epsilon, eval_return: float | None = None) -> None:
+        """A row of `counters` (pearl.runtime.counters.Counters) if one is due or an eval is given;
+        `epsilon(env_steps)`: the act schedule (called only for a row: it costs as much as the
+        rest of a round's bookkeeping)."""
         if counters.env_steps < self.next_row and eval_return is None:
             return
         self.next_row = counters.env_steps - counters.env_steps % self.interval + self.interval
         row = {
             "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
             "mean_return_100": _round(counters.mean_return()), "eval_return": _round(eval_return),
-            "loss": _round(counters.take_mean_loss(), 6), "epsilon": round(epsilon, 4),
+            "loss": _round(counters.take_mean_loss(), 6), "epsilon": round(epsilon(counters.env_steps), 4),
             "steps_per_s": round(self.steps_per_s(counters.env_steps), 1),
             "wall_s": round(time.perf_counter() - self.start, 2),
         }

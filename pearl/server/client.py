@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
+from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
 from pearl.server.wire import (FLAG_MASSES, INLINE_BYTES, ErrorCode, Header, Op, column_array, column_buffers,
                                pack, unpack_header)
@@ -235,6 +236,7 @@ class _Writer:
         self._acknowledge(header)
 
 
+@implements(ReplayTable)
 class ReplayClient:
     """A replay table on a replay server, used through the local table's interface."""
 
