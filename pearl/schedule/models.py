@@ -10,6 +10,7 @@ this module imports nothing of pearl's but the schedule arithmetic) and the plan
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from pearl.schedule import allowance
@@ -39,7 +40,7 @@ class Step:
     host_busy_cores: float = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
 
 
-class ScheduleModel:
+class ScheduleModel(ABC):
     """One runtime's schedule. `lanes`: lane -> the tasks (step_us keys) that run on it."""
 
     name = ""
@@ -50,8 +51,9 @@ class ScheduleModel:
         an act round's E for a runtime that inserts after each round."""
         return cand.envs, cand.envs
 
+    @abstractmethod
     def step(self, figures: StepFigures, cand, costs) -> Step:
-        raise NotImplementedError
+        """The step time, its bottleneck task and sides from the tasks' figures per env step."""
 
 
 def _largest_task(figures: StepFigures, tasks) -> str:
