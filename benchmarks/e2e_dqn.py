@@ -7,14 +7,17 @@ Both agents train with the same hyperparameters (vanilla DQN, no double Q):
     hard target copy every 500 env steps (tau=1.0), gamma 0.99, Adam (same lr),
     epsilon 1.0 -> 0.05 over the first 10% of training, max_grad_norm 10, Huber loss.
 
-For each seed the wall time of `train()` / `learn()` alone is measured (construction and
-evaluation excluded), giving env steps/s and learner updates/s; then each trained agent is
-evaluated greedily over 10 episodes. The order alternates per seed (PEARL first on even seeds,
-SB3 first on odd ones). Target (issue 6; the foundation issue asked 3x): PEARL >= 10x SB3's env
-steps/s at the same updates per env step, with a median final return no
-worse than SB3's.
+Fairness (benchmarks/side_by_side.py): one untimed warm-up run of every side first; then for each
+seed the wall time of `train()` / `learn()` alone (construction and evaluation excluded), the sides
+back to back in an order rotating per seed; SB3 at 1 and 2 torch threads, its best median the
+rival; every trained agent evaluated by the same function on the same 20 greedy initial states.
+With `--baseline-runtime sequential` PEARL's sequential runtime runs as another side, so a parallel
+runtime's gain over it comes from the same run. Targets (issue 19, `--runtime processes`): PEARL
+>= 20x SB3's env steps/s (median), every seed >= 15x, median final return no worse than SB3's,
+>= 1.8x PEARL's own sequential runtime; (issue 6, sequential) >= 10x.
 
     python benchmarks/e2e_dqn.py                 # 3 seeds x 50k steps (a few minutes on 2 cores)
+    python benchmarks/e2e_dqn.py --runtime processes --baseline-runtime sequential
     python benchmarks/e2e_dqn.py --quick         # smoke test: 1 seed x 5k steps
     python benchmarks/e2e_dqn.py --json out.json
 """
@@ -23,14 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (add_common_arguments, check_common_arguments, print_seed_table,  # noqa: E402
-                          run_alternating, sb3_greedy_returns, time_pearl, versions)  # (benchmarks/ is the script's own directory)
+from side_by_side import (add_common_arguments, best_rival, check_common_arguments,  # noqa: E402
+                          load_average, machine_header, machine_info, median_of, print_seed_table,
+                          ratios_per_seed, run_alternating, sb3_name, time_pearl, time_sb3, versions,
+                          warm_up)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "CartPole-v1"
 HIDDEN = [64, 64]
@@ -42,31 +45,38 @@ TARGET_UPDATE = 500
 GAMMA = 0.99
 EPS_INITIAL, EPS_FINAL, EPS_FRACTION = 1.0, 0.05, 0.1
 MAX_GRAD_NORM = 10.0
-EVAL_EPISODES = 10
 MAX_RETURN = 500.0  # CartPole-v1's episode cap
-TARGET_SPEEDUP = 10.0
+TARGET_SPEEDUP = {"sequential": 10.0, "threaded": 10.0, "processes": 20.0}  # issues 6 and 19
+TARGET_SEED_SPEEDUP = 15.0  # issue 19: every seed, processes runtime
+TARGET_OVER_SEQUENTIAL = 1.8  # issue 19: a parallel runtime over PEARL's own sequential one
+WARMUP_SEED = 10_000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(p, steps=50_000, quick_steps=5000)
+    add_common_arguments(p, steps=50_000, quick_steps=5000, warmup_steps=3000)
     # 2e-3 gave the best median final return for both among 2.5e-4 .. 4e-3 (seeds 0-2, 50k steps);
     # neither implementation solves CartPole (500) reliably in 50k steps with this vanilla-DQN setup.
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate for both (default: 2e-3)")
     p.add_argument("--runtime", choices=["sequential", "threaded", "processes"], default="sequential",
                    help="PEARL's runtime: the sequential loop, a learner thread beside the actor, or actor "
                         "processes beside the learner (default: sequential)")
+    p.add_argument("--baseline-runtime", choices=["sequential", "threaded", "processes"],
+                   help="also run PEARL with this runtime as another side (e.g. sequential, to measure a "
+                        "parallel runtime's gain in the same run)")
     p.add_argument("--actors", type=int, default=1,
                    help="actor processes with --runtime processes, one env each (default: 1, SB3's one env)")
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=5000)
     if args.actors < 1 or (args.actors > 1 and args.runtime != "processes"):
         p.error(f"--actors: expected 1, or more with --runtime processes; got {args.actors}")
+    if args.baseline_runtime == args.runtime:
+        p.error(f"--baseline-runtime: expected a runtime other than --runtime ({args.runtime})")
     return args
 
 
 def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str,
-              runtime: str = "sequential", actors: int = 1, device: str = "cpu") -> dict:
+              runtime: str = "sequential", actors: int = 1, device: str = "cpu", episodes: int = 20) -> dict:
     import pearl
     from pearl.plan import Plan
 
@@ -79,10 +89,12 @@ def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: st
         replay="uniform", capacity=BUFFER, device=device, learner_kernel=learner_kernel,
         envs_per_actor=1, torch_threads=threads, plan=Plan(batch_size=BATCH, learner_kernel=learner_kernel, runtime=runtime,
                                                             actors=actors, devices={**Plan().devices, "learn": device}))
-    return time_pearl(agent, steps, threads, EVAL_EPISODES)
+    row = time_pearl(agent, steps, threads, episodes)
+    row["runtime"] = runtime
+    return row
 
 
-def run_sb3(seed: int, steps: int, lr: float, threads: int, device: str = "cpu") -> dict:
+def run_sb3(seed: int, steps: int, lr: float, threads: int, device: str = "cpu", episodes: int = 20) -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN
@@ -96,54 +108,52 @@ def run_sb3(seed: int, steps: int, lr: float, threads: int, device: str = "cpu")
         exploration_final_eps=EPS_FINAL, max_grad_norm=MAX_GRAD_NORM,
         policy_kwargs={"net_arch": list(HIDDEN), "activation_fn": torch.nn.ReLU},
         verbose=0, seed=seed, device=device)
-    torch.set_num_threads(threads)
-    started = time.perf_counter()
-    model.learn(total_timesteps=steps, progress_bar=False)
-    wall = time.perf_counter() - started
-    returns = sb3_greedy_returns(model, ENV_ID, seed, EVAL_EPISODES)  # PEARL's evaluation starts
-    env_steps, updates = int(model.num_timesteps), int(model._n_updates)
-    recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
-    return {
-        "impl": "sb3", "seed": seed, "env_steps": env_steps, "updates": updates,
-        "wall_s": wall, "steps_per_s": env_steps / wall, "updates_per_s": updates / wall,
-        "eval_mean": float(statistics.fmean(returns)), "eval_std": float(statistics.pstdev(returns)),
-        "eval_returns": [float(r) for r in returns],
-        "train_mean_return_100": float(statistics.fmean(recent)) if recent else None,
-    }
+    return time_sb3(model, ENV_ID, seed, steps, threads, episodes)
 
 
-def summarize(results: list[dict]) -> dict:
-    def median(impl, key):
-        return float(statistics.median(r[impl][key] for r in results))
-
-    ours_sps, sb3_sps = median("pearl", "steps_per_s"), median("sb3", "steps_per_s")
-    ours_ups, sb3_ups = median("pearl", "updates_per_s"), median("sb3", "updates_per_s")
-    ours_ret, sb3_ret = median("pearl", "eval_mean"), median("sb3", "eval_mean")
-    ratio = ours_sps / sb3_sps
-    speed_ok = ratio >= TARGET_SPEEDUP
+def summarize(results: list[dict], runtime: str) -> dict:
+    rival = best_rival(results)
+    ratios = ratios_per_seed(results, "pearl", rival)
+    ratio = median_of(results, "pearl", "steps_per_s") / median_of(results, rival, "steps_per_s")
+    ours_ret, sb3_ret = median_of(results, "pearl", "eval_mean"), median_of(results, rival, "eval_mean")
+    target = TARGET_SPEEDUP[runtime]
+    speed_ok = ratio >= target and (runtime != "processes" or min(ratios) >= TARGET_SEED_SPEEDUP)
     # "No worse": at least SB3's median; both at the CartPole-v1 cap (500) counts as a tie.
     return_ok = ours_ret >= sb3_ret or (ours_ret >= MAX_RETURN and sb3_ret >= MAX_RETURN)
-    return {
-        "median_steps_per_s_pearl": ours_sps, "median_steps_per_s_sb3": sb3_sps, "ratio_steps_per_s": ratio,
-        "median_updates_per_s_pearl": ours_ups, "median_updates_per_s_sb3": sb3_ups,
-        "ratio_updates_per_s": ours_ups / sb3_ups,
-        "median_final_return_pearl": ours_ret, "median_final_return_sb3": sb3_ret,
+    summary = {
+        "rival": rival, "target_speedup": target,
+        "median_steps_per_s": {n: median_of(results, n, "steps_per_s") for n in results[0] if n != "order"},
+        "median_updates_per_s": {n: median_of(results, n, "updates_per_s") for n in results[0] if n != "order"},
+        "median_final_return": {n: median_of(results, n, "eval_mean") for n in results[0] if n != "order"},
+        "ratio_steps_per_s": ratio, "ratios_per_seed": ratios,
         "speed_ok": speed_ok, "return_ok": return_ok, "passed": speed_ok and return_ok,
     }
+    if "pearl-baseline" in results[0]:
+        over = ratios_per_seed(results, "pearl", "pearl-baseline")
+        summary["ratios_over_baseline_per_seed"] = over
+        summary["ratio_over_baseline"] = (median_of(results, "pearl", "steps_per_s")
+                                          / median_of(results, "pearl-baseline", "steps_per_s"))
+    return summary
 
 
-def print_summary(s: dict, n_seeds: int, steps: int) -> None:
-    print(f"\nsummary over {n_seeds} seed(s), {steps} env steps each (medians)")
-    print(f"  env steps/s   pearl {s['median_steps_per_s_pearl']:9.0f}   sb3 {s['median_steps_per_s_sb3']:9.0f}"
-          f"   ratio pearl/sb3 {s['ratio_steps_per_s']:.2f}x")
-    print(f"  updates/s     pearl {s['median_updates_per_s_pearl']:9.0f}   sb3 {s['median_updates_per_s_sb3']:9.0f}"
-          f"   ratio pearl/sb3 {s['ratio_updates_per_s']:.2f}x")
-    print(f"  final return  pearl {s['median_final_return_pearl']:9.1f}   sb3 {s['median_final_return_sb3']:9.1f}"
-          f"   (greedy, {EVAL_EPISODES} episodes)")
+def print_summary(s: dict, n_seeds: int, steps: int, episodes: int, runtime: str) -> None:
+    rival = s["rival"]
+    print(f"\nsummary over {n_seeds} seed(s), {steps} env steps each (medians); rival: {rival} "
+          f"(SB3's best thread count here)")
+    for name, sps in s["median_steps_per_s"].items():
+        print(f"  {name:<16} env steps/s {sps:9.0f}   updates/s {s['median_updates_per_s'][name]:8.0f}   "
+              f"final return {s['median_final_return'][name]:6.1f} (greedy, {episodes} episodes)")
+    print(f"  pearl/{rival} env steps/s per seed " + ", ".join(f"{r:.2f}x" for r in s["ratios_per_seed"])
+          + f"; of the medians {s['ratio_steps_per_s']:.2f}x")
+    if "ratio_over_baseline" in s:
+        print(f"  pearl/pearl-baseline per seed " + ", ".join(f"{r:.2f}x" for r in s["ratios_over_baseline_per_seed"])
+              + f"; of the medians {s['ratio_over_baseline']:.2f}x (target >= {TARGET_OVER_SEQUENTIAL:g}x)")
     verdict = "PASS" if s["passed"] else "FAIL"
-    print(f"{verdict}: target pearl >= {TARGET_SPEEDUP:g}x sb3 env steps/s "
-          f"({s['ratio_steps_per_s']:.2f}x: {'ok' if s['speed_ok'] else 'no'}) and median final return "
-          f"no worse than sb3's ({s['median_final_return_pearl']:.1f} vs {s['median_final_return_sb3']:.1f}: "
+    seeds = f", every seed >= {TARGET_SEED_SPEEDUP:g}x" if runtime == "processes" else ""
+    print(f"{verdict}: target pearl ({runtime}) >= {s['target_speedup']:g}x {rival} env steps/s{seeds} "
+          f"({s['ratio_steps_per_s']:.2f}x, min seed {min(s['ratios_per_seed']):.2f}x: "
+          f"{'ok' if s['speed_ok'] else 'no'}) and median final return no worse "
+          f"({s['median_final_return']['pearl']:.1f} vs {s['median_final_return'][rival]:.1f}: "
           f"{'ok' if s['return_ok'] else 'no'})")
 
 
@@ -152,31 +162,47 @@ def main(argv=None) -> int:
     found = versions("e2e_dqn")
     if found is None:
         return 2
-    print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, "
-          f"lr {args.lr:g}, torch {found['torch']} with {args.threads} thread(s), gymnasium {found['gymnasium']}")
-    results = run_alternating(args.seeds, {
-        "pearl": lambda seed: run_pearl(seed, args.steps, args.lr, args.threads, args.learner_kernel, args.runtime,
-                                       args.actors, args.device),
-        "sb3": lambda seed: run_sb3(seed, args.steps, args.lr, args.threads, args.device)}, print_seed_table)
+    machine = machine_info()
+    print(machine_header())
+    print(f"PEARL ({args.runtime}, {args.threads} torch thread(s)) vs SB3 {found['sb3']} (torch threads "
+          f"{args.sb3_threads}) DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, lr {args.lr:g}, "
+          f"torch {found['torch']}, gymnasium {found['gymnasium']}")
 
-    summary = summarize(results)
-    print_summary(summary, len(args.seeds), args.steps)
+    def pearl_side(runtime):
+        return lambda seed, steps=args.steps: run_pearl(seed, steps, args.lr, args.threads, args.learner_kernel,
+                                                        runtime, args.actors if runtime == "processes" else 1,
+                                                        args.device, args.eval_episodes)
+
+    runners = {"pearl": pearl_side(args.runtime)}
+    if args.baseline_runtime:
+        runners["pearl-baseline"] = pearl_side(args.baseline_runtime)
+    for threads in args.sb3_threads:
+        runners[sb3_name(threads)] = (lambda seed, steps=args.steps, t=threads:
+                                      run_sb3(seed, steps, args.lr, t, args.device, args.eval_episodes))
+    warm_up(runners, WARMUP_SEED, args.warmup_steps)
+    results = run_alternating(args.seeds, runners, print_seed_table)
+
+    summary = summarize(results, args.runtime)
+    print_summary(summary, len(args.seeds), args.steps, args.eval_episodes, args.runtime)
+    machine["load_average_end"] = load_average()
+    print(f"load average at the end: {machine['load_average_end']}")
 
     if args.json:
         out = {
             "benchmark": "e2e_dqn", "env": ENV_ID,
             "setup": {"steps": args.steps, "seeds": args.seeds, "lr": args.lr, "threads": args.threads,
+                      "sb3_threads": args.sb3_threads, "warmup_steps": args.warmup_steps,
                       "hidden": HIDDEN, "activation": "relu", "buffer": BUFFER, "batch_size": BATCH,
                       "learning_starts": LEARNING_STARTS, "updates_per_step": 1.0 / TRAIN_FREQ,
                       "target_update_interval": TARGET_UPDATE, "tau": 1.0, "gamma": GAMMA, "double": False,
                       "exploration": {"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
-                      "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": EVAL_EPISODES,
+                      "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": args.eval_episodes,
                       "pearl_learner_kernel": args.learner_kernel, "pearl_runtime": args.runtime,
+                      "pearl_baseline_runtime": args.baseline_runtime,
                       "pearl_actors": args.actors, "device": args.device},
             "versions": {"python": platform.python_version(), "torch": found["torch"],
                          "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
-            "machine": {"platform": platform.platform(), "processor": platform.processor()},
-            "per_seed": results, "summary": summary,
+            "machine": machine, "per_seed": results, "summary": summary,
         }
         path = Path(args.json)
         if path.parent != Path(""):
