@@ -37,6 +37,10 @@ class Plan:
     # processes runtime: sample the next batch and apply the previous batch's priority update on a
     # second thread while the learner learns (the priorities a batch is drawn with lag one update)
     prefetch: bool = False
+    # processes runtime: the learner steps its own actor while the actor processes start (an
+    # interpreter, imports and the first compiled-kernel load: ~1 s of CPU each), so a run does
+    # not wait for them; it hands over to them once every one has committed its first round
+    act_while_actors_start: bool = True
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
 
     def check(self) -> None:

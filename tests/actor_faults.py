@@ -11,3 +11,14 @@ class ActorThatRaises(Actor):
         if self.steps_taken == self.FAIL_AT_STEP:
             raise ValueError("the environment's simulator lost its licence")
         return super().step(epsilon)
+
+
+class ActorThatCannotStart(Actor):
+    """Builds in the learner's process, fails in an actor process (isolated interpreters, `-I`)."""
+
+    def __init__(self, *args, **kwargs):
+        import sys
+
+        if sys.flags.isolated:
+            raise RuntimeError("the environment's simulator found no licence server")
+        super().__init__(*args, **kwargs)

@@ -18,7 +18,9 @@ FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, h
 
 
 def in_processes(**plan):
-    return Plan(runtime="processes", **plan)
+    # the actor processes do every step: what these tests check is their pipeline (a run short
+    # enough for a test could otherwise be done by the learner's own actor while they start)
+    return Plan(runtime="processes", act_while_actors_start=False, **plan)
 
 
 def due(agent, ratio, learning_starts=500):
@@ -160,7 +162,9 @@ def test_cli_train_with_actor_processes(tmp_path, capsys):
     assert "processes runtime, 2 actors" in err
     result = json.loads((run_dir / "result.json").read_text())
     assert result["env_steps"] == 2000 and result["actor_restarts"] == 0
-    assert {"act", "act_wait", "insert", "sample", "learn"} <= set(result["task_us"])
+    tasks = set(result["task_us"])  # the actor processes' rounds, or the learner's own while they started
+    assert {"insert", "sample", "learn"} <= tasks and ({"act", "act_wait", "act_cpu"} <= tasks
+                                                       or "act_in_learner" in tasks)
     assert pearl.load(run_dir).plan.actors == 2
     assert main(["train", "--actors", "0"]) == 2
     assert capsys.readouterr().err.strip() == "pearl: error: --actors: expected an integer >= 1, got 0"
@@ -223,3 +227,36 @@ def test_actor_processes_feed_a_gpu_learner(replay_on_gpu):
     agent.train(2500)
     assert agent.env_steps == 2500 and agent.updates == due(agent, 0.25)
     assert len(agent.replay) == agent.env_steps
+
+
+def test_the_learner_acts_while_the_actor_processes_start():
+    """plan.act_while_actors_start (the default): the learner's own actor steps until every actor
+    process has committed its first round, then hands over at a multiple of actors x envs steps;
+    the run keeps the counts of one without it (none lost or duplicated, the exact ratio)."""
+    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime="processes", actors=2), **{**FAST, "updates_per_step": 0.5})
+    summary = agent.train(3001, time_tasks=True)
+    assert agent.env_steps == 3002  # the first multiple of 2 actors x 1 env at or past 3001
+    assert agent.updates == due(agent, 0.5)
+    assert agent.replay.inserted == agent.env_steps
+    stored = agent.replay.storage["obs"][:agent.replay.inserted]
+    assert len(np.unique(stored, axis=0)) == len(stored)
+    assert "act_in_learner" in summary["task_us"]  # the actors cannot be up at the first round
+
+
+@pytest.mark.parametrize("fault", ["raises", "cannot_start"])
+def test_an_actor_that_fails_while_the_learner_acts_still_fails_the_run(fault, monkeypatch):
+    import shutil
+    import sys
+
+    from actor_faults import ActorThatCannotStart
+
+    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime="processes"), **FAST)
+    if fault == "raises":
+        recipe = agent.parts.actor_recipe
+        agent.parts.actor_recipe = processes.ActorRecipe(ActorThatCannotStart, recipe.policy_factory, recipe.kwargs)
+        expected = "actor 0 failed:(.|\n)*no licence server"
+    else:
+        monkeypatch.setattr(sys, "executable", shutil.which("false"))
+        expected = "actor 0 exited with code 1 before it could report"
+    with pytest.raises(PearlError, match=expected):
+        agent.train(200)  # over before the actor could have started

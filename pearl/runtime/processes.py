@@ -51,7 +51,8 @@ from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
 from pearl.runtime.counters import Counters, Hooks
 from pearl.runtime.sequential import learn_one
-from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS, STOP, WAIT_NS, ActorChannel, WeightBoard
+from pearl.runtime.shared import (ACT_CPU_NS, ACT_NS, ALLOWED, CPU_SAMPLE, ROUNDS, STOP, WAIT_NS, ActorChannel,
+                                  WeightBoard)
 from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 RING_ROUNDS = 1024  # act rounds of transitions each ring holds
@@ -136,6 +137,9 @@ def actor_main() -> None:
     try:
         recipe.env_here()
         actor = recipe.build(seed)
+        # the first call of the policy's compiled kernels loads them (numba's first in a process:
+        # ~0.5 s): here, before the first commit tells the learner this actor is up
+        actor.choose(0.0)
         n_envs = len(actor.envs)
         counters = channel.counters
         weights = np.empty(board.n_weights, dtype=np.float32)
@@ -144,16 +148,28 @@ def actor_main() -> None:
         # an act round emits at most n_envs x n_step transitions (episode ends flush pending steps)
         room = n_envs * actor.nstep.n
         rounds, orphaned = 0, False
+        # What the learner last granted, and the actor's own time counters: read and written in
+        # shared memory only when needed (a read of a line the other core wrote is a cache miss)
+        allowed = 0
+        act_ns, wait_ns, cpu_ns = (int(counters[k]) for k in (ACT_NS, WAIT_NS, ACT_CPU_NS))  # a restart goes on
+        cpu_clock, cpu_started = time.thread_time_ns, 0
         while not counters[STOP] and not orphaned:
             waited, spins = clock(), 0
-            while (channel.steps + n_envs > counters[ALLOWED] or channel.free() < room
-                   or channel.episode_free() < n_envs) and not counters[STOP]:
+            while channel.steps + n_envs > allowed or channel.free() < room or channel.episode_free() < n_envs:
+                allowed = int(counters[ALLOWED])
+                if channel.steps + n_envs <= allowed and channel.free() >= room and channel.episode_free() >= n_envs:
+                    break
+                if counters[STOP]:
+                    break
                 spins = _wait(spins)
                 if spins % 1000 == 0 and os.getppid() != learner_pid:
                     orphaned = True  # the learner died: nobody will drain the ring
                     break
             if counters[STOP] or orphaned:
                 break
+            sampled = rounds % CPU_SAMPLE == 0
+            if sampled:
+                cpu_started = cpu_clock()
             started = clock()
             fresh = board.read(weights, version)
             if fresh != version:
@@ -161,10 +177,15 @@ def actor_main() -> None:
                 version = fresh
             transitions, finished = actor.step(board.epsilon)
             channel.put(transitions, finished, n_envs)
-            counters[ACT_NS] += clock() - started
-            counters[WAIT_NS] += started - waited
+            act_ns += clock() - started
+            wait_ns += started - waited
+            if sampled:
+                cpu_ns += (cpu_clock() - cpu_started) * CPU_SAMPLE
             rounds += 1
-            orphaned = rounds % 4096 == 0 and os.getppid() != learner_pid
+            if rounds % 64 == 0:
+                counters[ACT_NS], counters[WAIT_NS], counters[ACT_CPU_NS] = act_ns, wait_ns, cpu_ns
+                orphaned = rounds % 4096 == 0 and os.getppid() != learner_pid
+        counters[ACT_NS], counters[WAIT_NS], counters[ACT_CPU_NS] = act_ns, wait_ns, cpu_ns
         actor.close()
     except BaseException:
         channel.report_error(traceback.format_exc(limit=8))
@@ -224,6 +245,15 @@ class _ActorProcesses:
         text = self.channels[index].error()
         if text is not None:
             raise PearlError(f"actor {index} failed:\n{text.rstrip()}")
+
+    def raise_any_reported(self) -> None:
+        """After `stop`: an actor that failed while the learner's own actor did the run's steps
+        (it had not started yet) still fails the run."""
+        for index, process in enumerate(self.processes):
+            self._raise_reported(index)
+            if process is not None and process.returncode is not None and process.returncode > 0:
+                raise PearlError(f"actor {index} exited with code {process.returncode} before it could "
+                                 f"report (its output is above)")
 
     def check(self, done: Callable[[int], bool]) -> None:
         """Raises an actor's exception; restarts an actor that a signal killed (kill -9, a segfault,
@@ -343,7 +373,12 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     replay, learner, plan, schedule, rng = parts.replay, parts.learner, parts.plan, parts.schedule, parts.rng
     timer, clock = hooks.timer, time.perf_counter
     n, envs = plan.actors, plan.envs_per_actor
-    quota = math.ceil(steps / (n * envs)) * envs  # env steps per actor
+
+    def quota_left(local_steps: int) -> int:
+        """Env steps per actor that reach `steps` with those the learner's own actor took."""
+        return max(0, math.ceil((steps - local_steps) / (n * envs)) * envs)
+
+    quota = quota_left(0)
     ahead = allowance(schedule.updates_per_step, n, envs)
     start = counters.env_steps
     due = schedule.due
@@ -354,6 +389,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     board.publish(weights)
     board.epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
+    # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
+    # it hands over at a multiple of n x envs steps, so the run ends where it would without it
+    local = parts.actor if plan.act_while_actors_start else None
+    local_steps = 0
     for index, channel in enumerate(channels):
         channel.counters[ALLOWED] = min(quota, ahead)
     counters.actor_processes = actors  # while the run lasts: its actors' processes and rings
@@ -364,7 +403,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         counters.record_loss(loss)
         if sync_due(counters.updates, schedule.sync_interval):
             t0 = clock()
-            board.publish(learner.policy_weights())
+            weights = learner.policy_weights()
+            board.publish(weights)
+            if local is not None:
+                local.policy.load(weights)
             if timer:
                 timer.add("sync_weights", clock() - t0)
 
@@ -395,6 +437,18 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         prefetcher.start(pending, False)
         prefetcher.finish()
 
+    def act_here() -> None:
+        """One round of the learner's own actor, inserted at once (as the sequential runtime does)."""
+        nonlocal local_steps
+        t0 = clock()
+        transitions, finished = local.step(parts.algo.epsilon(counters.env_steps))
+        if transitions is not None:
+            replay.add(*transitions)
+        local_steps += envs
+        counters.record_episodes(finished)
+        if timer:
+            timer.add("act_in_learner", clock() - t0)
+
     def take_in(index: int) -> None:
         channel = channels[index]
         actor_steps, runs, finished = channel.take()
@@ -411,10 +465,17 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             actors.start(index)
         while True:
             previous = counters.env_steps
+            if local is not None:
+                if local_steps % (n * envs) == 0 and (all(c.counters[ROUNDS] for c in channels)
+                                                      or local_steps >= steps):
+                    local = None  # every actor is up (or the run is done): they take over
+                    quota = quota_left(local_steps)
+                else:
+                    act_here()
             t0 = clock()
             for index in range(n):
                 take_in(index)
-            counters.env_steps = start + sum(taken)
+            counters.env_steps = start + local_steps + sum(taken)
             replay.progress = counters.env_steps
             if timer and counters.env_steps > previous:
                 timer.add("insert", clock() - t0)
@@ -423,10 +484,12 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 learner.update_target()
             learn(due(counters.env_steps))
             board.epsilon = parts.algo.epsilon(counters.env_steps)
+            if local is not None:
+                quota = quota_left(local_steps)
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
             lead = max(lead, sum(c.totals()[2] for c in channels) - sum(taken))
-            finished_all = all(t >= quota for t in taken)
+            finished_all = local is None and all(t >= quota for t in taken)
             if counters.env_steps > previous:
                 spins = 0
                 if hooks.on_round is not None:
@@ -444,14 +507,23 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         # waits for the actors to stop and the shared memory to be unlinked.
         with interrupts_deferred():
             actors.stop()
-            if timer:
-                rounds = sum(int(c.counters[ROUNDS]) for c in channels)
+            try:
+                actors.raise_any_reported()
+            except PearlError as failure:
+                reported = failure
+            else:
+                reported = None
+            rounds = sum(int(c.counters[ROUNDS]) for c in channels)
+            if timer and rounds:
                 # the actors' own clocks: time in act rounds, and waiting for the allowance or ring space
                 timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
                 timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
+                timer.add("act_cpu", sum(int(c.counters[ACT_CPU_NS]) for c in channels) * 1e-9, rounds)
             actors.close()
             if prefetcher is not None:
                 prefetcher.close()
             counters.actor_processes = None
+    if reported is not None:
+        raise reported
     counters.actor_restarts, counters.actor_lead = actors.restarts, lead
     parts.policy.load(learner.policy_weights())  # the learner side's copy: no actor here synced it
