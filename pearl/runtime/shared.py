@@ -130,6 +130,8 @@ class ActorChannel(_Block):
         self.episodes = raw[layout.episodes_offset:].view(np.float64)[:2 * layout.episode_capacity].reshape(-1, 2)
         self._error = raw[layout.error_offset:layout.error_offset + ERROR_CAPACITY]
         self._totals = self.totals()  # the actor's running totals (its side only)
+        self._rounds = int(self.counters[ROUNDS])  # the actor's own commit count (it is the one writer)
+        self._rings = tuple(self.fields.values())
 
     @classmethod
     def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
@@ -173,20 +175,27 @@ class ActorChannel(_Block):
         committed, episodes, steps = self._totals
         if transitions is not None:
             count = len(transitions[0])
-            first = committed % self.layout.capacity
-            split = min(count, self.layout.capacity - first)
-            for ring, values in zip(self.fields.values(), transitions):
-                ring[first:first + split] = values[:split]
-                if split < count:  # wraps around the ring's end
+            capacity = self.layout.capacity
+            first = committed % capacity
+            if first + count <= capacity:  # (a round is a few rows: one per env, a few copies each)
+                end = first + count
+                for ring, values in zip(self._rings, transitions):
+                    ring[first:end] = values
+            else:  # wraps around the ring's end
+                split = capacity - first
+                for ring, values in zip(self._rings, transitions):
+                    ring[first:] = values[:split]
                     ring[:count - split] = values[split:]
             committed += count
         for episode_return, length in finished:
             self.episodes[episodes % self.layout.episode_capacity] = episode_return, length
             episodes += 1
-        self._totals = committed, episodes, steps + env_steps
-        rounds = int(self.counters[ROUNDS])
-        self.records[rounds % RECORDS] = self._totals
-        self.counters[ROUNDS] = rounds + 1  # the commit
+        steps += env_steps
+        self._totals = committed, episodes, steps
+        record = self.records[self._rounds % RECORDS]
+        record[0], record[1], record[2] = committed, episodes, steps
+        self._rounds += 1
+        self.counters[ROUNDS] = self._rounds  # the commit
 
     def report_error(self, text: str) -> None:
         """What an actor leaves for the learner before it exits on an exception (the tail of `text`
