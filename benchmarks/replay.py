@@ -7,6 +7,10 @@ Capacity 1M (filled), batch 256, obs dim 4 and 17. For each system, the median o
   per_sample      prioritized sample of 256 (indices, importance weights, gathered transitions)
   per_update      priority update of 256 sampled indices
   per_sample_update  per_sample followed by per_update (the learner's critical path)
+Each priority update writes fresh |TD| values, as a learner's does: drawn before the timed region
+(a pool of batches, cycled) from a realistic spread (log-normal, sigma 1.5: a few large errors,
+many small ones), never the same batch twice in a row; the stored priorities start from the same
+spread.
 Kernel rows (tree only, no transitions) show each backend's sum tree: sample(256) + update(256).
 The pearl-amper column is PEARL's approximate AMPER sampler (docs/AMPER.md) in the same replay.
 Rivals that are not installed or do not load are listed with the reason. Ratios are ours / theirs
@@ -18,8 +22,8 @@ in time (lower is faster), against the best rival of the same operation.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -29,6 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_us  # noqa: E402  (benchmarks/ is the script's own directory)
 
 BATCH = 256
+TD_POOL = 64  # batches of fresh |TD| values each timed update cycles through
+
+
+def fresh_td(rng, convert=lambda a: a):
+    """A function returning the next of TD_POOL pre-drawn |TD| batches (float32, as a learner's)."""
+    pool = [convert(rng.lognormal(0.0, 1.5, BATCH).astype(np.float32)) for _ in range(TD_POOL)]
+    return itertools.cycle(pool).__next__
 
 
 def transitions(rng, count: int, obs_dim: int):
@@ -52,20 +63,20 @@ def bench_pearl(capacity, obs_dim, repeats, backend):
     fill(uniform.add, capacity, obs_dim, rng)
     per = PrioritizedReplay(capacity, obs_dim, backend=backend)
     fill(per.add, capacity, obs_dim, rng)
-    per.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
-    td = np.abs(rng.normal(size=BATCH))
+    per.update_priorities(np.arange(capacity), rng.lognormal(0.0, 1.5, capacity))
+    td = fresh_td(rng)
     sampled = per.sample(BATCH, rng).indices.copy()
 
     def sample_update():
         batch = per.sample(BATCH, rng)
-        per.update_priorities(batch.indices, td)
+        per.update_priorities(batch.indices, td())
 
     return {
         "insert_1": median_us(lambda: uniform.add(*one), repeats),
         "insert_256": median_us(lambda: uniform.add(*many), repeats),
         "uniform_sample": median_us(lambda: uniform.sample(BATCH, rng), repeats),
         "per_sample": median_us(lambda: per.sample(BATCH, rng), repeats),
-        "per_update": median_us(lambda: per.update_priorities(sampled, td), repeats),
+        "per_update": median_us(lambda: per.update_priorities(sampled, td()), repeats),
         "per_sample_update": median_us(sample_update, repeats),
     }
 
@@ -131,18 +142,18 @@ def bench_cpprb(capacity, obs_dim, repeats):
     per = cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6)
     for rb in (uniform, per):
         fill(lambda *t, rb=rb: rb.add(**as_kwargs(t)), capacity, obs_dim, rng)
-    td = np.abs(rng.normal(size=BATCH))
+    td = fresh_td(rng, lambda a: a.astype(np.float64))
     sampled = per.sample(BATCH, beta=0.4)["indexes"].copy()
 
     def sample_update():
-        per.update_priorities(per.sample(BATCH, beta=0.4)["indexes"], td)
+        per.update_priorities(per.sample(BATCH, beta=0.4)["indexes"], td())
 
     return {
         "insert_1": median_us(lambda: uniform.add(**one), repeats),
         "insert_256": median_us(lambda: uniform.add(**many), repeats),
         "uniform_sample": median_us(lambda: uniform.sample(BATCH), repeats),
         "per_sample": median_us(lambda: per.sample(BATCH, beta=0.4), repeats),
-        "per_update": median_us(lambda: per.update_priorities(sampled, td), repeats),
+        "per_update": median_us(lambda: per.update_priorities(sampled, td()), repeats),
         "per_sample_update": median_us(sample_update, repeats),
     }
 
@@ -171,20 +182,20 @@ def bench_tianshou(capacity, obs_dim, repeats):
         rb.set_batch(filled)
         rb._size, rb._index = capacity, 0
     per.init_weight(np.arange(capacity))
-    per.update_weight(np.arange(capacity), rng.exponential(size=capacity))
-    td = np.abs(rng.normal(size=BATCH))
+    per.update_weight(np.arange(capacity), rng.lognormal(0.0, 1.5, capacity))
+    td = fresh_td(rng)
 
     sampled = per.sample(BATCH)[1].copy()
 
     def sample_update():
         _, indices = per.sample(BATCH)
-        per.update_weight(indices, td)
+        per.update_weight(indices, td())
 
     return {
         "insert_1": median_us(lambda: uniform.add(one), repeats),
         "uniform_sample": median_us(lambda: uniform.sample(BATCH), repeats),
         "per_sample": median_us(lambda: per.sample(BATCH), repeats),
-        "per_update": median_us(lambda: per.update_weight(sampled, td), repeats),
+        "per_update": median_us(lambda: per.update_weight(sampled, td()), repeats),
         "per_sample_update": median_us(sample_update, repeats),
     }
 
@@ -216,11 +227,11 @@ def bench_torchrl(capacity, obs_dim, repeats):
         out["per_unavailable"] = str(err).splitlines()[0]
         return out
     fill(lambda *t: per.extend(td_of(t)), capacity, obs_dim, rng)
-    td = torch.from_numpy(np.abs(rng.normal(size=BATCH)))
+    td = fresh_td(rng, torch.from_numpy)
 
     def sample_update():
         _, info = per.sample(return_info=True)
-        per.update_priority(info["index"], td)
+        per.update_priority(info["index"], td())
 
     out["per_sample"] = median_us(lambda: per.sample(), repeats)
     out["per_sample_update"] = median_us(sample_update, repeats)
@@ -242,7 +253,10 @@ def main(argv=None) -> int:
 
     from pearl.kernels.cpu import cpu_kernel_mode
 
-    results = {"capacity": args.capacity, "batch": BATCH, "machine": platform.platform(), "runs": {}}
+    from side_by_side import load_average, machine_header, machine_info
+
+    print(machine_header())
+    results = {"capacity": args.capacity, "batch": BATCH, "machine": machine_info(), "runs": {}}
     with cpu_kernel_mode():
         for obs_dim in args.obs_dims:
             print(f"\ncapacity {args.capacity:,}, batch {BATCH}, obs dim {obs_dim}: median us per call")
@@ -260,6 +274,8 @@ def main(argv=None) -> int:
         results["trees"] = trees
         for name, row in trees.items():
             print(f"  {name:<30} sample {row['tree_sample']:9.1f}   sample+update {row['tree_sample_update']:9.1f}")
+    results["machine"]["load_average_end"] = load_average()
+    print(f"load average at the end: {results['machine']['load_average_end']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
