@@ -167,7 +167,7 @@ def actor_main() -> None:
                     break
             if counters[STOP] or orphaned:
                 break
-            sampled = rounds % CPU_SAMPLE == 0
+            sampled = rounds % CPU_SAMPLE == 1  # (not round 0: a first round pays one-off costs)
             if sampled:
                 cpu_started = cpu_clock()
             started = clock()
