@@ -9,6 +9,7 @@ task call inside the real loop).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -50,6 +51,8 @@ def agent_for(config, cand, warmup_steps: int, total_steps: int):
     # the candidate decides what the plan and the config both say (replay kind, batch size, ...):
     # the config's values go back to their defaults so that the plan's are no conflict
     config, plan = replanned(apply_overrides(config, overrides), cand.to_plan(), cand.to_plan())
+    # what a window measures is the actor processes' steady state, not the learner acting while they start
+    plan = dataclasses.replace(plan, act_while_actors_start=False)
     agent = make_agent(config, plan)
     agent.train(warmup_steps)
     return agent

@@ -387,7 +387,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     actors = _ActorProcesses(parts, start, weights.size, quota)
     board, channels = actors.board, actors.channels
     board.publish(weights)
-    board.epsilon = parts.algo.epsilon(counters.env_steps)
+    board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
     # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
     # it hands over at a multiple of n x envs steps, so the run ends where it would without it
@@ -483,7 +483,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 learn(due(point))
                 learner.update_target()
             learn(due(counters.env_steps))
-            board.epsilon = parts.algo.epsilon(counters.env_steps)
+            epsilon = parts.algo.epsilon(counters.env_steps)
+            if epsilon != published_epsilon:  # a store to the line every actor reads each round
+                board.epsilon = published_epsilon = epsilon
             if local is not None:
                 quota = quota_left(local_steps)
             for index, channel in enumerate(channels):
