@@ -17,10 +17,34 @@ import yaml
 from pearl.config import ExperimentConfig, from_dict, parse_yaml, read_yaml
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.kernels.registry import TASKS, parse_device
+from pearl.kernels.registry import TASKS, backend, kind_of, parse_device
 
 # The six tasks of an off-policy training loop (docs/ARCHITECTURE.md); a Plan places each on a device.
 TASK_NAMES = TASKS
+
+
+@dataclass
+class ServerAccess:
+    """How this run's clients authenticate to a replay server a task is placed on
+    (`server:tcp://HOST:PORT`, kernels/server): CURVE with this client's certificate
+    (NAME.key_secret) and the server's public key (a certificate file or a z85 string), both from
+    `pearl replay-server --keygen`; or plaintext, for a private fabric only."""
+
+    plaintext: bool = False
+    client_secret: str = ""
+    server_public: str = ""
+
+    def check(self) -> None:
+        if self.plaintext and (self.client_secret or self.server_public):
+            raise ConfigError("plan.server: plaintext and CURVE keys (client_secret, server_public) are exclusive")
+        if not self.plaintext and not (self.client_secret and self.server_public):
+            raise ConfigError("plan.server: a replay server device needs client_secret and server_public (CURVE "
+                              "keys from `pearl replay-server --keygen`), or plaintext: true on a private fabric")
+        if self.client_secret and not Path(self.client_secret).is_file():
+            raise ConfigError(f"plan.server.client_secret: {self.client_secret}: no such file")
+        if self.server_public and not Path(self.server_public).is_file() and len(self.server_public) != 40:
+            raise ConfigError(f"plan.server.server_public: {self.server_public}: expected a certificate file or a "
+                              f"40-character z85 key")
 
 
 @dataclass
@@ -38,6 +62,7 @@ class Plan:
     # second thread while the learner learns (the priorities a batch is drawn with lag one update)
     prefetch: bool = False
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
+    server: ServerAccess = field(default_factory=ServerAccess)  # read when a task is on server:ADDR
 
     def check(self) -> None:
         from pearl.schedule import MANY_ACTORS, RUNTIMES
@@ -63,6 +88,8 @@ class Plan:
         from pearl.placement import check_platform_devices
 
         check_platform_devices(self.devices, self.platform)
+        if any(backend(kind_of(device)).addressed for device in self.devices.values()):
+            self.server.check()
 
     def device_of(self, task: str) -> str:
         return self.devices.get(task, "cpu")
