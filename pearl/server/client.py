@@ -54,6 +54,8 @@ class ClientAuth:
     plaintext: bool = True
     client_secret: str | None = None
     server_public: str | bytes | None = None
+    # or this client's key pair in memory, z85 (public, secret): keys a runtime made for one run
+    client_keys: tuple[bytes, bytes] | None = None
 
 
 class Connection:
@@ -75,7 +77,7 @@ class Connection:
         if not self.auth.plaintext:
             from pearl.server.keys import load_public, load_secret
 
-            public, secret = load_secret(self.auth.client_secret)
+            public, secret = self.auth.client_keys or load_secret(self.auth.client_secret)
             socket.curve_publickey, socket.curve_secretkey = public, secret
             socket.curve_serverkey = load_public(self.auth.server_public)
         socket.connect(self.address)

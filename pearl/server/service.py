@@ -103,6 +103,7 @@ class ReplayService:
         self.env_steps = 0           # from the writers' commit records
         self.updates = 0             # samples served under the ratio (one per learner update)
         self.acked: dict[int, int] = {}    # writer -> highest contiguous sequence number stored
+        self.writer_steps: dict[int, int] = {}  # writer -> env steps its stored chunks committed
         self.credit: dict[int, int] = {}   # writer -> env steps it may still commit (ratio only)
         self.durable: dict[int, int] = {}  # writer -> highest sequence number in the last checkpoint
         self.counts = {"inserts": 0, "rows_inserted": 0, "duplicates": 0, "samples": 0, "rows_sampled": 0,
@@ -222,6 +223,7 @@ class ReplayService:
         self.table.add(*values)
         self.acked[writer] = seq
         self.env_steps += steps
+        self.writer_steps[writer] = self.writer_steps.get(writer, 0) + steps
         self.table.progress = self.env_steps
         if self.config.ratio is not None:
             self.credit[writer] -= steps
@@ -351,6 +353,7 @@ class ReplayService:
         stats = {"size": int(self.table.size), "capacity": int(self.table.capacity),
                  "env_steps": self.env_steps, **self.counts, "rejected_by_code": dict(self.rejected_by_code),
                  "last_error": self.last_error, "writers": {str(k): v for k, v in self.acked.items()},
+                 "writer_steps": {str(k): v for k, v in self.writer_steps.items()},
                  "latency": {k: v.summary() for k, v in self.latency.items() if v.count},
                  "waiting_samples": len(self.waiting_samples), "waiting_credit": len(self.waiting_credit)}
         if self.table.size:
