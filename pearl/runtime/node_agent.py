@@ -146,12 +146,14 @@ class NodeAgent:
                 for index, channel in enumerate(channels):
                     channel.counters[ALLOWED] = min(quota, taken[index] + self.ahead)
                 if done:
-                    self.client.flush()
                     break
                 spins = 0 if moved else _wait(spins)
-                if time.perf_counter() - last_check > HEALTH_CHECK_S:
+                if time.perf_counter() - last_check > HEALTH_CHECK_S and not self.stopping.is_set():
                     actors.check(lambda index: taken[index] >= quota)
                     last_check = time.perf_counter()
+            # done, or stopping: what was sent is acknowledged (its credit was granted); what is
+            # still in `pending` was never committed to the server and is dropped with its env steps
+            self.client.flush()
         finally:
             actors.stop()
             with self.lock:

@@ -38,8 +38,9 @@ from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
-# an agent waiting for credit the stopped learner will not grant is killed after this
-STOP_WAIT_S = 5.0
+# after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
+# stop) before they are killed
+STOP_WAIT_S = 10.0
 
 
 def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
@@ -167,9 +168,16 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         clock = time.perf_counter
         last_poll = last_report = clock()
         rates = _Rates(nodes)
-        while not counters.stop_requested:
+        stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
+        while True:
+            if counters.stop_requested and stop_by is None:
+                # the agents stop taking from their rings and flush what they sent; the learner goes
+                # on taking what is due, so the run ends with the exact count over what they committed
+                for agent in agents:
+                    agent.stop.remote()
+                stop_by = clock() + STOP_WAIT_S
             # learn what is due over the env steps the server has counted
-            while counters.updates < schedule.due(known) and not counters.stop_requested:
+            while counters.updates < schedule.due(known):
                 t0 = clock()
                 batch = client.sample(schedule.batch_size)
                 t1 = clock()
@@ -201,6 +209,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                         finished[node] = ray.get(ref)
                         counters.record_episodes(finished[node]["episodes"])
                     except ray.exceptions.RayActorError as error:
+                        if stop_by is not None:  # stopping anyway: its acknowledged chunks are in
+                            finished[node] = {}
+                            continue
                         restarts += 1
                         if restarts > plan.ray.max_restarts * nodes:
                             raise PearlError(f"node agent {node} died and its restarts were used up: "
@@ -221,6 +232,8 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             _advance(counters, known, hooks)
             if len(finished) == nodes and counters.updates >= schedule.due(known):
                 break
+            if stop_by is not None and clock() > stop_by and counters.updates >= schedule.due(known):
+                break  # an agent that did not finish in time is killed below; its unacknowledged chunks are lost
             if known == previous and counters.updates >= schedule.due(known):
                 time.sleep(0.002)
     finally:
@@ -229,7 +242,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             for agent in agents:
                 agent.stop.remote()  # the agent stops its actor processes and unlinks their rings
             if runs:
-                ray.wait(list(runs), num_returns=len(runs), timeout=STOP_WAIT_S)
+                ray.wait(list(runs), num_returns=len(runs), timeout=STOP_WAIT_S if stop_by is None else 1)
             for agent in agents:
                 try:
                     ray.get(agent.close.remote(), timeout=5)
