@@ -7,8 +7,9 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   transitions to the replay server in chunks (pearl/server: sequence numbers, credits);
 - the replay server runs in this (the learner's) process around the run's own replay table, bound
   to this node's address, CURVE-authenticated with keys made for the run (the agents receive the
-  client key pair through Ray's control plane); the learner samples from it through a client with
-  the previous batch's priority update piggybacked (one round trip per update);
+  client key pair through Ray's control plane); the learner, in the same process, samples the table
+  directly under the server's lock with the server's ratio bookkeeping (ReplayService.sample_here:
+  no socket), the previous batch's priority update applied before each draw;
 - weights go out once per sync as one object-store put (`ray.put`) that every node agent reads; a
   sync due while the previous one is still being delivered is folded into the next one.
 No transition travels through a Ray call.
@@ -30,6 +31,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
@@ -37,6 +40,7 @@ from pearl.runtime.counters import Counters, Hooks
 from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
+IDLE_S = 0.0005  # the learner's nap when nothing is due (it reads the server's count in this process)
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
 # after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
 # stop) before they are killed
@@ -62,7 +66,8 @@ def connect(address: str) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
     else:
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=os.cpu_count(),
+        # "local": a new instance even where another cluster on this machine could be joined
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=os.cpu_count(),
                  object_store_memory=200 * 2**20, log_to_driver=True, configure_logging=False)
     return True
 
@@ -111,7 +116,6 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from pearl.runtime.node_agent import NodeAgent
-    from pearl.server.client import ClientAuth, ReplayClient
     from pearl.server.config import AuthConfig, RatioConfig, ServerConfig, TableConfig
     from pearl.server.server import ReplayServer
 
@@ -139,8 +143,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     limiter, replay.rate_limiter = replay.rate_limiter, None  # the server's credits keep the band
     server.start()
     agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
-    client = ReplayClient(server.address, ClientAuth(plaintext=False, client_keys=keys["client"],
-                                                     server_public=keys["server_public"]), timeout=120.0)
+    service, pending = server.service, None  # pending: the last batch's (indices, |td|), not applied yet
     weights = learner.policy_weights()
     spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
@@ -179,11 +182,15 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             # learn what is due over the env steps the server has counted
             while counters.updates < schedule.due(known):
                 t0 = clock()
-                batch = client.sample(schedule.batch_size)
+                with server.lock:  # the server thread handles the agents' inserts between our samples
+                    batch = service.sample_here(schedule.batch_size, pending)
+                pending = None
+                if service.outbox:  # credit the agents waited for: the server thread sends it
+                    server.wake()
                 t1 = clock()
                 loss, abs_td = learner.update(batch)
-                if replay.prioritized:
-                    client.update_priorities(batch.indices, abs_td)
+                if replay.prioritized:  # applied before the next draw, as a piggybacked update
+                    pending = (batch.indices.copy(), np.abs(abs_td, dtype=np.float32))
                 if hooks.timer:
                     hooks.timer.add("sample", t1 - t0)
                     hooks.timer.add("learn", clock() - t1)
@@ -196,7 +203,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                     published.due = True
                 if published.due:
                     published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
-                previous, known = known, max(known, client.progress)
+                previous, known = known, service.env_steps
                 targets += crossings(previous, known, schedule.target_interval)
                 _advance(counters, known, hooks)
             if clock() - last_poll > POLL_S or len(finished) == nodes:
@@ -226,8 +233,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if clock() - last_report > REPORT_S:
                 last_report = clock()
                 print(rates.line(), file=sys.stderr, flush=True)
-            stats_steps = int(client.stats()["env_steps"]) if counters.updates >= schedule.due(known) else known
-            previous, known = known, max(known, stats_steps)
+            previous, known = known, service.env_steps
             targets += crossings(previous, known, schedule.target_interval)
             _advance(counters, known, hooks)
             if len(finished) == nodes and counters.updates >= schedule.due(known):
@@ -235,7 +241,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if stop_by is not None and clock() > stop_by and counters.updates >= schedule.due(known):
                 break  # an agent that did not finish in time is killed below; its unacknowledged chunks are lost
             if known == previous and counters.updates >= schedule.due(known):
-                time.sleep(0.002)
+                time.sleep(IDLE_S)
     finally:
         with interrupts_deferred():
             counters.ray_agents = None
@@ -250,7 +256,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                     pass
                 ray.kill(agent, no_restart=True)
             remove_placement_group(group)
-            client.close()
+            if pending is not None:
+                with server.lock:
+                    service.update_priorities_here(*pending)
             server.stop()
             replay.rate_limiter = limiter
             keydir.cleanup()

@@ -114,6 +114,7 @@ class ReplayService:
         self.waiting_samples: deque = deque()   # (peer, header, update columns) a ratio holds back
         self.waiting_credit: dict[int, tuple] = {}  # writer -> (peer, need)
         self.snapshot = None                    # a checkpoint in progress (pearl/server/checkpoint.py)
+        self.outbox: list = []                  # replies made outside a request (sample_here), to send
         self.last_error = ""
 
     # ---- the replay ratio -------------------------------------------------------------------
@@ -325,6 +326,29 @@ class ReplayService:
         return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in
                        pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
                             columns)])
+
+    def sample_here(self, batch_size: int, update=None):
+        """A batch for a learner in the server's own process (the Ray runtime's, which hosts the
+        server around its table): the same ratio bookkeeping as a SAMPLE request, without the
+        socket. `update`: the previous batch's (indices, |td|), applied first. None if the ratio
+        (or the table's rate limiter) does not allow an update now. The credit replies it frees
+        go to `outbox`, which the server thread sends (ReplayServer.wake). Call under the server's lock."""
+        if update is not None:
+            self._apply_update(*update)
+        if not self._allowed(batch_size) or not self.table.size:
+            return None
+        batch = self.table.sample(batch_size, self.rng)
+        if self.config.ratio is not None:
+            self.max_lag_seen = max(self.max_lag_seen, self.due - self.updates)
+            self.updates += 1
+        self.counts["samples"] += 1
+        self.counts["rows_sampled"] += len(batch.indices)
+        self.outbox += self._grant_waiting()
+        return batch
+
+    def update_priorities_here(self, indices, td) -> None:
+        """A priority update from a learner in this process (under the server's lock)."""
+        self._apply_update(indices, td)
 
     def undo_sample(self) -> None:
         """A drawn batch could not be delivered (its learner left): it does not count as an update.
