@@ -1,7 +1,7 @@
 """The ray runtime against the processes runtime and RLlib's DQN, side by side from one run.
 
 DQN on CartPole-v1 with the shipped config (pearl/configs/cartpole_dqn.yaml: 0.25 updates per env
-step, batch 64, 64x64, n-step 3) for --steps env steps per run:
+step, batch 64, 64x64) at n-step --n-step (default 1) for --steps env steps per run:
 - processes: `--actors` actor processes of `--envs` envs beside the learner (one machine);
 - ray: the same actor count spread over a local Ray cluster of `--nodes` nodes
   (ray.cluster_utils.Cluster, every node on 127.0.0.1, 1 CPU each), a replay server in the learner;
@@ -32,13 +32,14 @@ def cpu_model() -> str:
         return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
 
 
-def pearl_run(plan, steps: int, seed: int) -> tuple[float, float, dict]:
+def pearl_run(plan, steps: int, seed: int, n_step: int) -> tuple[float, float, dict]:
     import pearl
     from pearl.config import default_config_path, load_config
     from pearl.api import make_agent
     from pearl.config import apply_overrides
 
-    config = apply_overrides(load_config(default_config_path()), {"total_steps": steps, "seed": seed})
+    config = apply_overrides(load_config(default_config_path()), {"total_steps": steps, "seed": seed,
+                                                                  "dqn.n_step": n_step})
     agent = make_agent(config, plan)
     marks = []
     started = time.perf_counter()
@@ -51,13 +52,13 @@ def pearl_run(plan, steps: int, seed: int) -> tuple[float, float, dict]:
     return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates}
 
 
-def rllib_run(steps: int, seed: int, runners: int, envs: int) -> tuple[float, float, dict]:
+def rllib_run(steps: int, seed: int, runners: int, envs: int, n_step: int) -> tuple[float, float, dict]:
     from ray.rllib.algorithms.dqn import DQNConfig
 
     config = (DQNConfig().environment("CartPole-v1")
               .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs)
               .training(train_batch_size=64, training_intensity=0.25 * 64, num_steps_sampled_before_learning_starts=1000,
-                        target_network_update_freq=500, n_step=3, lr=1e-3,
+                        target_network_update_freq=500, n_step=n_step, lr=1e-3,
                         replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "capacity": 100_000,
                                               "alpha": 0.0})  # alpha 0: uniform sampling, as ours
               .rl_module(model_config={"fcnet_hiddens": [64, 64]})
@@ -84,6 +85,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--rllib", action="store_true")
+    # 1, not the shipped 3: with n_step 3 and 8 envs per actor the processes runtime's replay rate
+    # limiter refuses a sample now and then on the loaded machine (RateLimitExceeded; also on main)
+    parser.add_argument("--n-step", type=int, default=1)
     args = parser.parse_args()
 
     import ray
@@ -92,7 +96,8 @@ def main() -> None:
     from pearl.plan import Plan, RayPlan
 
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
-    print(f"# DQN CartPole-v1 (shipped config), {args.steps} env steps per run, {args.actors} actors x {args.envs} envs")
+    print(f"# DQN CartPole-v1 (shipped config, n_step {args.n_step}), {args.steps} env steps per run, "
+          f"{args.actors} actors x {args.envs} envs")
     store = 150 * 2**20
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                             "object_store_memory": store, "include_dashboard": False})
@@ -106,11 +111,11 @@ def main() -> None:
     try:
         for seed in range(args.seeds):
             for name, plan in plans.items():
-                wall, steady, info = pearl_run(plan, args.steps, seed)
+                wall, steady, info = pearl_run(plan, args.steps, seed, args.n_step)
                 results[name].append((wall, steady))
                 print(f"seed {seed} {name:9s}: {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
             if args.rllib:
-                wall, steady, info = rllib_run(args.steps, seed, args.actors, args.envs)
+                wall, steady, info = rllib_run(args.steps, seed, args.actors, args.envs, args.n_step)
                 results["rllib"].append((wall, steady))
                 print(f"seed {seed} rllib    : {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
     finally:
