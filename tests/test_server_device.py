@@ -141,3 +141,49 @@ def test_the_estimator_prices_replay_on_a_server_over_the_wire():
     expected = 2 * (1000 - wire.LOOPBACK_LATENCY_US) * 1e-6 + batch_bytes / 0.1e9 - batch_bytes / (
         wire.LOOPBACK_BANDWIDTH_GB_S * 1e9)
     assert seconds - fast == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_hosting_learner_samples_in_process_and_frees_the_writers_credit():
+    """ReplayService.sample_here (the ray runtime's learner): the server's ratio without the
+    socket; the credit it frees reaches a waiting writer through the server thread (wake)."""
+    import threading
+    import time
+
+    from pearl.server.client import ReplayClient
+    from pearl.server.config import RatioConfig
+
+    config = ServerConfig(table=TableConfig(capacity=1000), bind="tcp://127.0.0.1:0",
+                          ratio=RatioConfig(updates_per_step=1.0, learning_starts=0, max_lag=4))
+    srv = ReplayServer(config).start()
+    service, updates = srv.service, 0
+    try:
+        writer = ReplayClient(srv.address, writer=7)
+
+        def write():
+            for chunk in range(10):
+                ids = np.arange(4 * chunk, 4 * chunk + 4, dtype=np.float32)
+                obs = np.repeat(ids[:, None], 4, axis=1)
+                writer.add(obs, np.zeros(4, np.int64), ids, obs, np.ones(4, np.float32))
+            writer.flush()
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while updates < 40 and time.monotonic() < deadline:
+            with srv.lock:
+                batch = service.sample_here(2)
+            if service.outbox:
+                srv.wake()
+            if batch is None:
+                time.sleep(0.001)
+                continue
+            assert batch.obs.shape == (2, 4)
+            updates += 1
+        thread.join(10)
+        assert not thread.is_alive() and updates == 40  # the writer could only finish on freed credit
+        assert service.env_steps == 40 and service.updates == 40 and service.max_lag_seen <= 4
+        with srv.lock:
+            assert service.sample_here(2) is None  # nothing more is due
+        writer.close()
+    finally:
+        srv.stop()
