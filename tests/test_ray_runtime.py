@@ -230,3 +230,17 @@ def test_ctrl_c_of_pearl_train_on_a_local_ray_checkpoints_and_leaves_nothing(tmp
         time.sleep(0.2)
     assert not [pid for pid in tree if Path(f"/proc/{pid}").exists()]  # Ray's processes, agents, actors
     assert not leaked_segments(before)
+
+
+def test_a_stopped_ray_run_resumes_to_its_total_with_the_exact_ratio(cluster, tmp_path):
+    agent = pearl.DQN("CartPole-v1", plan=on_ray(), **{**FAST, "total_steps": 2400})
+
+    def stop(a):
+        if a.env_steps > 800:
+            a.counters.stop_requested = True
+
+    agent.train(run_dir=tmp_path / "run", on_round=stop)
+    assert 800 < agent.env_steps < 2400 and agent.updates == due(agent)
+    resumed, summary = pearl.resume(tmp_path / "run")
+    assert resumed.env_steps >= 2400 and resumed.updates == due(resumed)
+    assert_stored_once(resumed)  # the checkpoint's replay contents went on, nothing stored twice
