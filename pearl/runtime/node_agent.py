@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
-from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS, STOP
+from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS
 
 
 class NodeAgent:

@@ -120,13 +120,12 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from pearl.server.server import ReplayServer
 
     plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
-    cfg = parts.config.algo_config
     nodes, n, envs = plan.ray.nodes, plan.actors, plan.envs_per_actor
     per_node = math.ceil(steps / (nodes * n * envs)) * envs * n  # env steps per node
     u = schedule.updates_per_step
     start = counters.env_steps
     fields = parts.transition_fields
-    obs_dtype, obs_shape = fields["obs"]
+    _, obs_shape = fields["obs"]
     action_dtype, action_shape = fields["actions"]
     table = TableConfig(kind=parts.config.replay.kind, capacity=replay.capacity, obs_dim=int(obs_shape[0]),
                         action_dtype=str(action_dtype), action_shape=tuple(action_shape))
@@ -141,18 +140,24 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     # the server's table is the run's own (the agent's checkpoint holds it); its counts go on from the run's
     server.service.env_steps, server.service.updates = counters.env_steps, counters.updates
     limiter, replay.rate_limiter = replay.rate_limiter, None  # the server's credits keep the band
-    server.start()
+    agents, runs, restarts, finished, group = [], {}, 0, {}, None
+    rates = _Rates(plan.ray.nodes)
+    try:
+        server.start()
+    except BaseException:
+        replay.rate_limiter = limiter
+        keydir.cleanup()
+        raise
     agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
     service, pending = server.service, None  # pending: the last batch's (indices, |td|), not applied yet
     weights = learner.policy_weights()
     spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
     ahead = allowance(u, nodes * n, envs)
-    alive = [node for node in ray.nodes() if node["Alive"]]
-    group = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD" if len(alive) >= nodes else "SPREAD")
-    agents, runs, restarts = [], {}, 0
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
     try:
+        alive = [node for node in ray.nodes() if node["Alive"]]
+        group = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD" if len(alive) >= nodes else "SPREAD")
         if not group.wait(timeout_seconds=120):
             raise PearlError(f"plan.ray.nodes: {nodes} nodes with 1 free CPU each were not available within 120 s "
                              f"(the cluster has {len(alive)} alive nodes)")
@@ -165,12 +170,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         published = _Publisher(agents)
         published.send(weights, parts.algo.epsilon(counters.env_steps))
         runs = {agents[node].run.remote(): node for node in range(nodes)}
-        finished: dict[int, dict] = {}
         targets: list[int] = []  # env steps crossed whose target updates are owed
         known = start  # the server's env steps as last heard
         clock = time.perf_counter
         last_poll = last_report = clock()
-        rates = _Rates(nodes)
         stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
         while True:
             if counters.stop_requested and stop_by is None:
@@ -255,7 +258,8 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 except Exception:  # a dead or stuck agent: killing it ends its actors (they see their parent go)
                     pass
                 ray.kill(agent, no_restart=True)
-            remove_placement_group(group)
+            if group is not None:
+                remove_placement_group(group)
             if pending is not None:
                 with server.lock:
                     service.update_priorities_here(*pending)
