@@ -73,6 +73,9 @@ class Connection:
             self.socket.close(linger=0)
         socket = self.context.socket(zmq.DEALER)
         socket.linger = 0
+        # a DEALER blocks a send while it has no peer (a server that is down, or refused our CURVE
+        # key during the handshake): bounded like a reply
+        socket.sndtimeo = int(self.timeout * 1000)
         socket.sndhwm = socket.rcvhwm = 10_000
         if not self.auth.plaintext:
             from pearl.server.keys import load_public, load_secret
@@ -86,7 +89,13 @@ class Connection:
     def send(self, frames) -> None:
         # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
         big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
-        self.socket.send_multipart(frames, copy=not big)
+        try:
+            self.socket.send_multipart(frames, copy=not big)
+        except zmq.Again:
+            waited = self.socket.sndtimeo / 1000
+            self.connect()
+            raise NoReply(f"the replay server at {self.address} took no message within {waited:g} s "
+                          f"(down, unreachable, or our key is not on its allow-list)") from None
 
     def recv(self, timeout: float | None = None):
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
@@ -109,7 +118,12 @@ class Connection:
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):
-        self.send(frames)
+        if timeout is not None:
+            self.socket.sndtimeo = int(timeout * 1000)
+        try:
+            self.send(frames)
+        finally:
+            self.socket.sndtimeo = int(self.timeout * 1000)
         return self.recv(timeout)
 
     def info(self, op: Op, timeout: float | None = None) -> dict:
