@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 
 from pearl.estimator.signatures import Cost, sum_tree_cost
-from pearl.kernels.registry import backend
+from pearl.kernels.registry import backend, kind_of
 
 # CartPole-v1's step + the actor's per-env bookkeeping, measured by `pearl profile` on the 2.6 GHz
 # CI machine (act at 16 envs / 16); an analytic act scales it by clock. Other envs cost more:
@@ -83,6 +83,10 @@ class Costs:
         seconds = self._measured(task, cand)
         if seconds is not None:
             return seconds, "measured"
+        if _on_wire(cand.device_of(task)):  # a replay server (estimator/wire.py)
+            from pearl.estimator.wire import task_seconds
+
+            return task_seconds(task, cand, self), "wire"
         device = self.platform.device(cand.device_of(task))
         if backend(device.kind).cost_source == "simulated":
             from pearl.estimator.fpga import task_cost
@@ -98,6 +102,8 @@ class Costs:
         the whole call when measured or on a cpu; the roofline part on cuda / opencl (a launch
         keeps the host busy, not the device); the kernel cycles on an FPGA."""
         seconds, source = self.task_seconds(task, cand)
+        if source == "wire":  # the server's machine computes it, not a device of this platform
+            return 0.0
         device = self.platform.device(cand.device_of(task))
         if source == "measured" or device.kind == "cpu":
             return seconds
@@ -213,9 +219,16 @@ class Costs:
                 continue
             if self.is_measured(src, cand) or self.is_measured(dst, cand):
                 continue
+            if any(_on_wire(d) for d in (a, b)):  # the wire model counts its own messages
+                continue
             if any(backend(self.platform.device(d).kind).cost_source == "simulated" for d in (a, b)):
                 continue
             seconds = sum(self.platform.link(x, y).transfer_s(nbytes)
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
             out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
         return out
+
+
+def _on_wire(device_id: str) -> bool:
+    """Whether `device_id` is a replay server's (a backend whose cost_source is "wire")."""
+    return backend(kind_of(device_id)).cost_source == "wire"

@@ -155,8 +155,8 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     utilisation, device_w = {}, {}
     host = platform.host
     for device_id, us in busy.items():
-        if device_id == "cpu":
-            continue
+        if device_id == "cpu" or sources.get("sample") == "wire" and device_id == cand.replay_device:
+            continue  # a replay server's power is its own machine's (estimator/wire.py)
         device = platform.device(device_id)
         util = min(1.0, active.get(device_id, 0.0) / total)
         utilisation[device_id] = util

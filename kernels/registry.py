@@ -1,6 +1,7 @@
 """The backend registry: one Backend per device kind (cpu, cuda, opencl, fpga, ...), each a
 subpackage of pearl.kernels whose light `backend.py` registers itself, found by kind. Device ids
-are parsed here once: `kind:index[@platform]` (`cpu` alone is `cpu:0`).
+are parsed here once: `kind:index[@platform]` (`cpu` alone is `cpu:0`), or `kind:ADDRESS` for a
+kind whose devices are network addresses (a replay server: `server:tcp://127.0.0.1:5555`).
 
 Adding a backend = a subpackage kernels/<kind>/ with a `backend.py` that calls
 `register(MyBackend())` (the registry finds it by scanning pearl.kernels), or `register(...)` from
@@ -33,8 +34,11 @@ class DeviceId:
     kind: str
     index: int = 0
     platform: str = ""
+    address: str = ""  # a kind whose devices are named by a network address (server:tcp://HOST:PORT)
 
     def __str__(self) -> str:
+        if self.address:
+            return f"{self.kind}:{self.address}"
         text = self.kind if self.kind == "cpu" and not self.index else f"{self.kind}:{self.index}"
         return f"{text}@{self.platform}" if self.platform else text
 
@@ -61,6 +65,9 @@ class Backend(ABC):
     # True when the replay tasks on this kind keep the whole table (storage too) on the device
     # and hand out batches there (cuda): the learner must then run on the same device.
     table_on_device: bool = False
+    # True when this kind's devices are named by an address (`kind:ADDRESS`, not `kind:index`) and
+    # the replay tasks there are a whole table served elsewhere: the builder asks `replay_table`.
+    addressed: bool = False
     # The platform-YAML keys a device of this kind takes beyond id, kind, name, power_w,
     # launch_us and notes: key -> required (pearl/platforms validates each key by its name).
     platform_keys: dict[str, bool] = {}
@@ -131,6 +138,12 @@ class Backend(ABC):
         """The `learn` task's kernel where this backend has its own (not the generic torch one)."""
         self._none(device, "learner kernel")
 
+    def replay_table(self, device: DeviceId, config, fields: dict, auth=None):
+        """A whole replay table on `device` with pearl.contracts.ReplayTable's interface (an
+        `addressed` kind: a client of a table served there). `config`: the run's ReplayConfig;
+        `fields`: the transition schema (name -> (dtype, shape)); `auth`: how to authenticate."""
+        self._none(device, "replay table")
+
 
 _BACKENDS: dict[str, Backend] = {}
 _scanned = False
@@ -182,11 +195,18 @@ def backend(kind: str) -> Backend:
 
 
 def parse_device(text, field: str = "device") -> DeviceId:
-    """'cpu', 'cuda', 'cuda:1', 'opencl:0', 'fpga:0@zcu104' -> DeviceId of a registered kind;
-    anything else is a one-line ConfigError naming `field`."""
-    expected = f"{field}: expected a device like cpu, cuda:0, opencl:0 or fpga:0, got {text!r}"
+    """'cpu', 'cuda', 'cuda:1', 'opencl:0', 'fpga:0@zcu104', 'server:tcp://127.0.0.1:5555' (an
+    `addressed` kind: the rest is its address, checked by its backend) -> DeviceId of a registered
+    kind; anything else is a one-line ConfigError naming `field`."""
+    expected = (f"{field}: expected a device like cpu, cuda:0, opencl:0, fpga:0 or server:tcp://HOST:PORT, "
+                f"got {text!r}")
     if not isinstance(text, str) or not text:
         raise ConfigError(expected)
+    head, colon, rest = text.partition(":")
+    if head in kinds() and backend(head).addressed:
+        if not colon or not rest:
+            raise ConfigError(f"{field}: expected {head}:ADDRESS (e.g. {head}:tcp://127.0.0.1:5555), got {text!r}")
+        return DeviceId(head, 0, "", rest)
     spec, _, platform = text.partition("@")
     kind, colon, index = spec.partition(":")
     if not kind.isidentifier() or (colon and not index.isdigit()) or (platform and not platform.strip()):

@@ -23,7 +23,7 @@ from pearl.envs import box_spaces, discrete_spaces, env_factory, env_module, imp
 from pearl.errors import ConfigError
 from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
-from pearl.kernels.registry import backend, kind_of
+from pearl.kernels.registry import backend, kind_of, parse_device
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
@@ -217,7 +217,8 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
                                 cfg.n_step, plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
-    replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
+    served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
+    replay = None if served.addressed else make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform))
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
@@ -227,5 +228,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))
     recipe = dataclasses.replace(family.actor_recipe(config, plan, policy_factory), modules=modules,
                                  env_factory=env_factory(config.env))
-    return Parts(config, plan, family, run_schedule, algo, learner, replay, policy, recipe,
-                 np.random.default_rng(config.seed))
+    parts = Parts(config, plan, family, run_schedule, algo, learner, replay, policy, recipe,
+                  np.random.default_rng(config.seed))
+    if replay is None:
+        parts.replay = served.replay_table(parse_device(plan.device_of("sample")), config.replay,
+                                           parts.transition_fields, plan.server)
+    return parts

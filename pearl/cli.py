@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from pearl.errors import PearlError, TrainingDiverged
+from pearl.runtime import CLUSTER_RUNTIMES
 from pearl.schedule import MANY_ACTORS, RUNTIMES
 
 EXIT_USAGE = 2
@@ -41,9 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--replay", help="replay kind: uniform, prioritized or amper (approximate PER)")
     train.add_argument("--learner-kernel", help="auto, fused (numpy, cpu) or torch")
     train.add_argument("--plan", help="a Plan YAML (task -> device, actors, batch sizes)")
-    train.add_argument("--runtime", choices=RUNTIMES,
+    train.add_argument("--runtime", choices=(*RUNTIMES, *CLUSTER_RUNTIMES),
                        help="override the plan's runtime (processes: actor processes beside the learner)")
     train.add_argument("--actors", type=int, help="actor processes (with --runtime processes)")
+    train.add_argument("--address", help="runtime ray: join the Ray cluster at auto or HOST:PORT (default: "
+                                         "start a local Ray instance)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "
                                          "(default: log.run_dir/<env>-<algo>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR",
@@ -245,10 +248,15 @@ def _train(args) -> int:
         plan = plan or Plan()
         plan = dataclasses.replace(plan, runtime=args.runtime or plan.runtime,
                                    actors=args.actors if args.actors is not None else plan.actors)
+    if args.address is not None:
+        if (plan or Plan()).runtime != "ray":
+            raise PearlError("--address: joins a Ray cluster for runtime: ray (give a ray plan or --runtime ray)")
+        plan = dataclasses.replace(plan, ray=dataclasses.replace(plan.ray, address=args.address))
     agent = make_agent(config, plan)
     config = agent.config
     actors = (f", {agent.plan.actors} actor{'s' if agent.plan.actors > 1 else ''}"
-              if agent.plan.runtime in MANY_ACTORS else "")
+              if agent.plan.runtime in MANY_ACTORS else
+              f", {agent.plan.ray.nodes} nodes x {agent.plan.actors} actors" if agent.plan.runtime == "ray" else "")
     print(f"pearl train: {config.algo} on {config.env}, {config.total_steps:,} steps, seed {config.seed}, "
           f"learner {agent.plan.device_of('learn')} ({agent.learner.kernel} kernel), "
           f"replay {config.replay.kind}, {agent.plan.runtime} runtime{actors} -> {run_dir}", file=sys.stderr)

@@ -30,7 +30,7 @@ def _or(items: list[str]) -> str:
 
 def _runs_on(task: str, workload) -> str:
     """'cpu or opencl:N': the registered kinds that run `task` for `workload`."""
-    return _or([b.kind if b.kind == "cpu" else f"{b.kind}:N" for b in backends()
+    return _or([b.kind if b.kind == "cpu" else f"{b.kind}:{'ADDR' if b.addressed else 'N'}" for b in backends()
                 if b.can_run(task, workload) is None])
 
 

@@ -17,10 +17,58 @@ import yaml
 from pearl.config import ExperimentConfig, from_dict, parse_yaml, read_yaml
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
-from pearl.kernels.registry import TASKS, parse_device
+from pearl.kernels.registry import TASKS, backend, kind_of, parse_device
 
 # The six tasks of an off-policy training loop (docs/ARCHITECTURE.md); a Plan places each on a device.
 TASK_NAMES = TASKS
+
+
+@dataclass
+class ServerAccess:
+    """How this run's clients authenticate to a replay server a task is placed on
+    (`server:tcp://HOST:PORT`, kernels/server): CURVE with this client's certificate
+    (NAME.key_secret) and the server's public key (a certificate file or a z85 string), both from
+    `pearl replay-server --keygen`; or plaintext, for a private fabric only."""
+
+    plaintext: bool = False
+    client_secret: str = ""
+    server_public: str = ""
+
+    def check(self) -> None:
+        if self.plaintext and (self.client_secret or self.server_public):
+            raise ConfigError("plan.server: plaintext and CURVE keys (client_secret, server_public) are exclusive")
+        if not self.plaintext and not (self.client_secret and self.server_public):
+            raise ConfigError("plan.server: a replay server device needs client_secret and server_public (CURVE "
+                              "keys from `pearl replay-server --keygen`), or plaintext: true on a private fabric")
+        if self.client_secret and not Path(self.client_secret).is_file():
+            raise ConfigError(f"plan.server.client_secret: {self.client_secret}: no such file")
+        if self.server_public and not Path(self.server_public).is_file() and len(self.server_public) != 40:
+            raise ConfigError(f"plan.server.server_public: {self.server_public}: expected a certificate file or a "
+                              f"40-character z85 key")
+
+
+@dataclass
+class RayPlan:
+    """`runtime: ray` (pearl/runtime/ray.py, docs/RAY.md): `nodes` node agents, one per Ray node
+    (a STRICT_SPREAD placement group), each running the plan's `actors` actor processes of
+    `envs_per_actor` envs and streaming their transitions to the replay server in chunks of at most
+    `chunk` transitions, `window` chunks in flight; the replay server runs in the learner's process
+    (`replay: learner`). `address`: "" starts a local Ray instance, "auto" or HOST:PORT joins a
+    cluster (`pearl train --address`). A node agent that dies is restarted up to `max_restarts` times."""
+
+    nodes: int = 1
+    replay: Literal["learner"] = "learner"
+    chunk: int = 256
+    window: int = 16
+    address: str = ""
+    max_restarts: int = 3
+
+    def check(self) -> None:
+        for name in ("nodes", "chunk", "window"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"plan.ray.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.max_restarts < 0:
+            raise ConfigError(f"plan.ray.max_restarts: expected an integer >= 0, got {self.max_restarts}")
 
 
 @dataclass
@@ -32,7 +80,8 @@ class Plan:
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
     replay: Literal["uniform", "prioritized", "amper"] | None = None  # None: the config's replay.kind
-    # a module of pearl/runtime (pearl.schedule.RUNTIMES): sequential, threaded, processes
+    # a module of pearl/runtime (pearl.schedule.RUNTIMES: sequential, threaded, processes; or
+    # pearl.runtime.CLUSTER_RUNTIMES: ray). ray: `actors` actor processes on each node
     runtime: str = "sequential"
     # processes runtime: sample the next batch and apply the previous batch's priority update on a
     # second thread while the learner learns (the priorities a batch is drawn with lag one update)
@@ -42,6 +91,8 @@ class Plan:
     # not wait for them; it hands over to them once every one has committed its first round
     act_while_actors_start: bool = True
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
+    server: ServerAccess = field(default_factory=ServerAccess)  # read when a task is on server:ADDR
+    ray: RayPlan = field(default_factory=RayPlan)  # read by runtime: ray
 
     def check(self) -> None:
         from pearl.schedule import MANY_ACTORS, RUNTIMES
@@ -56,17 +107,24 @@ class Plan:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"plan.{name}: expected an integer >= 1, got {value}")
-        if self.runtime not in RUNTIMES:
-            raise ConfigError(f"plan.runtime: expected one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
-        if self.actors != 1 and self.runtime not in MANY_ACTORS:
+        from pearl.runtime import CLUSTER_RUNTIMES
+
+        runtimes, many = (*RUNTIMES, *CLUSTER_RUNTIMES), (*MANY_ACTORS, *CLUSTER_RUNTIMES)
+        if self.runtime not in runtimes:
+            raise ConfigError(f"plan.runtime: expected one of {', '.join(runtimes)}, got {self.runtime!r}")
+        if self.actors != 1 and self.runtime not in many:
             raise ConfigError(f"plan.actors: the {self.runtime} runtime runs 1 actor, got "
-                              f"{self.actors} (runtime: {' or '.join(MANY_ACTORS)} runs several)")
+                              f"{self.actors} (runtime: {' or '.join(many)} runs several)")
+        if self.runtime == "ray":
+            self.ray.check()
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")
         from pearl.placement import check_platform_devices
 
         check_platform_devices(self.devices, self.platform)
+        if any(backend(kind_of(device)).addressed for device in self.devices.values()):
+            self.server.check()
 
     def device_of(self, task: str) -> str:
         return self.devices.get(task, "cpu")

@@ -81,8 +81,9 @@ def test_a_plan_on_the_new_backend_trains_like_the_numpy_tree(numpyref):
 def test_the_placement_rule_asks_the_new_backend(numpyref):
     plan = pearl.Plan(devices={**pearl.Plan().devices, **ON_NUMPYREF})
     with pytest.raises(ConfigError, match=r"plan.devices.insert: numpyref:0 has no insert kernel for dqn with "
-                                          r"uniform replay \(uniform replay runs on cpu or cuda:N, prioritized "
-                                          r"replay runs on cpu, cuda:N, fpga:N, numpyref:N or opencl:N"):
+                                          r"uniform replay \(uniform replay runs on cpu, cuda:N or server:ADDR, "
+                                          r"prioritized replay runs on cpu, cuda:N, fpga:N, numpyref:N, opencl:N or "
+                                          r"server:ADDR"):
         pearl.DQN("CartPole-v1", plan=plan, total_steps=1000)
     bad = pearl.Plan(devices={**pearl.Plan().devices, **{t: "numpyref:1" for t in REPLAY_TASKS}})
     with pytest.raises(ConfigError, match=r"plan.devices.sample: numpyref:1: no such device"):

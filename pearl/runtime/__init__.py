@@ -1,11 +1,17 @@
 """Runtimes run the built parts (pearl/build.py) for N env steps, keeping the counters and calling
 the hooks (pearl/runtime/counters.py). One module each, exposing `RUNTIME` (pearl.contracts.Runtime):
 `sequential` is the reference every other runtime must match, `threaded` runs the learner on a
-thread beside the actor, `processes` runs actor processes beside the learner. The schedule each
+thread beside the actor, `processes` runs actor processes beside the learner, `ray` runs them on
+the nodes of a Ray cluster, feeding a replay server. The schedule each
 keeps, its lag bound and its model for the estimator are pearl.schedule's."""
 from importlib import import_module
 
 from pearl.schedule import RUNTIMES  # noqa: F401  (a runtime has its lag bound and model there)
+
+# Runtimes beyond one machine (`ray`: pearl/runtime/ray.py): a Plan may name them, the contract
+# suite's one-machine runs and the estimator's schedule models do not cover them (their replay
+# ratio is the replay server's, tested in tests/test_ray_runtime.py).
+CLUSTER_RUNTIMES = ("ray",)
 
 
 def get(name: str):

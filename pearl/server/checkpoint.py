@@ -57,6 +57,7 @@ class Snapshot:
             "config_table": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(service.config.table).items()},
             "env_steps": service.env_steps, "updates": service.updates,
             "acked": {str(k): v for k, v in service.acked.items()},
+            "writer_steps": {str(k): v for k, v in service.writer_steps.items()},
             "credit": {str(k): v for k, v in service.credit.items()},
             "counts": dict(service.counts), "rng": service.rng.bit_generator.state,
             "fields": {name: {"dtype": str(v.dtype), "shape": list(v.shape[1:])} for name, v in self.fields.items()},
@@ -205,6 +206,7 @@ def restore(service, directory: str | Path, name: str | None = None) -> dict | N
     service.env_steps, service.updates = manifest["env_steps"], manifest["updates"]
     service.acked = {int(k): v for k, v in manifest["acked"].items()}
     service.durable = dict(service.acked)
+    service.writer_steps = {int(k): v for k, v in manifest.get("writer_steps", {}).items()}
     service.credit = {int(k): v for k, v in manifest["credit"].items()}
     service.counts.update({k: v for k, v in manifest["counts"].items() if k in service.counts})
     service.rng.bit_generator.state = manifest["rng"]

@@ -54,6 +54,8 @@ class ClientAuth:
     plaintext: bool = True
     client_secret: str | None = None
     server_public: str | bytes | None = None
+    # or this client's key pair in memory, z85 (public, secret): keys a runtime made for one run
+    client_keys: tuple[bytes, bytes] | None = None
 
 
 class Connection:
@@ -71,11 +73,14 @@ class Connection:
             self.socket.close(linger=0)
         socket = self.context.socket(zmq.DEALER)
         socket.linger = 0
+        # a DEALER blocks a send while it has no peer (a server that is down, or refused our CURVE
+        # key during the handshake): bounded like a reply
+        socket.sndtimeo = int(self.timeout * 1000)
         socket.sndhwm = socket.rcvhwm = 10_000
         if not self.auth.plaintext:
             from pearl.server.keys import load_public, load_secret
 
-            public, secret = load_secret(self.auth.client_secret)
+            public, secret = self.auth.client_keys or load_secret(self.auth.client_secret)
             socket.curve_publickey, socket.curve_secretkey = public, secret
             socket.curve_serverkey = load_public(self.auth.server_public)
         socket.connect(self.address)
@@ -84,7 +89,13 @@ class Connection:
     def send(self, frames) -> None:
         # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
         big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
-        self.socket.send_multipart(frames, copy=not big)
+        try:
+            self.socket.send_multipart(frames, copy=not big)
+        except zmq.Again:
+            waited = self.socket.sndtimeo / 1000
+            self.connect()
+            raise NoReply(f"the replay server at {self.address} took no message within {waited:g} s "
+                          f"(down, unreachable, or our key is not on its allow-list)") from None
 
     def recv(self, timeout: float | None = None):
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
@@ -107,11 +118,16 @@ class Connection:
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):
-        self.send(frames)
+        if timeout is not None:
+            self.socket.sndtimeo = int(timeout * 1000)
+        try:
+            self.send(frames)
+        finally:
+            self.socket.sndtimeo = int(self.timeout * 1000)
         return self.recv(timeout)
 
-    def info(self, op: Op) -> dict:
-        header, arrays = self.call(pack(Header(op)))
+    def info(self, op: Op, timeout: float | None = None) -> dict:
+        header, arrays = self.call(pack(Header(op)), timeout)
         return json.loads(arrays[0].tobytes().decode("utf-8"))
 
     def close(self) -> None:
@@ -242,11 +258,11 @@ class ReplayClient:
 
     def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
                  timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
-                 copy_batches: bool = True, retain: int = 1024):
+                 copy_batches: bool = True, retain: int = 1024, connect_timeout: float | None = None):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
         self.piggyback, self.copy_batches = piggyback, copy_batches
         self.learner = Connection(address, self.auth, timeout)
-        self.info = self.learner.info(Op.HELLO)
+        self.info = self.learner.info(Op.HELLO, connect_timeout)  # NoReply: no server answered
         self.capacity = int(self.info["capacity"])
         self.prioritized = bool(self.info["prioritized"])
         self._writer = None
@@ -313,6 +329,10 @@ class ReplayClient:
         return batch_from(arrays, self.copy_batches)
 
     def sample_raw(self, batch_size: int, timeout: float | None = None, flags: int = 0):
+        if self._writer is not None and self._writer.inflight:
+            # a client that writes and samples reads its own writes, as a local table does: the
+            # writer's socket and the learner's are two streams the server may serve in any order
+            self._writer.pump(wait_all=True)
         if self._pending is not None:
             indices, td = self._pending
             self._pending = None
@@ -364,3 +384,43 @@ class ReplayClient:
         self.learner.close()
         if self._writer is not None:
             self._writer.conn.close()
+
+
+def connect_table(address: str, kind: str, fields: dict, auth=None, connect_timeout: float = 10.0,
+                  field: str = "replay") -> ReplayClient:
+    """A ReplayClient (a writer stream of its own) of the server at `address` for a run whose
+    replay is `kind` with transition `fields` (name -> (dtype, shape)): a one-line ConfigError
+    naming `field` if no server answers, or it holds another table, or it keeps a replay ratio of
+    its own (the caller's runtime keeps the ratio). `auth`: plaintext, client_secret and
+    server_public (pearl.plan.ServerAccess); None: plaintext."""
+    import os
+
+    from pearl.errors import ConfigError
+
+    client_auth = ClientAuth(plaintext=True) if auth is None or auth.plaintext else ClientAuth(
+        plaintext=False, client_secret=auth.client_secret, server_public=auth.server_public)
+    # writer ids are per stream: a fresh random one never collides with a live writer of another run
+    writer = int.from_bytes(os.urandom(4), "little") % (2**32 - 1) + 1
+    try:
+        client = ReplayClient(address, client_auth, writer=writer, connect_timeout=connect_timeout)
+    except NoReply:
+        raise ConfigError(f"{field}: no replay server answered at {address} within {connect_timeout:g} s (not "
+                          f"running, unreachable, or our key is not on its allow-list)") from None
+    info = client.info
+    served = (info["kind"], (int(info["obs_dim"]),), np.dtype(info["action_dtype"]), tuple(info["action_shape"]))
+    wanted = (kind, tuple(fields["obs"][1]), np.dtype(fields["actions"][0]), tuple(fields["actions"][1]))
+    problem = None
+    if served != wanted:
+        problem = (f"the replay server at {address} holds {_describe(*served)}; this run needs "
+                   f"{_describe(*wanted)} (start it with matching table keys)")
+    elif info.get("ratio"):
+        problem = (f"the replay server at {address} keeps a replay ratio of its own; this run's runtime keeps "
+                   f"the ratio (start the server without `ratio`)")
+    if problem:
+        client.close()
+        raise ConfigError(f"{field}: {problem}")
+    return client
+
+
+def _describe(kind, obs_shape, action_dtype, action_shape) -> str:
+    return f"{kind} replay, obs {list(obs_shape)}, actions {action_dtype}{list(action_shape)}"

@@ -58,14 +58,32 @@ class ReplayServer:
             self.restored = restore(self.service, config.checkpoint_dir)
         self.address: str | None = None
         self.refused_keys = None
+        # held while the server thread handles a burst of requests; a learner in this process
+        # holds it around service.sample_here (the table has no lock of its own)
+        self.lock = threading.Lock()
+        self._waker = None  # this process's other thread's end of the wake-up pipe (wake())
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     # ---- the socket -------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Has the server thread send what waits in service.outbox now (from one other thread of
+        this process: the learner that called service.sample_here)."""
+        if self._waker is None:
+            self._waker = self._context.socket(zmq.PUSH)
+            self._waker.linger = 0
+            self._waker.sndhwm = 4
+            self._waker.connect(self._wake_address)
+        try:
+            self._waker.send(b"", zmq.NOBLOCK)
+        except zmq.Again:  # wake-ups already queued: the server thread is coming
+            pass
+
     def _open(self):
-        context = zmq.Context()
+        context = self._context = zmq.Context()
+        self._wake_address = f"inproc://pearl-replay-wake-{id(self)}"
         self._auth = None
         socket = context.socket(zmq.ROUTER)
         socket.linger = 0
@@ -101,20 +119,30 @@ class ReplayServer:
         service = self.service
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
+        wake = context.socket(zmq.PULL)  # wake(): replies in service.outbox to send now
+        wake.linger = 0
+        wake.bind(self._wake_address)
+        poller.register(wake, zmq.POLLIN)
         every = self.config.checkpoint_every_s
         next_checkpoint = time.monotonic() + every if every and self.config.checkpoint_dir else None
         self._ready.set()
         try:
             while not self._stop.is_set():
-                if poller.poll(POLL_MS):
+                events = dict(poller.poll(POLL_MS))
+                if wake in events:
+                    while wake.poll(0):
+                        wake.recv()
+                if events:
                     # drain what is queued before polling again (one poll per burst, not per message)
                     replies = []
-                    for _ in range(256):
-                        try:
-                            message = socket.recv_multipart(zmq.NOBLOCK, copy=self.copy_frames)
-                        except zmq.Again:
-                            break
-                        replies += self._handle(message)
+                    with self.lock:
+                        for _ in range(256 if socket in events else 0):
+                            try:
+                                message = socket.recv_multipart(zmq.NOBLOCK, copy=self.copy_frames)
+                            except zmq.Again:
+                                break
+                            replies += self._handle(message)
+                        replies, service.outbox = service.outbox + replies, []
                     self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
                     self._send(socket, service.snapshot.finish())
@@ -127,6 +155,7 @@ class ReplayServer:
             if service.snapshot is not None:
                 service.snapshot.join()
                 service.snapshot.finish()
+            wake.close(linger=0)
             socket.close(linger=0)
             if self._auth is not None:
                 self._auth.stop()
@@ -177,6 +206,9 @@ class ReplayServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        if self._waker is not None:
+            self._waker.close(linger=0)
+            self._waker = None
         if self._thread is not None:
             self._thread.join(timeout)
 

@@ -103,6 +103,7 @@ class ReplayService:
         self.env_steps = 0           # from the writers' commit records
         self.updates = 0             # samples served under the ratio (one per learner update)
         self.acked: dict[int, int] = {}    # writer -> highest contiguous sequence number stored
+        self.writer_steps: dict[int, int] = {}  # writer -> env steps its stored chunks committed
         self.credit: dict[int, int] = {}   # writer -> env steps it may still commit (ratio only)
         self.durable: dict[int, int] = {}  # writer -> highest sequence number in the last checkpoint
         self.counts = {"inserts": 0, "rows_inserted": 0, "duplicates": 0, "samples": 0, "rows_sampled": 0,
@@ -113,6 +114,7 @@ class ReplayService:
         self.waiting_samples: deque = deque()   # (peer, header, update columns) a ratio holds back
         self.waiting_credit: dict[int, tuple] = {}  # writer -> (peer, need)
         self.snapshot = None                    # a checkpoint in progress (pearl/server/checkpoint.py)
+        self.outbox: list = []                  # replies made outside a request (sample_here), to send
         self.last_error = ""
 
     # ---- the replay ratio -------------------------------------------------------------------
@@ -222,6 +224,7 @@ class ReplayService:
         self.table.add(*values)
         self.acked[writer] = seq
         self.env_steps += steps
+        self.writer_steps[writer] = self.writer_steps.get(writer, 0) + steps
         self.table.progress = self.env_steps
         if self.config.ratio is not None:
             self.credit[writer] -= steps
@@ -324,6 +327,29 @@ class ReplayService:
                        pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
                             columns)])
 
+    def sample_here(self, batch_size: int, update=None):
+        """A batch for a learner in the server's own process (the Ray runtime's, which hosts the
+        server around its table): the same ratio bookkeeping as a SAMPLE request, without the
+        socket. `update`: the previous batch's (indices, |td|), applied first. None if the ratio
+        (or the table's rate limiter) does not allow an update now. The credit replies it frees
+        go to `outbox`, which the server thread sends (ReplayServer.wake). Call under the server's lock."""
+        if update is not None:
+            self._apply_update(*update)
+        if not self._allowed(batch_size) or not self.table.size:
+            return None
+        batch = self.table.sample(batch_size, self.rng)
+        if self.config.ratio is not None:
+            self.max_lag_seen = max(self.max_lag_seen, self.due - self.updates)
+            self.updates += 1
+        self.counts["samples"] += 1
+        self.counts["rows_sampled"] += len(batch.indices)
+        self.outbox += self._grant_waiting()
+        return batch
+
+    def update_priorities_here(self, indices, td) -> None:
+        """A priority update from a learner in this process (under the server's lock)."""
+        self._apply_update(indices, td)
+
     def undo_sample(self) -> None:
         """A drawn batch could not be delivered (its learner left): it does not count as an update.
         (A table rate limiter's record of it stays: pearl.replay.RateLimiter has no un-record.)"""
@@ -351,6 +377,7 @@ class ReplayService:
         stats = {"size": int(self.table.size), "capacity": int(self.table.capacity),
                  "env_steps": self.env_steps, **self.counts, "rejected_by_code": dict(self.rejected_by_code),
                  "last_error": self.last_error, "writers": {str(k): v for k, v in self.acked.items()},
+                 "writer_steps": {str(k): v for k, v in self.writer_steps.items()},
                  "latency": {k: v.summary() for k, v in self.latency.items() if v.count},
                  "waiting_samples": len(self.waiting_samples), "waiting_credit": len(self.waiting_credit)}
         if self.table.size:

@@ -1,0 +1,179 @@
+"""A node agent of the ray runtime (pearl/runtime/ray.py): one per node, a Ray actor there.
+
+It runs that node's actor processes exactly as the processes runtime does (its `_ActorProcesses`:
+isolated interpreters, one shared-memory ring each, the weight board, restarts of a killed actor,
+their allowance), and is the learner of those rings: it drains them, packs the committed
+transitions into chunks of at most `chunk` rows and streams them to the replay server as one
+writer (pearl.server.client.ReplayClient: sequence numbers, `window` chunks in flight, env steps
+committed only against the server's credit). So no transition travels through a Ray call; Ray
+carries control only: `run` (until the node's quota), `publish` (weights from one object-store put
++ epsilon), `report` (finished episodes and rates), `stop`.
+
+Exactly-once across a restart of the agent (Ray restarts a dead one, `max_restarts`): its writer id
+is the node's, so the new agent asks the server where its stream is (the acknowledged sequence
+number) and how many env steps it has committed, and starts fresh actor processes for the rest of
+the node's quota. What the dead agent had not had acknowledged is lost (as a killed actor's
+unfinished n-step transitions are), nothing acknowledged is lost or stored twice. Its actor
+processes exit on their own when they see their parent gone; the shared memory it created is
+unlinked by its resource tracker.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
+from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS
+
+
+class NodeAgent:
+    """The body of the Ray actor (ray.py wraps it with `ray.remote`); `spec` is the light part of
+    the run the actor processes need (no torch module travels): actor recipe, seed, transition
+    fields, n_step, actors and envs per actor, env id."""
+
+    def __init__(self, node: int, spec: dict, address: str, keys: dict, node_quota: int, ahead: int,
+                 chunk: int, window: int, start_steps: int):
+        from pearl.server.client import ClientAuth, ReplayClient
+
+        self.node, self.spec, self.chunk = node, spec, chunk
+        self.node_quota, self.ahead, self.start_steps = node_quota, ahead, start_steps
+        auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
+        # the writer id is the node's: a restarted agent continues the same stream
+        self.client = ReplayClient(address, auth, writer=node + 1, window=window, timeout=60.0)
+        self.committed = int(self.client.stats()["writer_steps"].get(str(node + 1), 0))
+        self.lock = threading.Lock()
+        self.weights, self.epsilon = None, 1.0
+        self.have_weights = threading.Event()
+        self.episodes: list[tuple[float, int]] = []
+        self.stopping = threading.Event()
+        self.actors = None
+        self.act_ns = self.rounds = 0
+        self.started = time.perf_counter()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def publish(self, weights: np.ndarray, epsilon: float) -> None:
+        """The learner's weights (one object-store put, read here) and epsilon, onto the board."""
+        with self.lock:
+            self.weights, self.epsilon = weights, epsilon
+            if self.actors is not None:
+                self.actors.board.publish(weights)
+                self.actors.board.epsilon = epsilon
+        self.have_weights.set()
+
+    def report(self) -> dict:
+        """Episodes finished since the last report, env steps committed, the actors' act time."""
+        with self.lock:
+            episodes, self.episodes = self.episodes, []
+            actors = self.actors
+        act_ns, rounds = self.act_ns, self.rounds
+        if actors is not None:
+            act_ns += sum(int(c.counters[ACT_NS]) for c in actors.channels)
+            rounds += sum(int(c.counters[ROUNDS]) for c in actors.channels)
+        return {"node": self.node, "episodes": episodes, "committed": self.committed, "act_s": act_ns * 1e-9,
+                "rounds": rounds, "wall_s": time.perf_counter() - self.started,
+                "actor_restarts": actors.restarts if actors is not None else 0}
+
+    def stop(self) -> None:
+        """Ends `run`: its loop sees the flag; the actor processes are stopped here too, in case the
+        loop is waiting for credit the stopped learner will not grant."""
+        self.stopping.set()
+        with self.lock:
+            if self.actors is not None:
+                self.actors.stop()
+
+    def run(self) -> dict:
+        """Runs the node's actors until the node has committed its quota of env steps (or `stop`),
+        streaming their transitions to the server; returns the final report."""
+        spec = self.spec
+        n, envs = spec["actors"], spec["envs"]
+        left = max(0, self.node_quota - self.committed)
+        quota = math.ceil(left / (n * envs)) * envs  # env steps per actor process
+        if quota == 0:
+            return self.report()
+        parts = SimpleNamespace(plan=SimpleNamespace(actors=n, envs_per_actor=envs), actor_recipe=spec["recipe"],
+                                seed=spec["seed"], transition_fields=spec["fields"], n_step=spec["n_step"],
+                                config=SimpleNamespace(env=spec["env"]))
+        # seeds differ per node and per restart of the agent (its start: the steps already committed)
+        start = self.start_steps + self.committed + (self.node << 40)
+        while not self.have_weights.wait(0.05):  # the learner's first publish (a concurrent call)
+            if self.stopping.is_set():
+                return self.report()
+        with self.lock:
+            actors = _ActorProcesses(parts, start, spec["n_weights"], quota)
+            actors.board.publish(self.weights)
+            actors.board.epsilon = self.epsilon
+            self.actors = actors
+        taken = [0] * n
+        pending: list[tuple] = []  # runs copied out of the rings, not yet sent
+        rows = steps = 0
+        channels = actors.channels
+        for index, channel in enumerate(channels):
+            channel.counters[ALLOWED] = min(quota, self.ahead)
+        try:
+            for index in range(n):
+                actors.start(index)
+            last_check, spins = time.perf_counter(), 0
+            while not self.stopping.is_set():
+                moved = False
+                for index, channel in enumerate(channels):
+                    actor_steps, runs, finished = channel.take()
+                    for run in runs:
+                        pending.append(tuple(np.array(column) for column in run))
+                        rows += len(run[2])
+                    channel.release()
+                    runs = run = None  # the ring's views must not outlive the rings (close unmaps them)
+                    if actor_steps > taken[index]:
+                        steps += actor_steps - taken[index]
+                        taken[index] = actor_steps
+                        moved = True
+                    if finished:
+                        with self.lock:
+                            self.episodes += finished
+                done = all(t >= quota for t in taken)
+                # env steps ride on the next chunk: those of n-step heads with no transition yet
+                # wait for one (at the very end they are dropped, as the processes runtime drops
+                # what its actors commit after its last take)
+                if rows and (rows >= self.chunk or not moved or done):
+                    self._send(pending, steps)
+                    pending, rows, steps = [], 0, 0
+                for index, channel in enumerate(channels):
+                    channel.counters[ALLOWED] = min(quota, taken[index] + self.ahead)
+                if done:
+                    break
+                spins = 0 if moved else _wait(spins)
+                if time.perf_counter() - last_check > HEALTH_CHECK_S and not self.stopping.is_set():
+                    actors.check(lambda index: taken[index] >= quota)
+                    last_check = time.perf_counter()
+            # done, or stopping: what was sent is acknowledged (its credit was granted); what is
+            # still in `pending` was never committed to the server and is dropped with its env steps
+            self.client.flush()
+        finally:
+            actors.stop()
+            with self.lock:
+                self.act_ns += sum(int(c.counters[ACT_NS]) for c in channels)
+                self.rounds += sum(int(c.counters[ROUNDS]) for c in channels)
+                self.actors = None
+            actors.close()
+        return self.report()
+
+    def _send(self, runs: list[tuple], steps: int) -> None:
+        """The runs as chunks of at most `chunk` rows, the `steps` env steps they commit shared out
+        by rows (each chunk's env steps must fit the server's credit). Waits while the server's
+        credit or the window is short."""
+        columns = [np.concatenate(parts) for parts in zip(*runs)] if len(runs) > 1 else list(runs[0])
+        total = len(columns[2])
+        for first in range(0, total, self.chunk):
+            last = min(total, first + self.chunk)
+            share = steps * last // total - steps * first // total
+            self.client.add(*(c[first:last] for c in columns), env_steps=share)
+        self.committed += steps
+
+    def close(self) -> None:
+        self.client.close()
