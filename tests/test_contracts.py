@@ -168,3 +168,18 @@ def test_runtime_has_rate_limiter_room_for_n_step_flushes_of_every_env(name):
                       **{**FAST, "updates_per_step": 1.0, "n_step": 3, "batch_size": 32})
     agent.train(3000)
     assert agent.updates == agent.parts.schedule.due(agent.env_steps)
+
+
+@pytest.mark.parametrize("actors", [1, 2, 3])
+def test_learning_starts_with_every_actors_n_step_steps_pending(actors):
+    """At learning_starts every env of every actor may still hold n_step - 1 steps whose returns
+    are not known: the learner's first batch must be allowed with that many fewer inserts (two
+    processes-runtime actors with 8 envs at n_step 3 were refused now and then before)."""
+    from pearl import schedule
+    from pearl.replay.rate_limiter import RateLimiter
+
+    envs, n_step, learning_starts, batch = 8, 3, 1000, 64
+    limit = schedule.rate_limit("processes", batch, 0.25, learning_starts, n_step, envs, actors)
+    limiter = RateLimiter(limit.samples_per_insert, limit.min_size_to_sample, limit.error_buffer)
+    limiter.record_insert(learning_starts - (n_step - 1) * envs * actors)
+    assert limiter.can_sample(batch)

@@ -90,7 +90,8 @@ def rate_limit(runtime: str, batch: int, updates_per_step: float, learning_start
     slack = batch * per_round * (n_step + envs) + ratio * envs * (2 * n_step - 1)
     if runtime != "sequential":
         slack += batch * (MAX_LAG.get(runtime, 0) + per_round * actors * envs * n_step)
-    # each env holds its last n_step - 1 steps until their n-step returns are known, so at
-    # learning_starts the table has (n_step - 1) x envs fewer transitions than env steps
-    lag = (n_step - 1) * envs
+    # each env of every actor holds its last n_step - 1 steps until their n-step returns are
+    # known, so at learning_starts the table has (n_step - 1) x envs x actors fewer transitions
+    # than env steps
+    lag = (n_step - 1) * envs * actors
     return RateLimit(ratio, max(1, learning_starts - lag), slack)
