@@ -19,11 +19,14 @@ import torch
 
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
-from pearl.envs import box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env
+from pearl.envs import (box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env,
+                        observation_layout)
 from pearl.errors import ConfigError
 from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
+from pearl.algos.dqn import q_network
+from pearl.nets import TorchPolicy, check_conv, conv_shapes, is_image
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
@@ -43,18 +46,35 @@ class Discrete:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
+        self.obs_shape, self.obs_dtype, self.obs_scale = observation_layout(probe, config.env, config.algo)
+        self.image = is_image(self.obs_shape)
+        if self.image:
+            check_conv(self.obs_shape, config.algo_config.conv, f"{config.algo}.conv")
         self.action_size = self.n_actions  # what the workload counts: the number of actions
         self.action_start = int(getattr(probe.action_space, "start", 0))
         probe.close()
 
+    @property
+    def obs_field(self) -> tuple[np.dtype, tuple]:
+        """dtype and shape of an observation as actors, rings and the replay carry it (uint8
+        frames: a quarter of float32's bytes; pearl.envs.observation_layout)."""
+        return self.obs_dtype, self.obs_shape
+
     def algorithm(self, config: ExperimentConfig):
+        image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
         return algorithm_class(config.algo)(self.obs_dim, self.n_actions, config.algo_config,
-                                            config.total_steps, config.seed)
+                                            config.total_steps, config.seed, **image)
 
     def learner(self, algo, device: str, kernel: str):
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str) -> functools.partial:
+        if self.image:  # the numpy act kernels run MLPs: a CNN acts with torch on the cpu
+            if act_device != "cpu":
+                raise ConfigError(f"plan.devices.act: image observations act on the cpu (a torch CNN), "
+                                  f"got {act_device}")
+            return functools.partial(TorchPolicy, q_network(self.obs_shape, self.n_actions, config.algo_config,
+                                                            self.obs_scale))
         hidden = config.algo_config.hidden
         layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.algo_config.dueling
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
@@ -62,6 +82,8 @@ class Discrete:
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
+        if self.image:  # an actor process's torch runs on one thread: the cores are the actors' and the learner's
+            policy_factory = functools.partial(policy_factory, threads=1)
         return ActorRecipe(Actor, policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
                                                        n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma))
 
@@ -88,6 +110,7 @@ class Continuous:
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
+        self.obs_field = (np.dtype(np.float32), (self.obs_dim,))
 
     def algorithm(self, config: ExperimentConfig):
         return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed)
@@ -145,7 +168,7 @@ class Parts:
     @property
     def transition_fields(self) -> dict[str, tuple[np.dtype, tuple]]:
         """dtype and shape of one transition's value per field, in the replay's add() order."""
-        obs = (np.dtype(np.float32), (self.family.obs_dim,))
+        obs = self.family.obs_field
         scalar = (np.dtype(np.float32), ())
         return {"obs": obs, "actions": self.family.action_field, "rewards": scalar, "next_obs": obs,
                 "discounts": scalar}
@@ -177,15 +200,18 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
     return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
-def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int) -> None:
+def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_itemsize: int = 4,
+                 features: int | None = None) -> None:
     """Refuses (one line naming the field) a replay table or networks larger than this machine's
-    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback."""
+    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback.
+    `features`: what the first fc layer takes (a CNN's flattened conv output; default obs_dim)."""
     import os
 
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    # a transition: obs and next_obs (float32), the action, reward and discount, the sum-tree leaves
-    replay = config.replay.capacity * (8 * obs_dim + 8 * action_dim + 8 + 16)
-    widths = [obs_dim, *config.algo_config.hidden, action_dim]
+    # a transition: obs and next_obs (float32, or uint8 frames), the action, reward and discount,
+    # the sum-tree leaves
+    replay = config.replay.capacity * (2 * obs_itemsize * obs_dim + 8 * action_dim + 8 + 16)
+    widths = [features or obs_dim, *config.algo_config.hidden, action_dim]
     # weights, gradients, two Adam moments and a target copy, float32, for up to three networks
     networks = 3 * 5 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
     for field, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
@@ -202,8 +228,10 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     import_modules(config.imports)
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
-    check_memory(config, family.obs_dim, family.action_size)
-    workload = workload_of(config, family.obs_dim, family.action_size)
+    obs_dtype, obs_shape = family.obs_field
+    check_memory(config, family.obs_dim, family.action_size, obs_dtype.itemsize,
+                 int(np.prod(conv_shapes(obs_shape, config.algo_config.conv)[-1])) if len(obs_shape) > 1 else None)
+    workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
 
@@ -217,7 +245,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
                                 cfg.n_step, plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
-    replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
+    replay = make_replay(config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
+                         **({"obs_dtype": obs_dtype} if obs_dtype != np.float32 else {}),
+                         action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform))
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,

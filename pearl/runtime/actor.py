@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pearl.contracts import Actor as ActorContract, implements
-from pearl.envs import make_env
+from pearl.envs import SCORE, make_env, observation_layout
 from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
@@ -31,7 +31,8 @@ class Actor:
         self.policy, self.n_actions, self.gamma = policy, n_actions, gamma
         self.action_start = int(getattr(self.envs[0].action_space, "start", 0))
         self.rng = np.random.default_rng(seed)
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(np.float32)
+        obs_shape, obs_dtype, _ = observation_layout(self.envs[0], env_id, "dqn")  # uint8 frames stay uint8
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(obs_dtype)
         self._next_obs = np.empty_like(self.obs)
         self._spare_obs = np.empty_like(self.obs)
         self._rewards = np.empty(n_envs, dtype=np.float32)
@@ -39,7 +40,9 @@ class Actor:
         self._truncated = np.zeros(n_envs, dtype=bool)
         self.episode_return = np.zeros(n_envs)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
-        self.nstep = NStepBuffer(n_step, gamma, n_envs, self.obs.shape[1])
+        image = len(obs_shape) > 1
+        self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if image else obs_shape[0],
+                                 **({"obs_dtype": obs_dtype} if image else {}))
 
     def choose(self, epsilon: float) -> np.ndarray:
         n = len(self.envs)
@@ -71,10 +74,10 @@ class Actor:
         terminated, truncated = self._terminated, self._truncated
         finished = []
         for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(env_actions[i])
+            obs, reward, term, trunc, info = env.step(env_actions[i])
             next_obs[i] = obs
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            self.episode_return[i] += reward
+            self.episode_return[i] += info.get(SCORE, reward)  # the game's score where rewards are clipped
             self.episode_length[i] += 1
             if term or trunc:
                 finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
