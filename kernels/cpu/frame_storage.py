@@ -8,9 +8,10 @@ TERMINATED or TRUNCATED after this step, or FINAL: an episode's last observation
 and `back`, how many of the frames before it belong to its episode (at most stack - 1). A
 transition is named by the slot of its first record.
 
-- `write_steps(...)`: appends one env step per row (its record, plus the FINAL record of the next
-  observation where the episode ended), keeps `valid` (the transitions that may be sampled) and
-  lists the slots whose validity changed, each once.
+- `write_steps(...)`: appends one env step per row (the record of its next observation, FINAL
+  where the episode ended; before it the episode's first observation where one begins), keeps
+  `valid` (the transitions that may be sampled) and lists the slots whose validity changed,
+  each once.
 - `gather_transitions(...)`: assembles obs and next obs stacks, actions, n-step returns and
   discounts of a batch of transitions, one frame copy at a time.
 """
@@ -43,8 +44,10 @@ def _set_valid(slot, value, valid, state, changed, count, marks, stamp):
 
 
 @njit(inline="always")
-def _write_record(s, frame, action, reward, end, first, frames, actions, rewards, ends, back, valid,
-                  counts, episode_start, state, length, stack, n, changed, count, marks, stamp):
+def _write_record(s, frame, end, first, frames, ends, back, valid, counts, episode_start, state, length,
+                  stack, n, changed, count, marks, stamp):
+    """Appends a record of `frame` to stream s: CONTINUES (its action and reward follow with the
+    next step) or FINAL."""
     t = counts[s]
     base = s * length
     slot = base + t % length
@@ -60,21 +63,19 @@ def _write_record(s, frame, action, reward, end, first, frames, actions, rewards
             if back[g] >= j:
                 count = _set_valid(g, 0, valid, state, changed, count, marks, stamp)
     frames[slot, :] = frame
-    actions[slot, :] = action
-    rewards[slot] = reward
     ends[slot] = end
     if first:
         episode_start[s] = t
     back[slot] = min(stack - 1, t - episode_start[s])
     counts[s] = t + 1
+    if first:
+        return count
     # the transitions this record completes: u's next observation is record u + n, or the
     # episode's FINAL record if the episode ends sooner
     start, oldest = episode_start[s], t + 1 - length
     lo, hi = t - n, t - n + 1
     if end == FINAL:
-        lo, hi = max(t - n, start), t
-    elif first:
-        hi = lo
+        lo, hi = t - n, t
     for u in range(max(lo, start), hi):
         g = base + u % length
         if u - back[g] >= oldest:  # every frame it reads is still stored
@@ -86,13 +87,13 @@ def _write_record(s, frame, action, reward, end, first, frames, actions, rewards
 def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
                 marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
                 terminated, truncated, changed):
-    """Appends one step per row i to stream streams[i]: the record of obs_frames[i] (the first of
-    an episode if the stream's previous step ended it, or the stream is new), then, if the step
-    terminated or truncated the episode, the FINAL record of next_frames[i] (read only then).
-    Frames are rows of bytes, actions rows of the action field. `state[0]` counts the valid
-    transitions, `state[1]` is the stamp that lists a slot once in `changed`. Returns how many
-    slots of `changed` it filled, or -(i + 1) for the first row whose stream is out of range
-    (nothing written)."""
+    """Appends one step per row i to stream streams[i]: if the stream begins an episode (it is
+    new, or its previous step ended one), the first record, of obs_frames[i] (read only then);
+    the step's action, reward and end on the stream's newest record; then the record of
+    next_frames[i], FINAL if the step terminated or truncated the episode. Frames are rows of
+    bytes, actions rows of the action field. `state[0]` counts the valid transitions, `state[1]`
+    is the stamp that lists a slot once in `changed`. Returns how many slots of `changed` it
+    filled, or -(i + 1) for the first row whose stream is out of range (nothing written)."""
     for i in range(streams.shape[0]):
         if streams[i] < 0 or streams[i] >= counts.shape[0]:
             return -(i + 1)
@@ -101,14 +102,17 @@ def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_sta
     count = 0
     for i in range(streams.shape[0]):
         s = streams[i]
+        if starting[s]:
+            count = _write_record(s, obs_frames[i], CONTINUES, True, frames, ends, back, valid, counts,
+                                  episode_start, state, length, stack, n, changed, count, marks, stamp)
         end = TERMINATED if terminated[i] else TRUNCATED if truncated[i] else CONTINUES
-        count = _write_record(s, obs_frames[i], step_actions[i], step_rewards[i], end, starting[s],
-                              frames, actions, rewards, ends, back, valid, counts, episode_start, state,
-                              length, stack, n, changed, count, marks, stamp)
-        if end != CONTINUES:
-            count = _write_record(s, next_frames[i], step_actions[i], 0.0, FINAL, False,
-                                  frames, actions, rewards, ends, back, valid, counts, episode_start,
-                                  state, length, stack, n, changed, count, marks, stamp)
+        newest = s * length + (counts[s] - 1) % length
+        actions[newest, :] = step_actions[i]
+        rewards[newest] = step_rewards[i]
+        ends[newest] = end
+        count = _write_record(s, next_frames[i], CONTINUES if end == CONTINUES else FINAL, False, frames,
+                              ends, back, valid, counts, episode_start, state, length, stack, n, changed,
+                              count, marks, stamp)
         starting[s] = end != CONTINUES
     return count
 

@@ -6,7 +6,7 @@ each env stream appends one record per step: the newest frame of the observation
 the action, the reward and how the step ended. At sample time the compiled gather
 (kernels/cpu/frame_storage.py) assembles obs and next obs from the records, and the n-step return
 and discount from the rewards in between. Memory: one frame per env step (plus one per episode,
-its final observation), and a few bytes of metadata per record.
+its first observation), and a few bytes of metadata per record.
 
 Semantics (the same as the actor's n-step transitions of flat observations, pearl/replay/nstep.py):
 
@@ -30,8 +30,11 @@ its numpy reference or another backend's tree, pearl/replay/prioritized.py) and 
 
 Writers call `add(streams, obs, actions, rewards, next_obs, terminated, truncated)` once per env
 step batch: one row per env; obs and next_obs either the full stacked observations (the table
-reads their last frame) or just those newest frames; next_obs is read only where the step ended
-the episode. No n-step accumulation on the writer's side: the table does it.
+reads their last frame) or just those newest frames. next_obs is always stored; obs is read only
+where a stream begins an episode (its first step, or the step after one that ended), as the
+stream's other observations are earlier steps' next_obs. No n-step accumulation on the writer's
+side: the table does it, and a transition becomes sampleable at the step that completes it, as
+with the actors' NStepBuffer.
 """
 from __future__ import annotations
 
@@ -147,9 +150,9 @@ class FrameReplay:
         return values.reshape(count, -1).view(np.uint8)
 
     def add(self, streams, obs, actions, rewards, next_obs, terminated, truncated) -> np.ndarray:
-        """One env step per row: stream ids, observations acted on, actions, rewards, next
-        observations (read where the step ended the episode), terminated, truncated. Returns
-        the slots whose transitions became sampleable or left."""
+        """One env step per row: stream ids, observations acted on (read where a stream begins an
+        episode), actions, rewards, next observations, terminated, truncated. Returns the slots
+        whose transitions became sampleable or left."""
         streams = np.asarray(streams, dtype=np.int64).reshape(-1)
         count = streams.shape[0]
         admit_insert(self.rate_limiter, count)
