@@ -249,7 +249,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                          **({"obs_dtype": obs_dtype} if obs_dtype != np.float32 else {}),
                          action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
-                         device=replay_device(plan.devices, plan.platform))
+                         device=replay_device(plan.devices, plan.platform),
+                         # the frame table (replay.frame_stack) keeps one stream per env and makes the n-step transitions
+                         streams=plan.actors * plan.envs_per_actor, n_step=cfg.n_step, gamma=cfg.gamma)
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
                                      plan.sync_interval, getattr(cfg, "target_update_interval", None))
     # what an actor process imports before it makes the env: the config's modules, and the one

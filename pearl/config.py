@@ -148,9 +148,13 @@ class ReplayConfig:
     priority_eps: float = 1e-6
     backend: Literal["auto", "numba", "numpy"] = "auto"  # the CPU sum tree's kernels
     fanout: int = 16  # children per sum-tree node
+    # > 0: observations are stacks of this many frames (axis 0, as gymnasium's FrameStackObservation
+    # makes them) and the table stores each frame once (pearl/replay/frames.py); 0: whole observations
+    frame_stack: int = 0
 
     def check(self, at: str) -> None:
         _at_least(at + ".capacity", self.capacity, 1)
+        _at_least(at + ".frame_stack", self.frame_stack, 0)
         _at_least(at + ".fanout", self.fanout, 2)
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".beta", self.beta, 0.0, 1.0)
