@@ -84,6 +84,21 @@ def conv_layer_shapes(in_shape, conv) -> list[tuple[int, int, int, int, int]]:
     return layers
 
 
+def conv_output_size(in_shape, conv) -> int:
+    """The flattened output of the conv layers: what the first fc layer takes."""
+    _, channels, _, height, width = conv_layer_shapes(in_shape, conv)[-1]
+    return channels * height * width
+
+
+def encoder_learn_cost(in_shape, conv, batch: int, input_bytes: int) -> Cost:
+    """An actor-critic's shared image encoder in one update (pearl/nets.py SharedEncoder): its
+    forward on obs and its target's on next_obs, its backward from the critics' loss, its Adam
+    step and its target's Polyak step."""
+    params = conv_parameter_count(in_shape, conv)
+    return (conv_forward_cost(in_shape, conv, batch, input_bytes) * 2 + conv_backward_cost(in_shape, conv, batch)
+            + adam_cost(params) + soft_update_cost(params))
+
+
 def conv_parameter_count(in_shape, conv) -> int:
     return sum(c_in * c_out * k * k + c_out for c_in, c_out, k, _, _ in conv_layer_shapes(in_shape, conv))
 

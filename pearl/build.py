@@ -26,7 +26,7 @@ from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of
 from pearl.algos.dqn import q_network
-from pearl.nets import TorchPolicy, check_conv, conv_shapes, is_image
+from pearl.nets import TorchPolicy, check_conv, conv_shapes, encoded_policy, is_image
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
@@ -68,13 +68,13 @@ class Discrete:
     def learner(self, algo, device: str, kernel: str):
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device)
 
-    def policy_factory(self, config: ExperimentConfig, algo, act_device: str) -> functools.partial:
+    def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
+                       threads: int | None = None) -> functools.partial:
+        """`threads`: torch's threads where a CNN policy is built (the actor recipe's: 1)."""
         if self.image:  # the numpy act kernels run MLPs: a CNN acts with torch on the cpu
-            if act_device != "cpu":
-                raise ConfigError(f"plan.devices.act: image observations act on the cpu (a torch CNN), "
-                                  f"got {act_device}")
+            check_image_act_device(act_device)
             return functools.partial(TorchPolicy, q_network(self.obs_shape, self.n_actions, config.algo_config,
-                                                            self.obs_scale))
+                                                            self.obs_scale), threads)
         hidden = config.algo_config.hidden
         layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.algo_config.dueling
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
@@ -82,8 +82,6 @@ class Discrete:
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
-        if self.image:  # an actor process's torch runs on one thread: the cores are the actors' and the learner's
-            policy_factory = functools.partial(policy_factory, threads=1)
         return ActorRecipe(Actor, policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
                                                        n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma))
 
@@ -106,20 +104,33 @@ class Continuous:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
+        self.obs_shape, self.obs_dtype, self.obs_scale = observation_layout(probe, config.env, config.algo)
+        self.image = is_image(self.obs_shape)
+        if self.image:
+            check_conv(self.obs_shape, config.algo_config.conv, f"{config.algo}.conv")
         self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
-        self.obs_field = (np.dtype(np.float32), (self.obs_dim,))
+
+    obs_field = Discrete.obs_field
 
     def algorithm(self, config: ExperimentConfig):
-        return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed)
+        image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
+        return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
 
     def learner(self, algo, device: str, kernel: str):
         return FusedActorCriticLearner(algo) if kernel == "fused" else ContinuousLearner(algo, device)
 
-    def policy_factory(self, config: ExperimentConfig, algo, act_device: str) -> functools.partial:
+    def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
+                       threads: int | None = None) -> functools.partial:
         noise = algo.exploration_noise() if algo.policy_kind == "deterministic" else 0.0
+        if self.image:  # the shared encoder, then the actor's MLP, with torch on the cpu
+            check_image_act_device(act_device)
+            network = functools.partial(TorchPolicy, functools.partial(
+                encoded_policy, self.obs_shape, tuple(map(tuple, config.algo_config.conv)), self.obs_scale,
+                algo.policy_sizes()), threads)
+            return functools.partial(ContinuousPolicy, network, self.action_dim, algo.policy_kind, noise)
         return functools.partial(ContinuousPolicy, algo.policy_sizes(), self.action_dim, algo.policy_kind, noise)
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
@@ -137,6 +148,12 @@ class Continuous:
 
 
 FAMILIES = {"discrete": Discrete, "continuous": Continuous}
+
+
+def check_image_act_device(act_device: str) -> None:
+    """The numpy and device act kernels run MLPs; a CNN policy acts with torch on the cpu."""
+    if act_device != "cpu":
+        raise ConfigError(f"plan.devices.act: image observations act on the cpu (a torch CNN), got {act_device}")
 
 
 @dataclass
@@ -238,7 +255,8 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     torch.set_num_threads(config.runtime.torch_threads)
     algo = family.algorithm(config)
     learner = family.learner(algo, plan.device_of("learn"), kernel)
-    policy_factory = family.policy_factory(config, algo, plan.device_of("act"))
+    # an actor process's torch (a CNN policy) on one thread: the cores are the actors' and the learner's
+    policy_factory = family.policy_factory(config, algo, plan.device_of("act"), threads=1)
     policy = family.policy_factory(config, algo, "cpu")()
     policy.load(learner.policy_weights())
     cfg = config.algo_config
@@ -246,7 +264,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
     replay = make_replay(config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
-                         **({"obs_dtype": obs_dtype} if obs_dtype != np.float32 else {}),
+                         obs_dtype=obs_dtype,
                          action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform),

@@ -84,12 +84,16 @@ class ContinuousConfig:
     learning_starts: int = 100  # env steps of uniformly random actions before learning starts
     updates_per_step: float = 1.0  # the replay ratio: gradient updates per env step
     n_step: int = 1
+    # image observations: the conv layers [out channels, kernel, stride] of the encoder the actor
+    # and critics share (pearl/nets.py); flat observations ignore it
+    conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
 
     def check(self, at: str) -> None:
         if not self.hidden:
             raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
         for i, width in enumerate(self.hidden):
             _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
+        _check_conv(at + ".conv", self.conv)
         _positive(at + ".lr", self.lr)
         _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
         if not 0.0 < self.tau <= 1.0:

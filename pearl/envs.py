@@ -235,9 +235,7 @@ def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tupl
     """(observation size, action size) for a Box-observation, bounded-Box-action environment."""
     obs_space, action_space = env.observation_space, env.action_space
     name = algo.upper()
-    if len(observation_layout(env, env_id, algo, field)[0]) != 1:
-        raise ConfigError(f"{field}: {env_id} has image observations {obs_space}; {name} needs a flat Box "
-                          f"(images train with DQN)")
+    observation_layout(env, env_id, algo, field)
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):

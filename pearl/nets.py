@@ -11,6 +11,8 @@ The default stack is the Nature DQN's (Mnih et al. 2015): conv 32 8x8 stride 4, 
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
@@ -110,8 +112,8 @@ class TorchPolicy:
 
     `threads`: torch's intra-op threads for this process (an actor process: 1, so that the actors
     and the learner do not fight over the cores); None leaves the process's setting alone.
-    `head`: 'q' (greedy actions, Q-values) or an actor-critic policy's kind (see
-    pearl.runtime.continuous.ContinuousPolicy, which takes this object as its network).
+    `q_values` is the network's raw output: Q-values, or an actor-critic policy's pre-squash
+    outputs (pearl.runtime.continuous.ContinuousPolicy takes this object as its network).
     """
 
     def __init__(self, build, threads: int | None = None):
@@ -136,3 +138,36 @@ class TorchPolicy:
 
     def greedy(self, obs: np.ndarray) -> np.ndarray:
         return self.q_values(obs).argmax(axis=-1)
+
+
+class SharedEncoder:
+    """DDPG's, TD3's and SAC's image front end: one conv encoder shared by the actor and the critics
+    (as in SAC-AE, Yarats et al. 2021, and DrQ, Kostrikov et al. 2021), trained by the critics'
+    loss only (the actor sees its features detached), with a Polyak-averaged target copy for the
+    next observations. The actor and critic MLPs then work on features as they work on flat
+    observations; the actor's policy for acting is `policy(actor_mlp)`: encoder, then the MLP."""
+
+    def __init__(self, obs_shape, conv, obs_scale: float):
+        self.online = ConvEncoder(obs_shape, conv, obs_scale)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.features = self.online.out_features
+
+    def encode(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of obs (with gradients into the encoder) and of next_obs (the target's)."""
+        with torch.no_grad():
+            next_features = self.target(next_obs)
+        return self.online(obs), next_features
+
+    def soft_update(self, tau: float) -> None:
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.online.parameters()), tau)
+
+    def policy(self, actor_mlp: nn.Module) -> nn.Sequential:
+        """The acting network: the online encoder (shared, not copied), then the actor's MLP."""
+        return nn.Sequential(self.online, actor_mlp)
+
+
+def encoded_policy(obs_shape, conv, obs_scale: float, sizes) -> nn.Sequential:
+    """An actor process's copy of `SharedEncoder.policy`: the same modules in the same order, so it
+    loads the same flat weights."""
+    return nn.Sequential(ConvEncoder(obs_shape, conv, obs_scale), nn.Sequential(*mlp(sizes)))

@@ -224,3 +224,49 @@ def test_atari_trains_end_to_end_sequential_and_with_two_actor_processes():
     c = agent.counters
     assert c.env_steps >= 200 and c.updates == int((c.env_steps - 100) * 0.25)
     assert len(agent.parts.replay) == c.env_steps
+
+
+class DotEnv(gym.Env):
+    """A small image env for the actor-critics: a dot on a 12x12 grey image, moved by a Box action,
+    rewarded by minus its distance to the centre."""
+
+    observation_space = gym.spaces.Box(0, 255, (1, 12, 12), np.uint8)
+    action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos, self.t = self.np_random.uniform(0, 11, 2), 0
+        return self._obs(), {}
+
+    def _obs(self):
+        image = np.zeros((1, 12, 12), np.uint8)
+        x, y = np.clip(self.pos.round().astype(int), 0, 11)
+        image[0, y, x] = 255
+        return image
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + np.asarray(action), 0, 11)
+        self.t += 1
+        return self._obs(), -float(np.abs(self.pos - 5.5).sum()) / 11, False, self.t >= 50, {}
+
+
+@pytest.mark.parametrize("agent_class", [pearl.TD3, pytest.param(pearl.SAC, marks=pytest.mark.slow)])
+def test_actor_critics_learn_from_images_through_a_shared_encoder(agent_class):
+    agent = agent_class(env=DotEnv, conv=[[8, 3, 2], [8, 3, 1]], hidden=[32, 32], learning_starts=40,
+                        batch_size=16, capacity=300, seed=0)
+    algo = agent.parts.algo
+    assert agent.parts.learner.kernel == "torch" and agent.parts.replay.storage["obs"].dtype == np.uint8
+    critic_params = {id(p) for group in algo.critic_optimizer.param_groups for p in group["params"]}
+    actor_params = {id(p) for group in algo.actor_optimizer.param_groups for p in group["params"]}
+    encoder = [id(p) for p in algo.encoder.online.parameters()]
+    assert set(encoder) <= critic_params and not set(encoder) & actor_params  # the critic trains it
+    before = [p.detach().clone() for p in algo.encoder.online.parameters()]
+    agent.train(100)
+    assert agent.counters.updates == 60
+    assert any(not torch.equal(b, p) for b, p in zip(before, algo.encoder.online.parameters()))
+    # the actor's copy (encoder, then the actor MLP, loaded from the flat weights) is the learner's policy
+    obs = np.random.default_rng(1).integers(0, 256, (5, 1, 12, 12), dtype=np.uint8)
+    with torch.no_grad():
+        expected = algo.policy_network()(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(agent.parts.policy.net.q_values(obs), expected, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(agent.evaluate(1)["mean"])

@@ -27,14 +27,8 @@ from torch import nn
 
 from pearl.contracts import Algorithm, implements
 from pearl.nets import CNNQNetwork
-from pearl.estimator.signatures import (Cost, adam_cost, conv_backward_cost, conv_forward_cost, conv_layer_shapes,
+from pearl.estimator.signatures import (Cost, adam_cost, conv_backward_cost, conv_forward_cost, conv_output_size,
                                         conv_parameter_count, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count)
-
-
-def conv_features(shape, conv) -> int:
-    """The flattened output size of the conv layers on an input (C, H, W)."""
-    _, channels, _, height, width = conv_layer_shapes(shape, conv)[-1]
-    return channels * height * width
 
 
 def q_network(obs_shape, n_actions: int, config, obs_scale: float) -> functools.partial:
@@ -156,7 +150,7 @@ class DQN:
             return mlp_forward_cost(cls.policy_shape(obs_dim, n_actions, hidden), envs)
         shape, conv, input_bytes = image
         return (conv_forward_cost(shape, conv, envs, input_bytes)
-                + mlp_forward_cost(cls.policy_shape(conv_features(shape, conv), n_actions, hidden), envs))
+                + mlp_forward_cost(cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden), envs))
 
     @classmethod
     def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True,
@@ -168,7 +162,7 @@ class DQN:
             return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
                     + adam_cost(mlp_parameter_count(sizes)))
         shape, conv, input_bytes = image
-        sizes = cls.policy_shape(conv_features(shape, conv), n_actions, hidden)
+        sizes = cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden)
         return ((conv_forward_cost(shape, conv, batch, input_bytes) + mlp_forward_cost(sizes, batch)) * forwards
                 + conv_backward_cost(shape, conv, batch) + mlp_backward_cost(sizes, batch)
                 + adam_cost(cls.image_parameter_count(n_actions, hidden, image)))
@@ -177,7 +171,7 @@ class DQN:
     def image_parameter_count(cls, n_actions: int, hidden, image) -> int:
         shape, conv, _ = image
         return (conv_parameter_count(shape, conv)
-                + mlp_parameter_count(cls.policy_shape(conv_features(shape, conv), n_actions, hidden)))
+                + mlp_parameter_count(cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden)))
 
     # -- weights as one flat vector (the layout kernels share) ------------------------------------
     @staticmethod

@@ -40,9 +40,8 @@ class Actor:
         self._truncated = np.zeros(n_envs, dtype=bool)
         self.episode_return = np.zeros(n_envs)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
-        image = len(obs_shape) > 1
-        self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if image else obs_shape[0],
-                                 **({"obs_dtype": obs_dtype} if image else {}))
+        self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if len(obs_shape) > 1 else obs_shape[0],
+                                 obs_dtype=obs_dtype)
 
     def choose(self, epsilon: float) -> np.ndarray:
         n = len(self.envs)
