@@ -38,6 +38,15 @@ from pearl.runtime.processes import ActorRecipe
 from pearl import schedule
 
 
+def observations(probe, config: ExperimentConfig) -> tuple[tuple, np.dtype, float, bool]:
+    """(shape, dtype, input scale, image?) of the env's observations (pearl.envs.observation_layout);
+    an image's conv stack is checked against its size here, before anything is built."""
+    shape, dtype, scale = observation_layout(probe, config.env, config.algo)
+    if is_image(shape):
+        check_conv(shape, config.algo_config.conv, f"{config.algo}.conv")
+    return shape, dtype, scale, is_image(shape)
+
+
 class Discrete:
     """DQN's family: discrete actions, a Q-network the actors run epsilon-greedily."""
 
@@ -46,10 +55,7 @@ class Discrete:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
-        self.obs_shape, self.obs_dtype, self.obs_scale = observation_layout(probe, config.env, config.algo)
-        self.image = is_image(self.obs_shape)
-        if self.image:
-            check_conv(self.obs_shape, config.algo_config.conv, f"{config.algo}.conv")
+        self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         self.action_size = self.n_actions  # what the workload counts: the number of actions
         self.action_start = int(getattr(probe.action_space, "start", 0))
         probe.close()
@@ -104,10 +110,7 @@ class Continuous:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
-        self.obs_shape, self.obs_dtype, self.obs_scale = observation_layout(probe, config.env, config.algo)
-        self.image = is_image(self.obs_shape)
-        if self.image:
-            check_conv(self.obs_shape, config.algo_config.conv, f"{config.algo}.conv")
+        self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
