@@ -172,7 +172,7 @@ def test_an_image_workload_is_costed_with_its_convolutions():
     assert workload.transition_bytes == 2 * 400 + 3 * 4  # uint8 obs and next obs, action, reward, discount
 
 
-def test_minatar_trains_end_to_end_with_uint8_replay():
+def test_minatar_trains_end_to_end_with_uint8_replay(tmp_path):
     agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, **MINATAR)
     assert agent.parts.family.obs_field == (np.dtype(np.uint8), (4, 10, 10))
     agent.train(300)
@@ -181,6 +181,11 @@ def test_minatar_trains_end_to_end_with_uint8_replay():
     stored = agent.parts.replay.storage["obs"][:len(agent.parts.replay)]
     assert stored.dtype == np.uint8 and set(np.unique(stored)) <= {0, 1}
     assert np.isfinite(agent.evaluate(2)["mean"])
+    agent.save(tmp_path / "minatar.npz")  # the CNN's weights and the uint8 replay come back
+    restored = pearl.load(tmp_path / "minatar.npz")
+    boards = np.random.default_rng(0).integers(0, 2, (3, 4, 10, 10), dtype=np.uint8)
+    np.testing.assert_array_equal(restored.parts.policy.q_values(boards), agent.parts.policy.q_values(boards))
+    np.testing.assert_array_equal(restored.parts.replay.storage["obs"][:300], agent.parts.replay.storage["obs"][:300])
 
 
 @pytest.mark.slow
