@@ -83,6 +83,14 @@ def measure(system, capacity, batches, repeats, seed) -> dict:
     import gc
 
     rng = np.random.default_rng(seed)
+    for kind in ("uniform", "prioritized"):  # warm-up: imports, compiled kernels, first allocations
+        small = system.make(kind, 1000)  # small: its freed memory does not feed the measured table
+        system.fill(small, Steps(seed, system.last_axis), 600)
+        if kind == "prioritized":
+            system.prioritize(small, 500, rng)
+        for b in batches:
+            system.sample(small, b, rng) if kind == "uniform" else system.sample_update(small, b, np.ones(b), rng)
+        del small
     out, grown = {}, []
     for kind in ("uniform", "prioritized"):
         before = rss_bytes()
