@@ -76,6 +76,17 @@ class Steps:
         self.t += 1
         return self.stack(t), int(self.rng.integers(6)), float(self.rng.normal()), self.stack(t + 1), (t + 1) % EPISODE == 0
 
+    def chunk(self, count: int):
+        """The next `count` steps as arrays (obs stacks, actions, rewards, next obs stacks, dones)."""
+        t = self.t + np.arange(count)
+        self.t += count
+        frames = self.pool[(t[:, None] - np.arange(STACK - 1, -1, -1)) % POOL]
+        next_frames = self.pool[(t[:, None] + 1 - np.arange(STACK - 1, -1, -1)) % POOL]
+        if self.last_axis:
+            frames, next_frames = np.moveaxis(frames, 1, -1).copy(), np.moveaxis(next_frames, 1, -1).copy()
+        return (frames, self.rng.integers(6, size=count), self.rng.normal(size=count).astype(np.float32),
+                next_frames, (t + 1) % EPISODE == 0)
+
 
 def measure(system, capacity, batches, repeats, seed) -> dict:
     """One table at a time (uniform, then prioritized): its RSS growth while built and filled,
@@ -125,11 +136,10 @@ class Pearl:
 
     @staticmethod
     def fill(table, steps, count, chunk=1000):
-        for _ in range(0, count, chunk):
-            rows = [steps.step() for _ in range(chunk)]
-            table.add(np.zeros(chunk, np.int64), np.stack([r[0] for r in rows]), [r[1] for r in rows],
-                      [r[2] for r in rows], np.stack([r[3] for r in rows]), [r[4] for r in rows],
-                      np.zeros(chunk, bool))
+        for start in range(0, count, chunk):
+            n = min(chunk, count - start)
+            obs, act, rew, next_obs, done = steps.chunk(n)
+            table.add(np.zeros(n, np.int64), obs, act, rew, next_obs, done, np.zeros(n, bool))
 
     @staticmethod
     def insert(table, step):
@@ -164,12 +174,13 @@ class Cpprb:
         return cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6, **options)
 
     @staticmethod
-    def fill(table, steps, count):
-        for _ in range(count):  # its stack compression needs the episode ends one by one
-            obs, act, rew, next_obs, done = steps.step()
+    def fill(table, steps, count, chunk=1000):
+        # in chunks (one step per call takes ~40 min for 1M on the loaded machine): the frames'
+        # episode boundaries are then not exact, which the timed operations do not look at
+        for start in range(0, count, chunk):
+            n = min(chunk, count - start)
+            obs, act, rew, next_obs, done = steps.chunk(n)
             table.add(obs=obs, act=act, rew=rew, next_obs=next_obs, done=done)
-            if done:
-                table.on_episode_end()
 
     @staticmethod
     def insert(table, step):
@@ -210,8 +221,20 @@ class Tianshou:
 
     @classmethod
     def fill(cls, table, steps, count):
-        for _ in range(count):  # Tianshou adds one step per call
-            table.add(cls.batch(steps.step()))
+        # Tianshou adds one step per call (minutes for 1M): after one add, its storage is handed
+        # over whole with its own set_batch (as benchmarks/replay.py does), frames only
+        # (save_only_last_obs), and the counters set
+        from tianshou.data import Batch
+
+        table.add(cls.batch(steps.step()))
+        count = table.maxsize  # set_batch takes whole tables only
+        frames = steps.pool[np.arange(count) % POOL]
+        done = (np.arange(count) + 1) % EPISODE == 0
+        table.set_batch(Batch(obs=frames, act=steps.rng.integers(6, size=count), rew=steps.rng.normal(size=count),
+                              terminated=done, truncated=np.zeros(count, bool), done=done, info=Batch()))
+        table._size, table._index = count, 0
+        if hasattr(table, "init_weight"):
+            table.init_weight(np.arange(count))
 
     @classmethod
     def insert(cls, table, step):

@@ -96,14 +96,16 @@ def _write_record(s, frame, end, first, frames, ends, back, valid, counts, episo
 @njit(**_NJIT)
 def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
                 marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
-                terminated, truncated, changed):
+                terminated, truncated, changed, priority, priorities):
     """Appends one step per row i to stream streams[i]: if the stream begins an episode (it is
     new, or its previous step ended one), the first record, of obs_frames[i] (read only then);
     the step's action, reward and end on the stream's newest record; then the record of
     next_frames[i], FINAL if the step terminated or truncated the episode. Frames are rows of
     bytes, actions rows of the action field. `state[0]` counts the valid transitions, `state[1]`
-    is the stamp that lists a slot once in `changed`. Returns how many slots of `changed` it
-    filled, or -(i + 1) for the first row whose stream is out of range (nothing written)."""
+    is the stamp that lists a slot once in `changed`; priorities[c] is the selector's new
+    priority of slot changed[c]: `priority` if it became valid, else 0. Returns how many slots of
+    `changed` it filled, or -(i + 1) for the first row whose stream is out of range (nothing
+    written)."""
     for i in range(streams.shape[0]):
         if streams[i] < 0 or streams[i] >= counts.shape[0]:
             return -(i + 1)
@@ -124,6 +126,8 @@ def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_sta
                               ends, back, valid, counts, episode_start, state, length, stack, n, changed,
                               count, marks, stamp)
         starting[s] = end != CONTINUES
+    for c in range(count):
+        priorities[c] = priority if valid[changed[c]] else 0.0
     return count
 
 

@@ -94,7 +94,7 @@ class FrameReplay:
         self._episode_start = np.zeros(streams, np.int64)
         self._starting = np.ones(streams, np.bool_)  # the stream's next step begins an episode
         self._state = np.zeros(2, np.int64)  # valid transitions, the kernel's listing stamp
-        self._changed = np.empty(0, np.int64)
+        self._changed, self._changed_priorities = np.empty(0, np.int64), np.empty(0, np.float64)
         self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
         self.inserted = 0  # env steps ever inserted (one transition each)
         self._new_selector = (lambda: NumbaSumTree(self.capacity, fanout)) if kind == "uniform" else (
@@ -163,18 +163,19 @@ class FrameReplay:
         truncated = np.asarray(truncated, dtype=np.bool_).reshape(count)
         need = 2 * count * (self.stack + self.n_step + 1)
         if self._changed.shape[0] < need:
-            self._changed = np.empty(max(need, 2 * self._changed.shape[0]), np.int64)
+            size = max(need, 2 * self._changed.shape[0])
+            self._changed, self._changed_priorities = np.empty(size, np.int64), np.empty(size, np.float64)
+        top = self.max_priority ** self.alpha if self.prioritized else 1.0
         filled = write_steps(self._frames, self._actions, self._rewards, self._ends, self._back, self._valid,
                              self._counts, self._episode_start, self._starting, self._state, self._marks,
                              self.length, self.stack, self.n_step, streams, obs_rows, actions, rewards,
-                             next_rows, terminated, truncated, self._changed)
+                             next_rows, terminated, truncated, self._changed, top, self._changed_priorities)
         if filled < 0:
             raise IndexError(f"frame replay stream {streams[-filled - 1]} out of range [0, {self.streams})")
         self.inserted += count
         changed = self._changed[:filled]
         if filled:
-            top = self.max_priority ** self.alpha if self.prioritized else 1.0
-            self.tree.update(changed, np.where(self._valid[changed] == 1, top, 0.0))
+            self.tree.update(changed, self._changed_priorities[:filled])
         return changed
 
     # -- sampling
