@@ -44,7 +44,7 @@ from pearl.contracts import ReplayTable, implements
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import gather_transitions, write_steps
+from pearl.kernels.cpu.frame_storage import gather_transitions, gather_windows, write_steps
 from pearl.replay.base import Batch, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
@@ -94,7 +94,7 @@ class FrameReplay:
         self._episode_start = np.zeros(streams, np.int64)
         self._starting = np.ones(streams, np.bool_)  # the stream's next step begins an episode
         self._state = np.zeros(2, np.int64)  # valid transitions, the kernel's listing stamp
-        self._changed = np.empty(0, np.int64)
+        self._changed, self._changed_priorities = np.empty(0, np.int64), np.empty(0, np.float64)
         self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
         self.inserted = 0  # env steps ever inserted (one transition each)
         self._new_selector = (lambda: NumbaSumTree(self.capacity, fanout)) if kind == "uniform" else (
@@ -163,28 +163,35 @@ class FrameReplay:
         truncated = np.asarray(truncated, dtype=np.bool_).reshape(count)
         need = 2 * count * (self.stack + self.n_step + 1)
         if self._changed.shape[0] < need:
-            self._changed = np.empty(max(need, 2 * self._changed.shape[0]), np.int64)
+            size = max(need, 2 * self._changed.shape[0])
+            self._changed, self._changed_priorities = np.empty(size, np.int64), np.empty(size, np.float64)
+        top = self.max_priority ** self.alpha if self.prioritized else 1.0
         filled = write_steps(self._frames, self._actions, self._rewards, self._ends, self._back, self._valid,
                              self._counts, self._episode_start, self._starting, self._state, self._marks,
                              self.length, self.stack, self.n_step, streams, obs_rows, actions, rewards,
-                             next_rows, terminated, truncated, self._changed)
+                             next_rows, terminated, truncated, self._changed, top, self._changed_priorities)
         if filled < 0:
             raise IndexError(f"frame replay stream {streams[-filled - 1]} out of range [0, {self.streams})")
         self.inserted += count
         changed = self._changed[:filled]
         if filled:
-            top = self.max_priority ** self.alpha if self.prioritized else 1.0
-            self.tree.update(changed, np.where(self._valid[changed] == 1, top, 0.0))
+            self.tree.update(changed, self._changed_priorities[:filled])
         return changed
 
     # -- sampling
     def outputs(self, batch: int) -> tuple:
-        """(obs, next obs, actions, returns, discounts, indices, weights) for a batch size, made
-        once and reused by the next sample of that size."""
+        """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch) for a
+        batch size, made once and reused by the next sample of that size. With 1-step
+        transitions obs and next obs are views of one window of stack + 1 frames per transition
+        (kernels/cpu/frame_storage.py gather_windows): strided, not C-contiguous."""
         prepared = self._outputs.get(batch)
         if prepared is None:
             frame_bytes = self._frames.shape[1]
-            obs, next_obs = (np.empty((batch, self.stack, frame_bytes), np.uint8) for _ in range(2))
+            if self.n_step == 1:
+                windows = np.empty((batch, self.stack + 1, frame_bytes), np.uint8)
+                obs, next_obs = windows[:, :self.stack], windows[:, 1:]
+            else:
+                obs, next_obs = (np.empty((batch, self.stack, frame_bytes), np.uint8) for _ in range(2))
             prepared = (obs, next_obs, np.empty((batch, self._actions.shape[1]), self.action_dtype),
                         np.empty(batch, np.float32), np.empty(batch, np.float32), np.empty(batch, np.int64),
                         np.empty(batch, np.float32), np.empty(batch, np.float64), np.empty(batch, np.float64))
@@ -195,14 +202,21 @@ class FrameReplay:
         """The transitions at `indices` (slots of their first records), into the reused outputs."""
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         obs, next_obs, actions, returns, discounts = self.outputs(indices.shape[0])[:5]
-        bad = gather_transitions(self._frames, self._actions, self._rewards, self._ends, self._back,
-                                 self.length, self.stack, self.n_step, self._powers, indices, obs, next_obs,
-                                 actions, returns, discounts)
+        if self.n_step == 1:
+            bad = gather_windows(self._frames, self._actions, self._rewards, self._ends, self._back, self.length,
+                                 self.stack, self._powers, indices, obs.base, actions, returns, discounts)
+        else:
+            bad = gather_transitions(self._frames, self._actions, self._rewards, self._ends, self._back,
+                                     self.length, self.stack, self.n_step, self._powers, indices, obs, next_obs,
+                                     actions, returns, discounts)
         if bad >= 0:
             raise IndexError(f"gather index {indices[bad]} out of range for capacity {self.capacity}")
-        shape = (indices.shape[0], *self.obs_shape)
-        return Batch(obs.view(self.frame_dtype).reshape(shape), actions.reshape(-1, *self.action_shape),
-                     returns, next_obs.view(self.frame_dtype).reshape(shape), discounts, indices)
+        return Batch(self._as_obs(obs), actions.reshape(-1, *self.action_shape), returns, self._as_obs(next_obs),
+                     discounts, indices)
+
+    def _as_obs(self, rows: np.ndarray) -> np.ndarray:
+        """(B, stack, frame bytes) -> (B, stack, *frame_shape) of the frame dtype, a view."""
+        return rows.view(self.frame_dtype).reshape(rows.shape[0], self.stack, *self.frame_shape)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
         if not self.size:
