@@ -88,8 +88,10 @@ class Discrete:
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
+        frames = dict(first_stream=0) if config.replay.frame_stack else {}  # ActorRecipe.build numbers the actors
         return ActorRecipe(Actor, policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
-                                                       n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma))
+                                                       n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma,
+                                                       **frames))
 
     def act(self, policy, obs: np.ndarray, rng, deterministic: bool, config: ExperimentConfig) -> np.ndarray:
         """Greedy actions (indices from 0) for a batch; with epsilon_final exploration if not deterministic."""
@@ -111,6 +113,9 @@ class Continuous:
         probe = make_env(config.env)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
         self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
+        if config.replay.frame_stack:
+            raise ConfigError(f"replay.frame_stack: the frame table feeds DQN; {config.algo} stores whole "
+                              f"observations (frame_stack: 0)")
         self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
@@ -190,6 +195,10 @@ class Parts:
         """dtype and shape of one transition's value per field, in the replay's add() order."""
         obs = self.family.obs_field
         scalar = (np.dtype(np.float32), ())
+        if self.config.replay.frame_stack:  # a frame table's step records (pearl.runtime.actor.Actor.step)
+            frame, flag = (obs[0], obs[1][1:]), (np.dtype(np.bool_), ())
+            return {"streams": (np.dtype(np.int64), ()), "obs": frame, "actions": self.family.action_field,
+                    "rewards": scalar, "next_obs": frame, "terminated": flag, "truncated": flag}
         return {"obs": obs, "actions": self.family.action_field, "rewards": scalar, "next_obs": obs,
                 "discounts": scalar}
 

@@ -48,16 +48,13 @@ def test_unsupported_observation_spaces_are_refused_in_one_line(space):
         pearl.DQN(env=functools.partial(SpaceEnv, space))
 
 
-def test_continuous_algorithms_refuse_images_in_one_line():
-    space = gym.spaces.Box(0, 255, (3, 16, 16), np.uint8)
+def test_actor_critics_refuse_the_frame_table_in_one_line():
+    from pearl.config import parse_config
 
-    class ImageBoxEnv(SpaceEnv):
-        def __init__(self):
-            super().__init__(space)
-            self.action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
-
-    with pytest.raises(pearl.ConfigError, match=r"^env: .* has image observations .*; TD3 needs a flat Box"):
-        pearl.TD3(env=ImageBoxEnv)
+    env_id = pearl.envs.register_source(DotEnv)
+    with pytest.raises(pearl.ConfigError, match=r"^replay.frame_stack: the frame table feeds DQN; td3 stores"):
+        pearl.make_agent(parse_config({"algo": "td3", "env": env_id, "td3": {"conv": [[4, 3, 1]]},
+                                       "replay": {"frame_stack": 4}}))
 
 
 def test_images_keep_their_dtype_and_go_channels_first():
@@ -275,3 +272,75 @@ def test_actor_critics_learn_from_images_through_a_shared_encoder(agent_class):
         expected = algo.policy_network()(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(agent.parts.policy.net.q_values(obs), expected, rtol=1e-5, atol=1e-6)
     assert np.isfinite(agent.evaluate(1)["mean"])
+
+
+class CountingFrames(gym.Env):
+    """Stacks of 4 frames whose pixel (0, 0) is the step's index in its episode and pixel (0, 1) an
+    episode tag drawn at reset; episodes of 5-12 steps end terminated or truncated. A stored
+    transition can then be checked against the stream it came from."""
+
+    observation_space = gym.spaces.Box(0, 255, (4, 6, 6), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.tag = 0, int(self.np_random.integers(1, 256))
+        self.length = int(self.np_random.integers(5, 13))
+        self.frames = [self._frame()] * 4  # FrameStackObservation's reset padding
+        return np.stack(self.frames), {}
+
+    def _frame(self):
+        frame = np.zeros((6, 6), np.uint8)
+        frame[0, 0], frame[0, 1] = self.t, self.tag
+        return frame
+
+    def step(self, action):
+        self.t += 1
+        self.frames = self.frames[1:] + [self._frame()]
+        end = self.t >= self.length
+        return np.stack(self.frames), 1.0, end and self.tag % 2 == 0, end and self.tag % 2 == 1, {}
+
+
+def check_frame_transitions(agent, count=64):
+    """Every sampled obs is a stack of one episode's consecutive steps (the first repeated at its
+    start) and next obs the stack one step later, as the env made them."""
+    replay = agent.parts.replay
+    replay.rate_limiter = None  # the run is over: this extra batch is the test's
+    batch = replay.sample(count, np.random.default_rng(0))
+    for obs, next_obs, discount in zip(batch.obs, batch.next_obs, batch.discounts):
+        steps, tags = obs[:, 0, 0].astype(int), obs[:, 0, 1]
+        assert len(set(tags)) == 1 and set(next_obs[:, 0, 1]) == set(tags)
+        newest = steps[-1]
+        assert list(steps) == [max(0, newest - k) for k in (3, 2, 1, 0)]
+        assert list(next_obs[:, 0, 0].astype(int)) == [max(0, newest + 1 - k) for k in (3, 2, 1, 0)]
+        # only an even-tagged episode terminates (odd ones are truncated: bootstrapped)
+        assert discount == pytest.approx(0.99) or (discount == 0.0 and tags[0] % 2 == 0)
+
+
+def frame_agent(plan=None):
+    from pearl.config import parse_config
+
+    env_id = pearl.envs.register_source(CountingFrames)
+    config = parse_config({"env": env_id, "total_steps": 400,
+                           "dqn": {"conv": [[4, 3, 1]], "hidden": [8], "batch_size": 8, "learning_starts": 50,
+                                   "updates_per_step": 0.25},
+                           "replay": {"capacity": 1000, "frame_stack": 4}})
+    return pearl.make_agent(config, plan)
+
+
+def test_actors_feed_the_frame_table_step_records():
+    from pearl.replay import FrameReplay
+
+    agent = frame_agent()
+    assert isinstance(agent.parts.replay, FrameReplay)
+    agent.train(300)
+    assert agent.parts.replay.inserted == 300 and agent.counters.updates == (300 - 50) // 4
+    check_frame_transitions(agent)
+
+
+@pytest.mark.slow
+def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
+    agent = frame_agent(Plan(runtime="processes", actors=2))
+    agent.train(300)
+    assert agent.parts.replay.inserted == agent.counters.env_steps >= 300
+    check_frame_transitions(agent)

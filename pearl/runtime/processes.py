@@ -84,9 +84,12 @@ class ActorRecipe:
 
             gymnasium.register(self.kwargs["env_id"], entry_point=self.env_factory)
 
-    def build(self, seed: int, policy=None):
-        return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
-                                **self.kwargs)
+    def build(self, seed: int, policy=None, index: int = 0):
+        """Actor number `index` (a frame table's writer: its envs are streams index x n_envs, ...)."""
+        kwargs = dict(self.kwargs)
+        if kwargs.get("first_stream") is not None:
+            kwargs["first_stream"] = index * kwargs["n_envs"]
+        return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(), **kwargs)
 
 
 def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
@@ -135,7 +138,7 @@ def actor_main() -> None:
     channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
     try:
         recipe.env_here()
-        actor = recipe.build(seed)
+        actor = recipe.build(seed, index=index)
         n_envs = len(actor.envs)
         counters = channel.counters
         weights = np.empty(board.n_weights, dtype=np.float32)
