@@ -76,12 +76,16 @@ class Steps:
         self.t += 1
         return self.stack(t), int(self.rng.integers(6)), float(self.rng.normal()), self.stack(t + 1), (t + 1) % EPISODE == 0
 
-    def chunk(self, count: int):
-        """The next `count` steps as arrays (obs stacks, actions, rewards, next obs stacks, dones)."""
+    def chunk(self, count: int, newest_only: bool = False):
+        """The next `count` steps as arrays (obs stacks, actions, rewards, next obs stacks, dones);
+        `newest_only`: the stacks' newest frames instead of the stacks."""
         t = self.t + np.arange(count)
         self.t += count
-        frames = self.pool[(t[:, None] - np.arange(STACK - 1, -1, -1)) % POOL]
-        next_frames = self.pool[(t[:, None] + 1 - np.arange(STACK - 1, -1, -1)) % POOL]
+        back = np.arange(0 if newest_only else STACK - 1, -1, -1)
+        frames = self.pool[(t[:, None] - back) % POOL]
+        next_frames = self.pool[(t[:, None] + 1 - back) % POOL]
+        if newest_only:
+            frames, next_frames = frames[:, 0], next_frames[:, 0]
         if self.last_axis:
             frames, next_frames = np.moveaxis(frames, 1, -1).copy(), np.moveaxis(next_frames, 1, -1).copy()
         return (frames, self.rng.integers(6, size=count), self.rng.normal(size=count).astype(np.float32),
@@ -138,7 +142,7 @@ class Pearl:
     def fill(table, steps, count, chunk=1000):
         for start in range(0, count, chunk):
             n = min(chunk, count - start)
-            obs, act, rew, next_obs, done = steps.chunk(n)
+            obs, act, rew, next_obs, done = steps.chunk(n, newest_only=True)  # what a frame writer hands over
             table.add(np.zeros(n, np.int64), obs, act, rew, next_obs, done, np.zeros(n, bool))
 
     @staticmethod

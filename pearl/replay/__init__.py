@@ -1,4 +1,5 @@
-"""Experience replay: preallocated transition storage plus a sampler (uniform or prioritized)."""
+"""Experience replay: preallocated transition storage plus a sampler (uniform or prioritized); the
+frame table for stacked-frame observations (frames.py)."""
 from pearl.replay.base import Batch, Replay  # noqa: F401
 from pearl.replay.frames import FrameReplay  # noqa: F401
 from pearl.replay.nstep import NStepAccumulator, NStepBuffer  # noqa: F401

@@ -65,9 +65,10 @@ class FrameReplay:
                  rate_limiter: RateLimiter | None = None):
         if kind not in KINDS:
             raise ValueError(f"frame replay kind {kind!r}: expected one of {KINDS}")
-        if stack < 1 or n_step < 1 or streams < 1:
-            raise ValueError(f"frame replay needs stack, n_step and streams >= 1, got {stack}, {n_step}, {streams}")
-        self.length = capacity // streams  # records per stream
+        if not (1 <= stack <= 256 and n_step >= 1 and streams >= 1):  # `back` is a uint8 below stack
+            raise ValueError(f"frame replay needs 1 <= stack <= 256, n_step and streams >= 1, got {stack}, "
+                             f"{n_step}, {streams}")
+        self.length = capacity // streams  # records per stream (capacity rounds down to streams x length)
         if self.length < stack + n_step:
             raise ValueError(f"frame replay capacity {capacity} leaves {self.length} records per stream "
                              f"for {streams} streams; a transition reads stack + n_step = {stack + n_step}")
@@ -128,11 +129,6 @@ class FrameReplay:
 
     def valid_indices(self) -> np.ndarray:
         return np.flatnonzero(self._valid)
-
-    @property
-    def frame_bytes(self) -> int:
-        """Bytes of frames a full table holds (what its memory is measured against)."""
-        return self._frames.nbytes
 
     # -- writes
     def _rows(self, values, name: str, count: int) -> np.ndarray:
