@@ -204,7 +204,7 @@ def insert_rows(rows, row_offsets, widths, values, start, count):
     Field by field: one pass per field, the rows stay in L1 after the first."""
     f = 0
     for value in literal_unroll(values):
-        _write_words(rows, row_offsets[f], widths[f], value.view(np.uint32).reshape(-1), start, count)
+        _write_words(rows, row_offsets[f], widths[f], value.reshape(-1).view(np.uint32), start, count)
         f += 1
 
 
