@@ -69,3 +69,55 @@ def sum_tree_cost(capacity: int, batch: int, fanout: int = 2) -> Cost:
     """A batch of root-to-leaf walks (sample) or leaf-to-root walks (update) in a K-ary sum tree."""
     depth = max(1, math.ceil(math.log(max(capacity, 2), fanout)))
     return Cost(flops=batch * depth * fanout, bytes=batch * depth * fanout * FLOAT_BYTES)
+
+
+# -- convolutions (image observations; pearl/nets.py) ------------------------------------------------
+def conv_layer_shapes(in_shape, conv) -> list[tuple[int, int, int, int, int]]:
+    """Per conv layer [out channels, kernel, stride] (no padding) on an input (C, H, W):
+    (in channels, out channels, kernel, output height, output width)."""
+    channels, height, width = in_shape
+    layers = []
+    for out_channels, kernel, stride in conv:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        layers.append((channels, out_channels, kernel, height, width))
+        channels = out_channels
+    return layers
+
+
+def conv_output_size(in_shape, conv) -> int:
+    """The flattened output of the conv layers: what the first fc layer takes."""
+    _, channels, _, height, width = conv_layer_shapes(in_shape, conv)[-1]
+    return channels * height * width
+
+
+def encoder_learn_cost(in_shape, conv, batch: int, input_bytes: int) -> Cost:
+    """An actor-critic's shared image encoder in one update (pearl/nets.py SharedEncoder): its
+    forward on obs and its target's on next_obs, its backward from the critics' loss, its Adam
+    step and its target's Polyak step."""
+    params = conv_parameter_count(in_shape, conv)
+    return (conv_forward_cost(in_shape, conv, batch, input_bytes) * 2 + conv_backward_cost(in_shape, conv, batch)
+            + adam_cost(params) + soft_update_cost(params))
+
+
+def conv_parameter_count(in_shape, conv) -> int:
+    return sum(c_in * c_out * k * k + c_out for c_in, c_out, k, _, _ in conv_layer_shapes(in_shape, conv))
+
+
+def conv_forward_cost(in_shape, conv, batch: int, input_bytes: int = FLOAT_BYTES) -> Cost:
+    """Conv + bias + ReLU layers: 2 FLOPs per multiply-add (out elements x C_in k^2), 2 per output
+    element for bias and ReLU; bytes: each layer's input and output activations once (the first
+    layer's input at `input_bytes` per element: 1 for uint8 frames) and the weights once."""
+    flops, activations = 0, in_shape[0] * in_shape[1] * in_shape[2] * input_bytes
+    for c_in, c_out, k, h, w in conv_layer_shapes(in_shape, conv):
+        outputs = c_out * h * w
+        flops += outputs * (2 * c_in * k * k + 2)
+        activations += outputs * FLOAT_BYTES
+    return Cost(flops=batch * flops, bytes=batch * activations + conv_parameter_count(in_shape, conv) * FLOAT_BYTES)
+
+
+def conv_backward_cost(in_shape, conv, batch: int) -> Cost:
+    """Weight and input gradients: twice the forward multiply-adds (the first layer's input gradient
+    is not needed, but torch's cost for it is small beside the others' and is not skipped on all
+    paths; counted as the MLP's backward counts it)."""
+    forward = conv_forward_cost(in_shape, conv, batch)
+    return Cost(flops=2 * forward.flops, bytes=forward.bytes + conv_parameter_count(in_shape, conv) * FLOAT_BYTES)

@@ -34,6 +34,20 @@ class Workload:
     dueling: bool = False
     algo: str = "dqn"
     policy_delay: int = 1  # TD3: the actor and the targets step every policy_delay-th update
+    # image observations (pearl/nets.py): the observation's (C, H, W), its bytes per element and
+    # the conv layers before the `hidden` fc layers; () for flat observations
+    obs_shape: tuple[int, ...] = ()
+    obs_itemsize: int = 4
+    conv: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def image(self) -> bool:
+        return bool(self.conv)
+
+    def _image_shapes(self) -> dict:
+        """The cost spec's keyword for an image workload: the conv input and layers."""
+        shape = self.obs_shape if len(self.obs_shape) == 3 else (1, *self.obs_shape)
+        return {"image": (shape, self.conv, self.obs_itemsize)} if self.image else {}
 
     @property
     def continuous(self) -> bool:
@@ -51,19 +65,22 @@ class Workload:
 
     @property
     def n_params(self) -> int:
+        if self.image:
+            return self.algorithm.image_parameter_count(self.n_actions, self.hidden, **self._image_shapes())
         return mlp_parameter_count(self.sizes)
 
     @property
     def transition_bytes(self) -> int:
         """obs + next_obs + action + reward + discount, as the replay stores and ships them."""
-        return (2 * self.obs_dim + (self.n_actions if self.continuous else 1) + 2) * FLOAT_BYTES
+        return (2 * self.obs_dim * self.obs_itemsize // FLOAT_BYTES + (self.n_actions if self.continuous else 1)
+                + 2) * FLOAT_BYTES
 
     @property
     def learner_kernels(self) -> tuple[str, ...]:
         """The cpu learner kernels the agent builds for this workload (pearl/api.py,
         pearl/continuous.py): the fused one has no dueling head and no SAC."""
         fused = self.algo in ("ddpg", "td3") or (self.algo == "dqn" and not self.dueling)
-        return ("fused", "torch") if fused else ("torch",)
+        return ("fused", "torch") if fused and not self.image else ("torch",)
 
     @property
     def replay_kinds(self) -> tuple[str, ...]:
@@ -72,13 +89,14 @@ class Workload:
 
     def act_cost(self, envs: int) -> Cost:
         """The policy's inference for one act round of `envs` observations."""
-        return self.algorithm.act_cost(self.obs_dim, self.n_actions, self.hidden, envs)
+        return self.algorithm.act_cost(self.obs_dim, self.n_actions, self.hidden, envs, **self._image_shapes())
 
     def learn_cost(self, batch: int, kernel: str) -> Cost:
         """One update on a batch with the learner kernel `kernel` (fused | torch)."""
         algorithm = self.algorithm
         return algorithm.learn_cost(self.obs_dim, self.n_actions, self.hidden, batch, kernel,
-                                    **{name: getattr(self, name) for name in algorithm.COST_OPTIONS})
+                                    **{name: getattr(self, name) for name in algorithm.COST_OPTIONS},
+                                    **self._image_shapes())
 
     def key(self) -> str:
         """What the measured task costs depend on (pearl profile caches one table per key)."""
@@ -86,23 +104,27 @@ class Workload:
                  f"u{self.updates_per_step:g}")
         if self.continuous:
             return f"{self.algo}|{shape}" + (f"|delay{self.policy_delay}" if self.algo == "td3" else "")
-        return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}"
+        image = f"|img{'x'.join(map(str, self.obs_shape))}|conv{self.conv}" if self.image else ""
+        return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}{image}"
 
 
-def workload_of(config, obs_dim: int, n_actions: int) -> Workload:
-    """The Workload of an ExperimentConfig whose env has these spaces' sizes."""
+def workload_of(config, obs_dim: int, n_actions: int, obs_shape: tuple = (), obs_itemsize: int = 4) -> Workload:
+    """The Workload of an ExperimentConfig whose env has these spaces' sizes (`obs_shape`: an
+    image's (C, H, W) or (H, W), whose networks begin with the config's conv layers)."""
     cfg = config.algo_config
+    image = dict(obs_shape=tuple(obs_shape), obs_itemsize=obs_itemsize,
+                 conv=tuple(map(tuple, cfg.conv))) if len(obs_shape) > 1 else {}
     return Workload(env=config.env, obs_dim=obs_dim, n_actions=n_actions, hidden=tuple(cfg.hidden),
                     replay_kind=config.replay.kind, capacity=config.replay.capacity,
                     fanout=config.replay.fanout, updates_per_step=cfg.updates_per_step,
                     learning_starts=cfg.learning_starts, double=getattr(cfg, "double", False),
                     dueling=getattr(cfg, "dueling", False), algo=config.algo,
-                    policy_delay=getattr(cfg, "policy_delay", 1))
+                    policy_delay=getattr(cfg, "policy_delay", 1), **image)
 
 
 def workload_from_config(config) -> Workload:
     """The Workload of an ExperimentConfig (its env is probed for the spaces' sizes)."""
-    from pearl.envs import box_spaces, discrete_spaces, make_env
+    from pearl.envs import box_spaces, discrete_spaces, make_env, observation_layout
 
     probe = make_env(config.env)
     try:
@@ -110,6 +132,7 @@ def workload_from_config(config) -> Workload:
             obs_dim, n_actions = box_spaces(probe, config.env, config.algo)
         else:
             obs_dim, n_actions = discrete_spaces(probe, config.env)
+        obs_shape, obs_dtype, _ = observation_layout(probe, config.env, config.algo)
     finally:
         probe.close()
-    return workload_of(config, obs_dim, n_actions)
+    return workload_of(config, obs_dim, n_actions, obs_shape, obs_dtype.itemsize)

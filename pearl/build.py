@@ -19,11 +19,14 @@ import torch
 
 from pearl.algos import algorithm_class
 from pearl.config import ExperimentConfig
-from pearl.envs import box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env
+from pearl.envs import (box_spaces, discrete_spaces, env_factory, env_module, import_modules, make_env,
+                        observation_layout)
 from pearl.errors import ConfigError
 from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
 from pearl.kernels.registry import backend, kind_of, parse_device
+from pearl.algos.dqn import q_network
+from pearl.nets import TorchPolicy, check_conv, conv_shapes, encoded_policy, is_image
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
@@ -35,6 +38,15 @@ from pearl.runtime.processes import ActorRecipe
 from pearl import schedule
 
 
+def observations(probe, config: ExperimentConfig) -> tuple[tuple, np.dtype, float, bool]:
+    """(shape, dtype, input scale, image?) of the env's observations (pearl.envs.observation_layout);
+    an image's conv stack is checked against its size here, before anything is built."""
+    shape, dtype, scale = observation_layout(probe, config.env, config.algo)
+    if is_image(shape):
+        check_conv(shape, config.algo_config.conv, f"{config.algo}.conv")
+    return shape, dtype, scale, is_image(shape)
+
+
 class Discrete:
     """DQN's family: discrete actions, a Q-network the actors run epsilon-greedily."""
 
@@ -43,18 +55,32 @@ class Discrete:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
+        self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         self.action_size = self.n_actions  # what the workload counts: the number of actions
         self.action_start = int(getattr(probe.action_space, "start", 0))
         probe.close()
 
+    @property
+    def obs_field(self) -> tuple[np.dtype, tuple]:
+        """dtype and shape of an observation as actors, rings and the replay carry it (uint8
+        frames: a quarter of float32's bytes; pearl.envs.observation_layout)."""
+        return self.obs_dtype, self.obs_shape
+
     def algorithm(self, config: ExperimentConfig):
+        image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
         return algorithm_class(config.algo)(self.obs_dim, self.n_actions, config.algo_config,
-                                            config.total_steps, config.seed)
+                                            config.total_steps, config.seed, **image)
 
     def learner(self, algo, device: str, kernel: str):
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device)
 
-    def policy_factory(self, config: ExperimentConfig, algo, act_device: str) -> functools.partial:
+    def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
+                       threads: int | None = None) -> functools.partial:
+        """`threads`: torch's threads where a CNN policy is built (the actor recipe's: 1)."""
+        if self.image:  # the numpy act kernels run MLPs: a CNN acts with torch on the cpu
+            check_image_act_device(act_device)
+            return functools.partial(TorchPolicy, q_network(self.obs_shape, self.n_actions, config.algo_config,
+                                                            self.obs_scale), threads)
         hidden = config.algo_config.hidden
         layout = (MLPLayout([self.obs_dim, *hidden], dueling_actions=self.n_actions) if config.algo_config.dueling
                   else MLPLayout([self.obs_dim, *hidden, self.n_actions]))
@@ -62,8 +88,10 @@ class Discrete:
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
+        frames = dict(first_stream=0) if config.replay.frame_stack else {}  # ActorRecipe.build numbers the actors
         return ActorRecipe(Actor, policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
-                                                       n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma))
+                                                       n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma,
+                                                       **frames))
 
     def act(self, policy, obs: np.ndarray, rng, deterministic: bool, config: ExperimentConfig) -> np.ndarray:
         """Greedy actions (indices from 0) for a batch; with epsilon_final exploration if not deterministic."""
@@ -84,19 +112,33 @@ class Continuous:
     def __init__(self, config: ExperimentConfig):
         probe = make_env(config.env)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
+        self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
+        if config.replay.frame_stack:
+            raise ConfigError(f"replay.frame_stack: the frame table feeds DQN; {config.algo} stores whole "
+                              f"observations (frame_stack: 0)")
         self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
         probe.close()
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
 
+    obs_field = Discrete.obs_field
+
     def algorithm(self, config: ExperimentConfig):
-        return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed)
+        image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
+        return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
 
     def learner(self, algo, device: str, kernel: str):
         return FusedActorCriticLearner(algo) if kernel == "fused" else ContinuousLearner(algo, device)
 
-    def policy_factory(self, config: ExperimentConfig, algo, act_device: str) -> functools.partial:
+    def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
+                       threads: int | None = None) -> functools.partial:
         noise = algo.exploration_noise() if algo.policy_kind == "deterministic" else 0.0
+        if self.image:  # the shared encoder, then the actor's MLP, with torch on the cpu
+            check_image_act_device(act_device)
+            network = functools.partial(TorchPolicy, functools.partial(
+                encoded_policy, self.obs_shape, tuple(map(tuple, config.algo_config.conv)), self.obs_scale,
+                algo.policy_sizes()), threads)
+            return functools.partial(ContinuousPolicy, network, self.action_dim, algo.policy_kind, noise)
         return functools.partial(ContinuousPolicy, algo.policy_sizes(), self.action_dim, algo.policy_kind, noise)
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
@@ -114,6 +156,12 @@ class Continuous:
 
 
 FAMILIES = {"discrete": Discrete, "continuous": Continuous}
+
+
+def check_image_act_device(act_device: str) -> None:
+    """The numpy and device act kernels run MLPs; a CNN policy acts with torch on the cpu."""
+    if act_device != "cpu":
+        raise ConfigError(f"plan.devices.act: image observations act on the cpu (a torch CNN), got {act_device}")
 
 
 @dataclass
@@ -145,8 +193,12 @@ class Parts:
     @property
     def transition_fields(self) -> dict[str, tuple[np.dtype, tuple]]:
         """dtype and shape of one transition's value per field, in the replay's add() order."""
-        obs = (np.dtype(np.float32), (self.family.obs_dim,))
+        obs = self.family.obs_field
         scalar = (np.dtype(np.float32), ())
+        if self.config.replay.frame_stack:  # a frame table's step records (pearl.runtime.actor.Actor.step)
+            frame, flag = (obs[0], obs[1][1:]), (np.dtype(np.bool_), ())
+            return {"streams": (np.dtype(np.int64), ()), "obs": frame, "actions": self.family.action_field,
+                    "rewards": scalar, "next_obs": frame, "terminated": flag, "truncated": flag}
         return {"obs": obs, "actions": self.family.action_field, "rewards": scalar, "next_obs": obs,
                 "discounts": scalar}
 
@@ -177,15 +229,18 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
     return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
-def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int) -> None:
+def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_itemsize: int = 4,
+                 features: int | None = None) -> None:
     """Refuses (one line naming the field) a replay table or networks larger than this machine's
-    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback."""
+    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback.
+    `features`: what the first fc layer takes (a CNN's flattened conv output; default obs_dim)."""
     import os
 
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    # a transition: obs and next_obs (float32), the action, reward and discount, the sum-tree leaves
-    replay = config.replay.capacity * (8 * obs_dim + 8 * action_dim + 8 + 16)
-    widths = [obs_dim, *config.algo_config.hidden, action_dim]
+    # a transition: obs and next_obs (float32, or uint8 frames), the action, reward and discount,
+    # the sum-tree leaves
+    replay = config.replay.capacity * (2 * obs_itemsize * obs_dim + 8 * action_dim + 8 + 16)
+    widths = [features or obs_dim, *config.algo_config.hidden, action_dim]
     # weights, gradients, two Adam moments and a target copy, float32, for up to three networks
     networks = 3 * 5 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
     for field, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
@@ -202,15 +257,18 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     import_modules(config.imports)
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
-    check_memory(config, family.obs_dim, family.action_size)
-    workload = workload_of(config, family.obs_dim, family.action_size)
+    obs_dtype, obs_shape = family.obs_field
+    check_memory(config, family.obs_dim, family.action_size, obs_dtype.itemsize,
+                 int(np.prod(conv_shapes(obs_shape, config.algo_config.conv)[-1])) if len(obs_shape) > 1 else None)
+    workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
 
     torch.set_num_threads(config.runtime.torch_threads)
     algo = family.algorithm(config)
     learner = family.learner(algo, plan.device_of("learn"), kernel)
-    policy_factory = family.policy_factory(config, algo, plan.device_of("act"))
+    # an actor process's torch (a CNN policy) on one thread: the cores are the actors' and the learner's
+    policy_factory = family.policy_factory(config, algo, plan.device_of("act"), threads=1)
     policy = family.policy_factory(config, algo, "cpu")()
     policy.load(learner.policy_weights())
     cfg = config.algo_config
@@ -218,9 +276,14 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, plan.actors)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
-    replay = None if served.addressed else make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
+    replay = None if served.addressed else make_replay(
+                         config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
+                         obs_dtype=obs_dtype,
+                         action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
-                         device=replay_device(plan.devices, plan.platform))
+                         device=replay_device(plan.devices, plan.platform),
+                         # the frame table (replay.frame_stack) keeps one stream per env and makes the n-step transitions
+                         streams=plan.actors * plan.envs_per_actor, n_step=cfg.n_step, gamma=cfg.gamma)
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
                                      plan.sync_interval, getattr(cfg, "target_update_interval", None))
     # what an actor process imports before it makes the env: the config's modules, and the one

@@ -50,12 +50,16 @@ class DQNConfig:
     n_step: int = 1
     max_grad_norm: float = 10.0
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    # image observations: conv layers [out channels, kernel, stride] before the `hidden` fc layers
+    # (pearl/nets.py; default the Nature DQN's); flat observations ignore it
+    conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
 
     def check(self, at: str) -> None:
         if not self.hidden:
             raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
         for i, width in enumerate(self.hidden):
             _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
+        _check_conv(at + ".conv", self.conv)
         _positive(at + ".lr", self.lr)
         _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
         _at_least(at + ".batch_size", self.batch_size, 1)
@@ -80,12 +84,16 @@ class ContinuousConfig:
     learning_starts: int = 100  # env steps of uniformly random actions before learning starts
     updates_per_step: float = 1.0  # the replay ratio: gradient updates per env step
     n_step: int = 1
+    # image observations: the conv layers [out channels, kernel, stride] of the encoder the actor
+    # and critics share (pearl/nets.py); flat observations ignore it
+    conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
 
     def check(self, at: str) -> None:
         if not self.hidden:
             raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
         for i, width in enumerate(self.hidden):
             _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
+        _check_conv(at + ".conv", self.conv)
         _positive(at + ".lr", self.lr)
         _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
         if not 0.0 < self.tau <= 1.0:
@@ -144,9 +152,13 @@ class ReplayConfig:
     priority_eps: float = 1e-6
     backend: Literal["auto", "numba", "numpy"] = "auto"  # the CPU sum tree's kernels
     fanout: int = 16  # children per sum-tree node
+    # > 0: observations are stacks of this many frames (axis 0, as gymnasium's FrameStackObservation
+    # makes them) and the table stores each frame once (pearl/replay/frames.py); 0: whole observations
+    frame_stack: int = 0
 
     def check(self, at: str) -> None:
         _at_least(at + ".capacity", self.capacity, 1)
+        _at_least(at + ".frame_stack", self.frame_stack, 0)
         _at_least(at + ".fanout", self.fanout, 2)
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".beta", self.beta, 0.0, 1.0)
@@ -247,6 +259,16 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_conv(at: str, conv: list[list[int]]) -> None:
+    if not conv:
+        raise ConfigError(f"{at}: expected a non-empty list of [channels, kernel, stride] layers")
+    for i, layer in enumerate(conv):
+        if len(layer) != 3:
+            raise ConfigError(f"{at}[{i}]: expected [channels, kernel, stride], got {layer}")
+        for name, value in zip(("channels", "kernel", "stride"), layer):
+            _at_least(f"{at}[{i}] {name}", value, 1, MAX_WIDTH)
 
 
 def _join(at: str, name: str) -> str:

@@ -41,7 +41,7 @@ def check_env_id(env_id: str, field: str = "env") -> None:
     if module:
         import_module(module, field)
         env_id = name
-    if env_id in gym.registry:
+    if env_id in gym.registry or _register_known(env_id):
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -93,32 +93,154 @@ def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.En
         raise ConfigError(f"{field}: {env_id} needs an extra package ({err})") from None
     except Exception as err:  # the user's environment failed to construct
         raise ConfigError(f"{field}: making {env_id} failed: {_first_line(err)}") from None
+    env = standard_wrappers(env, env_id.rpartition(":")[2])
     if seed is not None:
         env.action_space.seed(seed)
     return env
 
 
+# -- pixels: Atari (ale-py), MinAtar, and image observations in general ----------------------------
+ATARI_EXTRA = "pip install 'pearl-rl[atari]'"
+
+
+def _register_known(env_id: str) -> bool:
+    """Registers the ids of the image-env packages Gymnasium 1.x no longer loads as plugins (ale-py's
+    ALE/... and ...NoFrameskip-v4, MinAtar/...) when `env_id` is one of theirs; True if it now is."""
+    if env_id.startswith("MinAtar/"):
+        try:
+            import logging
+
+            logging.getLogger().disabled, was = True, logging.getLogger().disabled  # its seaborn warning
+            try:
+                from minatar.gym import register_envs
+            finally:
+                logging.getLogger().disabled = was
+        except ModuleNotFoundError:
+            raise ConfigError(f"env: {env_id} needs the minatar package ({ATARI_EXTRA})") from None
+        register_envs()
+    else:  # ale-py's ids: ALE/Pong-v5, PongNoFrameskip-v4, Pong-v4, ...
+        try:
+            import ale_py  # noqa: F401  (importing it registers its ids)
+        except ModuleNotFoundError:
+            if env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4"):
+                raise ConfigError(f"env: {env_id} needs ale-py ({ATARI_EXTRA})") from None
+            return False
+    return env_id in gym.registry
+
+
+def is_atari(env_id: str) -> bool:
+    spec = gym.registry.get(env_id)
+    return spec is not None and spec.entry_point == "ale_py.env:AtariEnv"
+
+
+def atari_env(env_id: str, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
+              terminal_on_life_loss: bool = False, clip_rewards: bool = True, frame_stack: int = 4,
+              **make_kwargs) -> gym.Env:
+    """An ALE game with the standard DQN preprocessing (Mnih et al. 2015; Machado et al. 2018):
+    up to `noop_max` no-ops at reset, each action repeated `frame_skip` times with the max of the
+    last two frames, `screen_size`^2 grey frames, optionally an episode end at each life lost,
+    rewards clipped to their sign (the score stays in info['score'] for the episode returns), and
+    the last `frame_stack` frames stacked on the first axis: observations (4, 84, 84) uint8.
+    Gymnasium's own wrappers do each step. v5 ids keep their sticky actions (p = 0.25).
+
+    `make_env` applies it with these defaults to every ALE id; call it through a factory for other
+    settings, e.g. `pearl.DQN(env=functools.partial(atari_env, "ALE/Pong-v5", terminal_on_life_loss=True))`.
+    Gymnasium's terminal_on_life_loss ends the episode at a life lost, and the next reset starts a
+    new game (not the SB3 / Dopamine variant that resumes the game)."""
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    env = gym.make(env_id, frameskip=1, disable_env_checker=True, **make_kwargs)  # AtariPreprocessing skips
+    try:
+        env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
+                                 terminal_on_life_loss=terminal_on_life_loss, grayscale_obs=True, scale_obs=False)
+    except gym.error.DependencyNotInstalled:
+        raise ConfigError(f"env: {env_id}'s preprocessing needs opencv ({ATARI_EXTRA})") from None
+    if clip_rewards:
+        env = ScoreKeepingClip(env)
+    return FrameStackObservation(env, frame_stack) if frame_stack > 1 else env
+
+
+SCORE = "score"  # info key: the unclipped reward of a step whose reward the env clipped
+
+
+class ScoreKeepingClip(gym.RewardWrapper):
+    """Rewards clipped to their sign (DQN's reward clipping); the raw reward goes to info['score']
+    so that the episode returns PEARL reports are game scores."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info[SCORE] = reward
+        return obs, float(np.sign(reward)), terminated, truncated, info
+
+
+class ChannelsFirst(gym.ObservationWrapper):
+    """(H, W, C) images -> (C, H, W), the convolutional networks' layout; boolean boards
+    (MinAtar's) -> uint8 0/1."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        dtype = np.uint8 if space.dtype == np.bool_ else space.dtype
+        low = np.transpose(space.low, (2, 0, 1)).astype(dtype)
+        high = np.transpose(space.high, (2, 0, 1)).astype(dtype)
+        self.observation_space = gym.spaces.Box(low, high, dtype=dtype)
+
+    def observation(self, obs):
+        return np.ascontiguousarray(np.transpose(obs, (2, 0, 1)), dtype=self.observation_space.dtype)
+
+
+def _channels_last(space, env_id: str) -> bool:
+    """An (H, W, C) image: MinAtar's boards (10x10xC, C up to 10), else any whose last axis (grey,
+    RGB) is smaller than both others (Stable-Baselines3 guesses the same way)."""
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 3):
+        return False
+    return env_id.startswith("MinAtar/") or space.shape[2] < min(space.shape[:2])
+
+
+def standard_wrappers(env: gym.Env, env_id: str) -> gym.Env:
+    """What every PEARL env of an image kind gets: ALE ids the Atari preprocessing (`atari_env`),
+    channels-last images (MinAtar's 10x10xC boards, CarRacing's frames) channels first."""
+    if is_atari(env_id) and not isinstance(env, gym.wrappers.FrameStackObservation):
+        env.close()
+        return atari_env(env_id)
+    if _channels_last(env.observation_space, env_id):
+        return ChannelsFirst(env)
+    return env
+
+
+def observation_layout(env: gym.Env, env_id: str, algo: str, field: str = "env"):
+    """(shape, dtype, scale) of the observations a run stores and learns from: a flat Box (float32)
+    or an image Box (C, H, W) or (H, W), uint8 images kept uint8 (others float32);
+    `scale` multiplies the observation at the network's input (1 / the Box's high for uint8).
+    Anything else (Dict, Tuple, Discrete observations, more than 3 axes) is refused in one line."""
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or not 1 <= len(space.shape) <= 3:
+        raise ConfigError(f"{field}: {env_id} has observations {space}; {algo.upper()} needs a flat Box "
+                          f"or an image Box (C, H, W)")
+    if space.dtype == np.uint8 and len(space.shape) > 1:
+        return tuple(space.shape), np.dtype(np.uint8), 1.0 / max(1.0, float(np.max(space.high)))
+    return tuple(space.shape), np.dtype(np.float32), 1.0
+
+
 def discrete_spaces(env: gym.Env, env_id: str, field: str = "env") -> tuple[int, int]:
     """(observation size, action count) for a Box-observation, Discrete-action environment."""
     obs_space, action_space = env.observation_space, env.action_space
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; DQN needs a flat Box")
+    observation_layout(env, env_id, "dqn", field)
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ConfigError(f"{field}: {env_id} has actions {action_space}; DQN needs Discrete actions")
     return int(np.prod(obs_space.shape)), int(action_space.n)
 
 
 def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tuple[int, int]:
-    """(observation size, action size) for a flat-Box-observation, bounded-Box-action environment."""
+    """(observation size, action size) for a Box-observation, bounded-Box-action environment."""
     obs_space, action_space = env.observation_space, env.action_space
     name = algo.upper()
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ConfigError(f"{field}: {env_id} has observations {obs_space}; {name} needs a flat Box")
+    observation_layout(env, env_id, algo, field)
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise ConfigError(f"{field}: {env_id} has actions {action_space}; {name} needs Box actions")
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise ConfigError(f"{field}: {env_id} has unbounded actions {action_space}; {name} needs finite bounds")
-    return int(obs_space.shape[0]), int(action_space.shape[0])
+    return int(np.prod(obs_space.shape)), int(action_space.shape[0])
 
 
 def episode_returns(env_id: str, act, episodes: int, seed: int) -> list[float]:
@@ -131,8 +253,8 @@ def episode_returns(env_id: str, act, episodes: int, seed: int) -> list[float]:
             obs, _ = env.reset(seed=seed + episode)
             total, done = 0.0, False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(act(obs))
-                total += float(reward)
+                obs, reward, terminated, truncated, info = env.step(act(obs))
+                total += float(info.get(SCORE, reward))
                 done = terminated or truncated
             returns.append(total)
     finally:

@@ -273,8 +273,11 @@ def test_rows_are_line_aligned_and_padded(obs_dim, row_bytes):
         assert field.ctypes.data % np.dtype(dtype).itemsize == 0  # aligned items
     small = fs.RowRing(3, (("a", np.float32, ()),))
     assert small.row_bytes == 4
-    with pytest.raises(ValueError, match="'odd'"):
-        fs.RowRing(3, (("odd", np.float16, (1,)),))
+    odd = fs.RowRing(3, (("odd", np.float16, (1,)), ("rgb", np.uint8, (3,))))  # padded to whole words
+    assert odd.row_bytes == 8
+    odd.insert(2, 2, (np.array([[1.5], [2.5]], np.float16), np.array([[1, 2, 3], [4, 5, 6]], np.uint8)))
+    half, rgb = odd.gather(np.array([0, 2, 0]))
+    assert half[:, 0].tolist() == [2.5, 1.5, 2.5] and rgb.tolist() == [[4, 5, 6], [1, 2, 3], [4, 5, 6]]
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)

@@ -60,6 +60,7 @@ class CPUBackend(Backend):
         return None
 
     def learner_kernels(self, workload) -> tuple[str, ...]:
+        """The fused numba learner runs MLPs; a CNN (image observations) learns with torch."""
         return workload.learner_kernels
 
     def sum_tree(self, device, capacity: int, fanout: int, platform=None):

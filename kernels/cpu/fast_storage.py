@@ -204,7 +204,7 @@ def insert_rows(rows, row_offsets, widths, values, start, count):
     Field by field: one pass per field, the rows stay in L1 after the first."""
     f = 0
     for value in literal_unroll(values):
-        _write_words(rows, row_offsets[f], widths[f], value.view(np.uint32).reshape(-1), start, count)
+        _write_words(rows, row_offsets[f], widths[f], value.reshape(-1).view(np.uint32), start, count)
         f += 1
 
 
@@ -227,9 +227,8 @@ class RowRing:
         for f in order:
             name, dtype, shape = self.layout[f]
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-            if nbytes % 4:
-                raise ValueError(f"replay field {name!r} is {nbytes} bytes; rows hold whole 4-byte words")
-            offsets[name], cursor = cursor, cursor + nbytes
+            # rows hold whole 4-byte words: a field of another size (3 uint8) is padded
+            offsets[name], cursor = cursor, cursor + -(-nbytes // 4) * 4
         row_bytes = max(cursor, 4)
         # a power of two up to a line (rows never straddle lines), whole lines above
         stride = 1 << (row_bytes - 1).bit_length() if row_bytes <= LINE else -(-row_bytes // LINE) * LINE
@@ -242,13 +241,16 @@ class RowRing:
             view = as_bytes[:, offsets[name]:offsets[name] + nbytes].view(dtype)
             self.fields[name] = view.reshape(self.capacity, *shape)
         self._row_offsets = np.array([offsets[name] // 4 for name, _, _ in self.layout], dtype=np.int64)
-        self._widths = np.array([self.fields[name][0].nbytes // 4 for name, _, _ in self.layout],
+        self._widths = np.array([-(-self.fields[name][0].nbytes // 4) for name, _, _ in self.layout],
                                 dtype=np.int64)
+        padded = any(self.fields[name][0].nbytes % 4 for name, _, _ in self.layout)
         self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
         self._uniform_calls: dict[int, tuple] = {}
-        # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field
-        self._row_arrays = tuple((dtype, np.empty((2, *shape), dtype).strides,
-                                  int(np.prod(shape, dtype=np.int64))) for _, dtype, shape in self.layout)
+        # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field; with a
+        # padded field, insert_rows's word copies do not apply (numpy's assignment writes it)
+        self._row_arrays = None if padded else tuple(
+            (dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
+            for _, dtype, shape in self.layout)
 
     def insert(self, start: int, count: int, values) -> None:
         """Writes `count` transitions (a value per field, in layout order: rows on a leading axis,
@@ -279,6 +281,8 @@ class RowRing:
         anything else (other dtypes, broadcasting) takes numpy's assignment, which casts. The
         strides of a C-contiguous (count, *shape) array do not depend on count, and with them the
         size fixes the shape."""
+        if self._row_arrays is None:
+            return False
         for value, (dtype, strides, items) in zip(values, self._row_arrays):
             if not (type(value) is np.ndarray and value.dtype is dtype and value.strides == strides
                     and value.size == count * items):
@@ -293,7 +297,10 @@ class RowRing:
             views, start = [], 0
             for (name, dtype, shape), width in zip(self.layout, self._widths):
                 block = words[start:start + batch * width]
-                views.append(block.view(dtype).reshape(batch, *shape))
+                nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                # a padded field's batch is a strided view that skips each row's padding
+                rows = block.view(np.uint8).reshape(batch, 4 * width)[:, :nbytes]
+                views.append(rows.view(dtype).reshape(batch, *shape))
                 start += batch * width
             prepared = (words, tuple(views))
             self._outputs[batch] = prepared

@@ -43,6 +43,8 @@ class CUDABackend(Backend):
 
     def can_run(self, task: str, workload) -> str | None:
         if task in REPLAY_TASKS:
+            if workload.image:  # its storage holds flat float32 observations
+                return "holds flat float32 observations; image observations keep the replay on the cpu"
             if workload.continuous:  # the continuous learners read numpy batches
                 return (f"holds a replay table that feeds the DQN learner only; {workload.algo} keeps its "
                         f"replay on the cpu")

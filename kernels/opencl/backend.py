@@ -77,6 +77,8 @@ class OpenCLBackend(Backend):
                 return f"has no {task} kernel for {workload.replay_kind} replay"
             return None
         if task == "act":
+            if workload.image:
+                return "has no act kernel for a CNN (image observations act on the cpu)"
             return None if workload.algo == "dqn" else f"has no act kernel for {workload.algo}"
         return f"has no {'learner' if task == 'learn' else task + ' kernel'} for {workload.algo}"
 

@@ -28,8 +28,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from pearl.contracts import Algorithm, implements
-from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
-                                        mlp_parameter_count, soft_update_cost)
+from pearl.estimator.signatures import (Cost, adam_cost, conv_forward_cost, conv_output_size, conv_parameter_count,
+                                        encoder_learn_cost, mlp_backward_cost, mlp_forward_cost,
+                                        mlp_input_gradient_cost, mlp_parameter_count, soft_update_cost)
+from pearl.nets import SharedEncoder
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -86,15 +88,20 @@ class DDPG:
     policy_kind = "deterministic"  # tanh(MLP(s)) explored with Gaussian noise
     critic_class = Critic
 
-    def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0):
+    def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0,
+                 obs_shape: tuple[int, ...] | None = None, obs_scale: float = 1.0):
+        """`obs_shape` (C, H, W) or (H, W): image observations, which a conv encoder shared by
+        actor and critic turns into the features both MLPs take (pearl/nets.py SharedEncoder)."""
         self.obs_dim, self.action_dim, self.config = obs_dim, action_dim, config
         torch.manual_seed(seed)
-        self.actor = DeterministicActor(obs_dim, action_dim, config.hidden)
-        self.critic = self.critic_class(obs_dim, action_dim, config.hidden)
+        self.encoder = SharedEncoder(obs_shape, config.conv, obs_scale) if obs_shape else None
+        features = self.encoder.features if self.encoder else obs_dim
+        self.actor = DeterministicActor(features, action_dim, config.hidden)
+        self.critic = self.critic_class(features, action_dim, config.hidden)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = adam(self.actor, config.lr)
-        self.critic_optimizer = adam(self.critic, config.lr)
+        self.critic_optimizer = adam(with_encoder(self.critic, self.encoder), config.lr)
         self.updates = 0
 
     # -- act -----------------------------------------------------------------------------------
@@ -118,36 +125,49 @@ class DDPG:
     def actor_loss(self, obs) -> torch.Tensor:
         return -self.critic(obs, self.actor(obs)).mean()
 
+    def features(self, obs, next_obs):
+        """Image observations: the shared encoder's features of obs (trained by the critic's loss)
+        and its target's of next_obs; flat observations as they are."""
+        return (obs, next_obs) if self.encoder is None else self.encoder.encode(obs, next_obs)
+
     def update(self, obs, actions, rewards, next_obs, discounts) -> float:
         """One critic step, one actor step, one target update. Returns the critic loss."""
+        obs, next_obs = self.features(obs, next_obs)
         critic_loss = self.critic_loss(obs, actions, rewards, next_obs, discounts)
         step(self.critic_optimizer, critic_loss)
         with frozen(self.critic):
-            step(self.actor_optimizer, self.actor_loss(obs))
+            step(self.actor_optimizer, self.actor_loss(obs.detach()))  # the actor does not train the encoder
         soft_update(self.critic_target, self.critic, self.config.tau)
         soft_update(self.actor_target, self.actor, self.config.tau)
+        if self.encoder:
+            self.encoder.soft_update(self.config.tau)
         self.updates += 1
         return critic_loss.item()
 
     # -- what the runtime needs to know ------------------------------------------------------------
     def policy_network(self) -> nn.Module:
-        """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
-        return self.actor.net
+        """The network whose flat weights the actor's copy runs (kernels/cpu/mlp.py; for images
+        the encoder, then the MLP: pearl/nets.py)."""
+        return self.encoder.policy(self.actor.net) if self.encoder else self.actor.net
 
     def policy_sizes(self) -> list[int]:
-        return self.policy_shape(self.obs_dim, self.action_dim, self.config.hidden)
+        """The actor MLP's widths (on image observations it takes the encoder's features)."""
+        return self.policy_shape(self.encoder.features if self.encoder else self.obs_dim, self.action_dim,
+                                 self.config.hidden)
 
     def networks(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic,
-                "actor_target": self.actor_target, "critic_target": self.critic_target}
+                "actor_target": self.actor_target, "critic_target": self.critic_target, **encoders(self.encoder)}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
 
     def n_params(self) -> int:
-        return sum(p.numel() for p in self.actor.parameters())
+        return sum(p.numel() for p in self.policy_network().parameters())
 
     # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
+    # `image`: (input (C, H, W), conv layers, bytes per input element): the shared encoder's costs
+    # beside those of the MLPs, which take its features instead of obs_dim inputs
     critics = 1  # critic networks on [s, a]
     HEAD_FLOPS = 3  # per action component on act: tanh, the Gaussian noise and the clip
     COST_OPTIONS: tuple[str, ...] = ()  # config options learn_cost reads beside the shapes
@@ -158,26 +178,52 @@ class DDPG:
         return [obs_dim, *hidden, action_dim]
 
     @classmethod
-    def act_cost(cls, obs_dim: int, action_dim: int, hidden, envs: int) -> Cost:
+    def act_cost(cls, obs_dim: int, action_dim: int, hidden, envs: int, image=None) -> Cost:
         """The policy's inference for one act round of `envs` observations, its head included."""
-        return (mlp_forward_cost(cls.policy_shape(obs_dim, action_dim, hidden), envs)
+        encoder = Cost()
+        if image is not None:
+            encoder, obs_dim = conv_forward_cost(*image[:2], envs, image[2]), conv_output_size(*image[:2])
+        return (encoder + mlp_forward_cost(cls.policy_shape(obs_dim, action_dim, hidden), envs)
                 + Cost(flops=envs * action_dim * cls.HEAD_FLOPS))
 
     @classmethod
+    def image_parameter_count(cls, action_dim: int, hidden, image) -> int:
+        """The acting network's parameters for image observations: encoder and actor MLP."""
+        return (conv_parameter_count(*image[:2])
+                + mlp_parameter_count(cls.policy_shape(conv_output_size(*image[:2]), action_dim, hidden)))
+
+    @classmethod
     def learn_cost(cls, obs_dim: int, action_dim: int, hidden, batch: int, kernel: str,
-                   policy_delay: int = 1) -> Cost:
+                   policy_delay: int = 1, image=None) -> Cost:
         """One update on a batch, averaged over updates (TD3's delayed actor step and targets
         count 1 / policy_delay of themselves). The learner kernels do the same products, but the
         fused one back-propagates the actor's loss into the critic's action columns only (the
         autograd path into all of its inputs); neither takes the frozen critic's weight
         gradients there."""
+        obs_dim = obs_dim if image is None else conv_output_size(*image[:2])
         actor, critic = cls.policy_shape(obs_dim, action_dim, hidden), [obs_dim + action_dim, *hidden, 1]
         into_critic = mlp_input_gradient_cost(critic, batch, action_dim if kernel == "fused" else None)
         # the actor step through the first critic, then every target
         actor_step = (mlp_forward_cost(actor, batch) + mlp_forward_cost(critic, batch) + into_critic
                       + mlp_backward_cost(actor, batch) + adam_cost(mlp_parameter_count(actor))
                       + soft_update_cost(cls.critics * mlp_parameter_count(critic) + mlp_parameter_count(actor)))
-        return critic_step_cost(actor, critic, cls.critics, batch) + actor_step * (1.0 / policy_delay)
+        return (critic_step_cost(actor, critic, cls.critics, batch) + actor_step * (1.0 / policy_delay)
+                + image_encoder_cost(image, batch))
+
+
+def image_encoder_cost(image, batch: int) -> Cost:
+    """The shared image encoder's part of an update (none for flat observations)."""
+    return Cost() if image is None else encoder_learn_cost(image[0], image[1], batch, image[2])
+
+
+def with_encoder(critic: nn.Module, encoder) -> nn.Module:
+    """What the critic's optimizer steps: the critic, and the shared image encoder if any."""
+    return critic if encoder is None else nn.ModuleList([critic, encoder.online])
+
+
+def encoders(encoder) -> dict[str, nn.Module]:
+    """The shared image encoder and its target, for checkpoints (none for flat observations)."""
+    return {} if encoder is None else {"encoder": encoder.online, "encoder_target": encoder.target}
 
 
 def critic_step_cost(actor: list[int], critic: list[int], critics: int, batch: int) -> Cost:

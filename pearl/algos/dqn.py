@@ -19,13 +19,23 @@ Which device or kernel runs each line is the Plan's business, not this file's.
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import torch
 from torch import nn
 
 from pearl.contracts import Algorithm, implements
-from pearl.estimator.signatures import Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count
+from pearl.nets import CNNQNetwork
+from pearl.estimator.signatures import (Cost, adam_cost, conv_backward_cost, conv_forward_cost, conv_output_size,
+                                        conv_parameter_count, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count)
+
+
+def q_network(obs_shape, n_actions: int, config, obs_scale: float) -> functools.partial:
+    """The CNN Q-network's constructor for image observations (picklable: actor processes build
+    their copy with it)."""
+    return functools.partial(CNNQNetwork, tuple(obs_shape), n_actions, list(config.hidden), config.dueling,
+                             tuple(map(tuple, config.conv)), obs_scale)
 
 
 class QNetwork(nn.Module):
@@ -57,11 +67,15 @@ class DQN:
 
     name, family = "dqn", "discrete"
 
-    def __init__(self, obs_dim: int, n_actions: int, config, total_steps: int, seed: int = 0):
+    def __init__(self, obs_dim: int, n_actions: int, config, total_steps: int, seed: int = 0,
+                 obs_shape: tuple[int, ...] | None = None, obs_scale: float = 1.0):
+        """`obs_shape` (C, H, W) or (H, W): image observations, a CNN Q-network (pearl/nets.py)
+        whose input is multiplied by `obs_scale`; otherwise an MLP on `obs_dim` features."""
         self.obs_dim, self.n_actions, self.action_dim = obs_dim, n_actions, 1
         self.config, self.total_steps = config, total_steps
         torch.manual_seed(seed)
-        self.online = QNetwork(obs_dim, n_actions, config.hidden, config.dueling)
+        self.online = (QNetwork(obs_dim, n_actions, config.hidden, config.dueling) if not obs_shape
+                       else q_network(obs_shape, n_actions, config, obs_scale)())
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.lr)
 
@@ -127,18 +141,37 @@ class DQN:
         """The Q MLP's widths: what the actor runs and sync_weights ships."""
         return [obs_dim, *hidden, n_actions]
 
+    # `image`: (input (C, H, W), conv layers, bytes per input element) for a CNN Q-network, whose
+    # fc layers take the last conv layer's flattened output instead of obs_dim features
     @classmethod
-    def act_cost(cls, obs_dim: int, n_actions: int, hidden, envs: int) -> Cost:
+    def act_cost(cls, obs_dim: int, n_actions: int, hidden, envs: int, image=None) -> Cost:
         """The Q-network's inference for one act round of `envs` observations."""
-        return mlp_forward_cost(cls.policy_shape(obs_dim, n_actions, hidden), envs)
+        if image is None:
+            return mlp_forward_cost(cls.policy_shape(obs_dim, n_actions, hidden), envs)
+        shape, conv, input_bytes = image
+        return (conv_forward_cost(shape, conv, envs, input_bytes)
+                + mlp_forward_cost(cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden), envs))
 
     @classmethod
-    def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True) -> Cost:
+    def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True,
+                   image=None) -> Cost:
         """One update on a batch; the fused and torch learners do the same arithmetic."""
-        sizes = cls.policy_shape(obs_dim, n_actions, hidden)
         forwards = 3 if double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
-        return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
-                + adam_cost(mlp_parameter_count(sizes)))
+        if image is None:
+            sizes = cls.policy_shape(obs_dim, n_actions, hidden)
+            return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
+                    + adam_cost(mlp_parameter_count(sizes)))
+        shape, conv, input_bytes = image
+        sizes = cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden)
+        return ((conv_forward_cost(shape, conv, batch, input_bytes) + mlp_forward_cost(sizes, batch)) * forwards
+                + conv_backward_cost(shape, conv, batch) + mlp_backward_cost(sizes, batch)
+                + adam_cost(cls.image_parameter_count(n_actions, hidden, image)))
+
+    @classmethod
+    def image_parameter_count(cls, n_actions: int, hidden, image) -> int:
+        shape, conv, _ = image
+        return (conv_parameter_count(shape, conv)
+                + mlp_parameter_count(cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden)))
 
     # -- weights as one flat vector (the layout kernels share) ------------------------------------
     @staticmethod

@@ -30,10 +30,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl.algos.ddpg import adam, critic_step_cost, frozen, mlp, soft_update, step
+from pearl.algos.ddpg import (DDPG, adam, critic_step_cost, encoders, frozen, image_encoder_cost, mlp, soft_update, step,
+                              with_encoder)
 from pearl.algos.td3 import TwinCritic
 from pearl.contracts import Algorithm, implements
-from pearl.estimator.signatures import (Cost, adam_cost, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
+from pearl.nets import SharedEncoder
+from pearl.estimator.signatures import (Cost, adam_cost, conv_output_size, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
                                         mlp_parameter_count, soft_update_cost)
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SB3's clamp: keeps std in a range where exp() is sane
@@ -85,17 +87,22 @@ class SAC:
     name, family = "sac", "continuous"
     policy_kind = "squashed_gaussian"  # MLP(s) = (mean, log std), sampled and squashed by tanh
 
-    def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0):
+    def __init__(self, obs_dim: int, action_dim: int, config, seed: int = 0,
+                 obs_shape: tuple[int, ...] | None = None, obs_scale: float = 1.0):
+        """`obs_shape`: image observations through a shared conv encoder (as in DDPG). The
+        next observations' features are the target encoder's, for the policy's next action too."""
         self.obs_dim, self.action_dim, self.config = obs_dim, action_dim, config
         torch.manual_seed(seed)
-        self.actor = SquashedGaussianActor(obs_dim, action_dim, config.hidden)
-        self.critic = TwinCritic(obs_dim, action_dim, config.hidden)
+        self.encoder = SharedEncoder(obs_shape, config.conv, obs_scale) if obs_shape else None
+        features = self.encoder.features if self.encoder else obs_dim
+        self.actor = SquashedGaussianActor(features, action_dim, config.hidden)
+        self.critic = TwinCritic(features, action_dim, config.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.temperature = Temperature(config.init_ent_coef)
         self.target_entropy = (-float(action_dim) if config.target_entropy is None
                                else float(config.target_entropy))
         self.actor_optimizer = adam(self.actor, config.lr)
-        self.critic_optimizer = adam(self.critic, config.lr)
+        self.critic_optimizer = adam(with_encoder(self.critic, self.encoder), config.lr)
         self.temperature_optimizer = adam(self.temperature, config.lr)
         self.updates = 0
 
@@ -133,35 +140,40 @@ class SAC:
 
     def update(self, obs, actions, rewards, next_obs, discounts) -> float:
         """One critic, actor and temperature step and a critic target update. Returns the critic loss."""
+        obs, next_obs = self.features(obs, next_obs)
         critic_loss = self.critic_loss(obs, actions, rewards, next_obs, discounts)
         step(self.critic_optimizer, critic_loss)
         with frozen(self.critic):
-            actor_loss, log_prob = self.actor_loss(obs)
+            actor_loss, log_prob = self.actor_loss(obs.detach())  # the actor does not train the encoder
             step(self.actor_optimizer, actor_loss)
         if self.config.autotune:
             step(self.temperature_optimizer, self.temperature_loss(log_prob))
         soft_update(self.critic_target, self.critic, self.config.tau)
+        if self.encoder:
+            self.encoder.soft_update(self.config.tau)
         self.updates += 1
         return critic_loss.item()
 
+    features = DDPG.features
+
     # -- what the runtime needs to know ------------------------------------------------------------
-    def policy_network(self) -> nn.Module:
-        """The network whose flat weights the actor's numpy copy runs (see kernels/cpu/mlp.py)."""
-        return self.actor.net
+    policy_network = DDPG.policy_network
 
     def policy_sizes(self) -> list[int]:
-        return self.policy_shape(self.obs_dim, self.action_dim, self.config.hidden)
+        """The actor MLP's widths (on image observations it takes the encoder's features)."""
+        return self.policy_shape(self.encoder.features if self.encoder else self.obs_dim, self.action_dim,
+                                 self.config.hidden)
 
     def networks(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-                "temperature": self.temperature}
+                "temperature": self.temperature, **encoders(self.encoder)}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_optimizer, "critic": self.critic_optimizer,
                 "temperature": self.temperature_optimizer}
 
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.actor.parameters())
+    n_params = DDPG.n_params
+    image_parameter_count = classmethod(DDPG.image_parameter_count.__func__)
 
     # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
     critics = 2
@@ -173,20 +185,17 @@ class SAC:
         """The policy MLP's widths (its outputs: the mean and log std of each action component)."""
         return [obs_dim, *hidden, 2 * action_dim]
 
-    @classmethod
-    def act_cost(cls, obs_dim: int, action_dim: int, hidden, envs: int) -> Cost:
-        """The policy's inference for one act round of `envs` observations, its sampling head included."""
-        return (mlp_forward_cost(cls.policy_shape(obs_dim, action_dim, hidden), envs)
-                + Cost(flops=envs * action_dim * cls.HEAD_FLOPS))
+    act_cost = classmethod(DDPG.act_cost.__func__)  # the policy's inference and its sampling head (HEAD_FLOPS above)
 
     @classmethod
-    def learn_cost(cls, obs_dim: int, action_dim: int, hidden, batch: int, kernel: str) -> Cost:
+    def learn_cost(cls, obs_dim: int, action_dim: int, hidden, batch: int, kernel: str, image=None) -> Cost:
         """One update: the critic step (ddpg.critic_step_cost), the actor step through both
         frozen critics (input gradients only, as in DDPG.learn_cost) and the critics' targets
         (SAC has no actor target)."""
+        obs_dim = obs_dim if image is None else conv_output_size(*image[:2])
         actor, critic = cls.policy_shape(obs_dim, action_dim, hidden), [obs_dim + action_dim, *hidden, 1]
         into_critic = mlp_input_gradient_cost(critic, batch, action_dim if kernel == "fused" else None)
         actor_step = (mlp_forward_cost(actor, batch) + (mlp_forward_cost(critic, batch) + into_critic) * cls.critics
                       + mlp_backward_cost(actor, batch) + adam_cost(mlp_parameter_count(actor)))
         return (critic_step_cost(actor, critic, cls.critics, batch) + actor_step
-                + soft_update_cost(cls.critics * mlp_parameter_count(critic)))
+                + soft_update_cost(cls.critics * mlp_parameter_count(critic)) + image_encoder_cost(image, batch))

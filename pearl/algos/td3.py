@@ -67,12 +67,15 @@ class TD3(DDPG):
 
     def update(self, obs, actions, rewards, next_obs, discounts) -> float:
         """One critic step; every policy_delay-th call also one actor step and the target update."""
+        obs, next_obs = self.features(obs, next_obs)
         critic_loss = self.critic_loss(obs, actions, rewards, next_obs, discounts)
         step(self.critic_optimizer, critic_loss)
         self.updates += 1
         if self.updates % self.config.policy_delay == 0:
             with frozen(self.critic):
-                step(self.actor_optimizer, self.actor_loss(obs))
+                step(self.actor_optimizer, self.actor_loss(obs.detach()))  # the actor does not train the encoder
             soft_update(self.critic_target, self.critic, self.config.tau)
             soft_update(self.actor_target, self.actor, self.config.tau)
+            if self.encoder:
+                self.encoder.soft_update(self.config.tau)
         return critic_loss.item()

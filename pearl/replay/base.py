@@ -53,16 +53,21 @@ class Replay(ABC):
     prioritized = False
     progress = 0  # env steps so far; schedules (e.g. prioritized replay's beta) read it
 
-    def __init__(self, capacity: int, obs_dim: int, action_dtype=np.int64, action_shape=(),
-                 rate_limiter: RateLimiter | None = None):
+    def __init__(self, capacity: int, obs_dim: int | tuple, action_dtype=np.int64, action_shape=(),
+                 rate_limiter: RateLimiter | None = None, obs_dtype=np.float32):
+        # `obs_dim`: a vector's length, or an observation's shape (an image: (4, 84, 84)); the
+        # observations are stored in `obs_dtype` as given (uint8 frames stay uint8: the network's
+        # input converts them)
         self.capacity = capacity
         self.rate_limiter = rate_limiter
-        self.obs_dim = obs_dim
+        self.obs_shape = (int(obs_dim),) if np.ndim(obs_dim) == 0 else tuple(int(d) for d in obs_dim)
+        self.obs_dim = int(np.prod(self.obs_shape))
+        self.obs_dtype = np.dtype(obs_dtype)
         # one row per transition (kernels/cpu/fast_storage.py); `storage[name]` are numpy views
-        self._ring = RowRing(capacity, (("obs", np.float32, (obs_dim,)),
+        self._ring = RowRing(capacity, (("obs", self.obs_dtype, self.obs_shape),
                                         ("actions", action_dtype, tuple(action_shape)),
                                         ("rewards", np.float32, ()),
-                                        ("next_obs", np.float32, (obs_dim,)),
+                                        ("next_obs", self.obs_dtype, self.obs_shape),
                                         ("discounts", np.float32, ())))
         self.storage = self._ring.fields
         self.cursor = 0  # next slot to write

@@ -50,9 +50,11 @@ class NStepBuffer:
     order.
     """
 
-    def __init__(self, n: int, gamma: float, n_envs: int, obs_dim: int, action_dtype=np.int64):
+    def __init__(self, n: int, gamma: float, n_envs: int, obs_dim: int | tuple, action_dtype=np.int64,
+                 obs_dtype=np.float32):
         self.n, self.gamma = n, gamma
-        self.obs = np.zeros((n, n_envs, obs_dim), dtype=np.float32)
+        obs_shape = (obs_dim,) if np.ndim(obs_dim) == 0 else tuple(obs_dim)  # a vector or an image
+        self.obs = np.zeros((n, n_envs, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((n, n_envs), dtype=action_dtype)
         self.rewards = np.zeros((n, n_envs), dtype=np.float64)
         self.pending = np.zeros(n_envs, dtype=np.int64)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pearl.contracts import Actor as ActorContract, implements
-from pearl.envs import make_env
+from pearl.envs import SCORE, make_env, observation_layout
 from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
@@ -26,12 +26,16 @@ def device_policy(layout, device: str):
 @implements(ActorContract)
 class Actor:
     def __init__(self, env_id: str, n_envs: int, seed: int, policy: QPolicy, n_actions: int,
-                 n_step: int, gamma: float):
+                 n_step: int, gamma: float, first_stream: int | None = None):
+        """`first_stream`: this actor writes to a frame table (replay.frame_stack, pearl/replay/frames.py)
+        as env streams first_stream, first_stream + 1, ...: each step goes out as it happened, newest
+        frames only, and the table makes the n-step transitions; None: n-step transitions here."""
         self.envs = [make_env(env_id, seed + i) for i in range(n_envs)]
         self.policy, self.n_actions, self.gamma = policy, n_actions, gamma
         self.action_start = int(getattr(self.envs[0].action_space, "start", 0))
         self.rng = np.random.default_rng(seed)
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(np.float32)
+        obs_shape, obs_dtype, _ = observation_layout(self.envs[0], env_id, "dqn")  # uint8 frames stay uint8
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(obs_dtype)
         self._next_obs = np.empty_like(self.obs)
         self._spare_obs = np.empty_like(self.obs)
         self._rewards = np.empty(n_envs, dtype=np.float32)
@@ -39,7 +43,9 @@ class Actor:
         self._truncated = np.zeros(n_envs, dtype=bool)
         self.episode_return = np.zeros(n_envs)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
-        self.nstep = NStepBuffer(n_step, gamma, n_envs, self.obs.shape[1])
+        self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if len(obs_shape) > 1 else obs_shape[0],
+                                 obs_dtype=obs_dtype)
+        self.streams = None if first_stream is None else np.arange(first_stream, first_stream + n_envs)
 
     def choose(self, epsilon: float) -> np.ndarray:
         n = len(self.envs)
@@ -63,7 +69,8 @@ class Actor:
         """Steps every env once. Returns (transition arrays, [(episode return, length), ...]).
 
         Transitions are (obs, actions, n-step returns, next_obs, discounts), or None while every
-        env is still gathering its first n steps.
+        env is still gathering its first n steps; for a frame table, every step's (streams, newest
+        frame of obs, actions, rewards, newest frame of next_obs, terminated, truncated).
         """
         actions = self.choose(epsilon)
         env_actions = self.env_actions(actions)
@@ -71,16 +78,19 @@ class Actor:
         terminated, truncated = self._terminated, self._truncated
         finished = []
         for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(env_actions[i])
+            obs, reward, term, trunc, info = env.step(env_actions[i])
             next_obs[i] = obs
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            self.episode_return[i] += reward
+            self.episode_return[i] += info.get(SCORE, reward)  # the game's score where rewards are clipped
             self.episode_length[i] += 1
             if term or trunc:
                 finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
                 self.episode_return[i] = 0.0
                 self.episode_length[i] = 0
-        transitions = self.nstep.step(self.obs, actions, rewards, next_obs, terminated, truncated)
+        if self.streams is None:
+            transitions = self.nstep.step(self.obs, actions, rewards, next_obs, terminated, truncated)
+        else:  # a frame table's step records: the stacks' newest frames (views)
+            transitions = (self.streams, self.obs[:, -1], actions, rewards, next_obs[:, -1], terminated, truncated)
         # The next observations become the current ones, except where an episode ended and its
         # env restarts. Buffers rotate rather than being copied; none that the returned
         # transitions reference is written before the next step.

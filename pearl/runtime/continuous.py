@@ -43,8 +43,10 @@ class ContinuousPolicy:
     kind 'squashed_gaussian' (SAC): MLP(s) = (mean, log_std); explores with tanh(mean + std * N(0, 1)).
     """
 
-    def __init__(self, sizes: list[int], action_dim: int, kind: str, noise: float = 0.0):
-        self.net = QPolicy(MLPLayout(sizes))
+    def __init__(self, sizes, action_dim: int, kind: str, noise: float = 0.0):
+        """`sizes`: the MLP's widths, or a factory of another network with QPolicy's `load` and
+        `q_values` (pearl.nets.TorchPolicy: image observations)."""
+        self.net = sizes() if callable(sizes) else QPolicy(MLPLayout(sizes))
         self.action_dim, self.kind, self.noise = action_dim, kind, noise
 
     def load(self, flat: np.ndarray) -> None:
@@ -76,8 +78,9 @@ class ContinuousActor(Actor):
         self.scaler = scaler
         # A subarray dtype makes each of NStepBuffer's action slots a float32 vector of the
         # action's size (its own arrays are (n, n_envs) of scalars).
-        self.nstep = NStepBuffer(n_step, gamma, n_envs, self.obs.shape[1],
-                                 action_dtype=np.dtype((np.float32, (policy.action_dim,))))
+        obs_shape = self.obs.shape[1:]
+        self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if len(obs_shape) > 1 else obs_shape[0],
+                                 action_dtype=np.dtype((np.float32, (policy.action_dim,))), obs_dtype=self.obs.dtype)
 
     def choose(self, epsilon: float) -> np.ndarray:
         """Actions in [-1, 1]^d: uniformly random with probability `epsilon` (the warm-up), else the

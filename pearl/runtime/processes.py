@@ -85,9 +85,12 @@ class ActorRecipe:
 
             gymnasium.register(self.kwargs["env_id"], entry_point=self.env_factory)
 
-    def build(self, seed: int, policy=None):
-        return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(),
-                                **self.kwargs)
+    def build(self, seed: int, policy=None, index: int = 0):
+        """Actor number `index` (a frame table's writer: its envs are streams index x n_envs, ...)."""
+        kwargs = dict(self.kwargs)
+        if kwargs.get("first_stream") is not None:
+            kwargs["first_stream"] = index * kwargs["n_envs"]
+        return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(), **kwargs)
 
 
 def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
@@ -136,7 +139,7 @@ def actor_main() -> None:
     channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
     try:
         recipe.env_here()
-        actor = recipe.build(seed)
+        actor = recipe.build(seed, index=index)
         # the first call of the policy's compiled kernels loads them (numba's first in a process:
         # ~0.5 s): here, before the first commit tells the learner this actor is up
         actor.choose(0.0)

@@ -1,0 +1,145 @@
+"""End-to-end DQN on Atari: PEARL vs Stable-Baselines3, env steps/s side by side in one run (issue 16).
+
+Both train DQN with RL Baselines3 Zoo's Atari hyperparameters (hyperparams/dqn.yml, `atari`): the
+Nature CNN, replay buffer 100k, batch 32, lr 1e-4, one gradient step every 4 env steps, target
+update every 1000 steps, exploration_fraction 0.1 to final epsilon 0.01, gamma 0.99, Huber loss,
+max gradient norm 10, no double DQN; one env. The Zoo's learning_starts (100k) is lowered equally
+for both (--learning-starts, default 1/4 of --steps) so that learning is inside the timed window.
+
+Preprocessing, the same standard steps on both sides on BreakoutNoFrameskip-v4 (no sticky actions):
+PEARL's `atari_env` (gymnasium's AtariPreprocessing + reward clipping + FrameStackObservation) and
+SB3's `make_atari_env` (its AtariWrapper) + VecFrameStack(4): up to 30 no-ops at reset, frame skip 4
+with max-pool, 84x84 grey, rewards clipped, 4 frames stacked, no episode end at a life lost (SB3's
+terminal_on_life_loss set False to match; SB3 also presses FIRE at reset, which PEARL does not).
+
+Only `train()` / `learn()` is timed (construction excluded); no greedy evaluation (a greedy Breakout
+policy that never presses FIRE plays until the 108k-frame cap). The order alternates per seed.
+Target (issue 16): PEARL >= 2x SB3's env steps/s, 2 seeds x >= 50k steps.
+
+    python benchmarks/e2e_atari.py                          # 2 seeds x 50k steps (hours on 2 cores)
+    python benchmarks/e2e_atari.py --steps 8000 --seeds 0 1 # a shorter window
+    python benchmarks/e2e_atari.py --runtime processes --actors 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import run_alternating, versions  # noqa: E402  (benchmarks/ is the script's own directory)
+
+ENV_ID = "BreakoutNoFrameskip-v4"
+BUFFER, BATCH, LR, GAMMA = 100_000, 32, 1e-4, 0.99
+TRAIN_FREQ, TARGET_UPDATE = 4, 1000
+EPS_FRACTION, EPS_FINAL = 0.1, 0.01
+MAX_GRAD_NORM = 10.0
+TARGET_SPEEDUP = 2.0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--steps", type=int, default=50_000)
+    p.add_argument("--learning-starts", type=int, default=None, help="both (default: steps // 4)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
+    p.add_argument("--runtime", choices=["sequential", "processes"], default="sequential")
+    p.add_argument("--actors", type=int, default=1)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    args.learning_starts = args.steps // 4 if args.learning_starts is None else args.learning_starts
+    if not 0 <= args.learning_starts < args.steps:
+        p.error(f"--learning-starts: expected 0 .. steps - 1, got {args.learning_starts}")
+    return args
+
+
+def run_pearl(seed: int, args) -> dict:
+    import torch
+
+    import pearl
+    from pearl.plan import Plan
+
+    agent = pearl.DQN(
+        env=ENV_ID, seed=seed, total_steps=args.steps, conv=[[32, 8, 4], [64, 4, 2], [64, 3, 1]], hidden=[512],
+        lr=LR, gamma=GAMMA, batch_size=BATCH, learning_starts=args.learning_starts,
+        updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0, double=False,
+        n_step=1, max_grad_norm=MAX_GRAD_NORM, exploration={"initial": 1.0, "final": EPS_FINAL, "fraction": EPS_FRACTION},
+        replay="uniform", capacity=BUFFER, torch_threads=args.threads,
+        plan=Plan(batch_size=BATCH, runtime=args.runtime, actors=args.actors))
+    torch.set_num_threads(args.threads)
+    _ = agent.actor  # the env is built before the clock starts
+    started = time.perf_counter()
+    summary = agent.train(args.steps, time_tasks=True)
+    wall = time.perf_counter() - started
+    return {"impl": "pearl", "seed": seed, "env_steps": summary["env_steps"], "updates": summary["updates"],
+            "wall_s": wall, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
+            "train_mean_return_100": summary["mean_return_100"], "task_us": summary.get("task_us")}
+
+
+def run_sb3(seed: int, args) -> dict:
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    torch.set_num_threads(args.threads)
+    env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=seed, wrapper_kwargs={"terminal_on_life_loss": False}),
+                        n_stack=4)
+    model = DQN("CnnPolicy", env, learning_rate=LR, buffer_size=BUFFER, learning_starts=args.learning_starts,
+                batch_size=BATCH, tau=1.0, gamma=GAMMA, train_freq=TRAIN_FREQ, gradient_steps=1,
+                target_update_interval=TARGET_UPDATE, exploration_fraction=EPS_FRACTION,
+                exploration_final_eps=EPS_FINAL, max_grad_norm=MAX_GRAD_NORM, optimize_memory_usage=False,
+                verbose=0, seed=seed, device="cpu")
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    model.learn(total_timesteps=args.steps, progress_bar=False)
+    wall = time.perf_counter() - started
+    recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
+    env.close()
+    return {"impl": "sb3", "seed": seed, "env_steps": int(model.num_timesteps), "updates": int(model._n_updates),
+            "wall_s": wall, "steps_per_s": model.num_timesteps / wall, "updates_per_s": model._n_updates / wall,
+            "train_mean_return_100": float(statistics.fmean(recent)) if recent else None}
+
+
+def report(seed: int, order: list[str], rows: dict) -> None:
+    print(f"\nseed {seed} (ran {' then '.join(order)}; load {os.getloadavg()[0]:.2f})")
+    for name in ("pearl", "sb3"):
+        r = rows[name]
+        print(f"  {name:<6} {r['env_steps']:>7d} steps {r['updates']:>6d} updates {r['wall_s']:>8.1f} s "
+              f"{r['steps_per_s']:>7.1f} steps/s {r['updates_per_s']:>6.2f} updates/s "
+              f"train return {r['train_mean_return_100']}")
+    print(f"  ratio pearl/sb3 env steps/s: {rows['pearl']['steps_per_s'] / rows['sb3']['steps_per_s']:.2f}x;"
+          f" pearl us per task call: {rows['pearl'].get('task_us')}")
+    sys.stdout.flush()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    found = versions("e2e_atari")
+    if found is None:
+        return 2
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, learning_starts "
+          f"{args.learning_starts}, torch {found['torch']} with {args.threads} thread(s), PEARL runtime "
+          f"{args.runtime} ({args.actors} actor(s)); CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}")
+    results = run_alternating(args.seeds, {"pearl": lambda seed: run_pearl(seed, args),
+                                           "sb3": lambda seed: run_sb3(seed, args)}, report)
+    ratios = [r["pearl"]["steps_per_s"] / r["sb3"]["steps_per_s"] for r in results]
+    median = statistics.median(ratios)
+    print(f"\nenv steps/s ratio pearl/sb3 per seed: {', '.join(f'{x:.2f}x' for x in ratios)}; median {median:.2f}x "
+          f"({'meets' if median >= TARGET_SPEEDUP else 'below'} the {TARGET_SPEEDUP:g}x target); "
+          f"load {os.getloadavg()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"benchmark": "e2e_atari", "env": ENV_ID, "args": vars(args),
+                                               "per_seed": results, "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

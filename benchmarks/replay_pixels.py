@@ -1,0 +1,361 @@
+"""Pixel replay benchmark (issue 16): 4 x 84 x 84 uint8 stacked frames, PEARL's frame table
+(pearl/replay/frames.py) vs cpprb and Tianshou at their frame-saving settings, one run.
+
+Each system runs in its own process (so its resident memory is its own): it builds and fills a
+uniform table of `capacity` transitions, times it, drops it, and does the same with a prioritized
+one (episodes of 1000 steps, frames from a pool of random ones), then times
+the median of `repeats` calls of
+  insert          one env step (the actor's add)
+  uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
+  per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
+and reports the growth of its resident set (RSS) while building and filling a table (the median of
+the two) against the unique frames' bytes
+(capacity x 84 x 84). The rivals, each at its own memory-saving setting:
+  cpprb      ReplayBuffer / PrioritizedReplayBuffer with next_of="obs", stack_compress="obs"
+             (frames stacked on the last axis, its convention; each frame stored once)
+  tianshou   ReplayBuffer / PrioritizedReplayBuffer with stack_num=4, save_only_last_obs=True,
+             ignore_obs_next=True (frames stored once, stacks built at sample time)
+Rounds (seeds) run the systems in turn, interleaved; ratios are ours / best rival in time (lower is
+faster), per round and their median. A system whose table would not fit in the memory available
+now is skipped with the reason.
+
+    python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timing import median_us  # noqa: E402  (benchmarks/ is the script's own directory)
+
+FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
+FRAME_BYTES = FRAME[0] * FRAME[1]
+SYSTEMS = ("pearl", "cpprb", "tianshou")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def available_bytes() -> int:
+    with open("/proc/meminfo") as info:
+        for line in info:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Steps:
+    """An env stream: stacked uint8 observations whose newest frames come from a random pool."""
+
+    def __init__(self, seed: int, last_axis: bool = False):
+        rng = np.random.default_rng(seed)
+        self.pool = rng.integers(0, 256, (POOL, *FRAME), dtype=np.uint8)
+        self.rng, self.t, self.last_axis = rng, 0, last_axis
+
+    def stack(self, t: int) -> np.ndarray:
+        frames = self.pool[[(t - d) % POOL for d in range(STACK - 1, -1, -1)]]
+        return np.moveaxis(frames, 0, -1).copy() if self.last_axis else frames
+
+    def step(self):
+        """(obs, action, reward, next_obs, done) of the next step."""
+        t = self.t
+        self.t += 1
+        return self.stack(t), int(self.rng.integers(6)), float(self.rng.normal()), self.stack(t + 1), (t + 1) % EPISODE == 0
+
+    def chunk(self, count: int, newest_only: bool = False):
+        """The next `count` steps as arrays (obs stacks, actions, rewards, next obs stacks, dones);
+        `newest_only`: the stacks' newest frames instead of the stacks."""
+        t = self.t + np.arange(count)
+        self.t += count
+        back = np.arange(0 if newest_only else STACK - 1, -1, -1)
+        frames = self.pool[(t[:, None] - back) % POOL]
+        next_frames = self.pool[(t[:, None] + 1 - back) % POOL]
+        if newest_only:
+            frames, next_frames = frames[:, 0], next_frames[:, 0]
+        if self.last_axis:
+            frames, next_frames = np.moveaxis(frames, 1, -1).copy(), np.moveaxis(next_frames, 1, -1).copy()
+        return (frames, self.rng.integers(6, size=count), self.rng.normal(size=count).astype(np.float32),
+                next_frames, (t + 1) % EPISODE == 0)
+
+
+def measure(system, capacity, batches, repeats, seed) -> dict:
+    """One table at a time (uniform, then prioritized): its RSS growth while built and filled,
+    then its operations' median times."""
+    import gc
+
+    rng = np.random.default_rng(seed)
+    for kind in ("uniform", "prioritized"):  # warm-up: imports, compiled kernels, first allocations
+        small = system.make(kind, 1000)  # small: its freed memory does not feed the measured table
+        system.fill(small, Steps(seed, system.last_axis), 600)
+        if kind == "prioritized":
+            system.prioritize(small, 500, rng)
+        for b in batches:
+            system.sample(small, b, rng) if kind == "uniform" else system.sample_update(small, b, np.ones(b), rng)
+        del small
+    out, grown = {}, []
+    for kind in ("uniform", "prioritized"):
+        before = rss_bytes()
+        table = system.make(kind, capacity)
+        steps = Steps(seed, system.last_axis)
+        system.fill(table, steps, capacity + STACK)  # full, and wrapped a little
+        grown.append(rss_bytes() - before)
+        if kind == "uniform":
+            one = Steps(seed + 1, system.last_axis).step()
+            out["insert"] = median_us(lambda: system.insert(table, one), repeats)
+            for b in batches:
+                out[f"uniform_{b}"] = median_us(lambda b=b: system.sample(table, b, rng), repeats)
+        else:
+            system.prioritize(table, capacity, rng)
+            for b in batches:
+                td = np.abs(rng.normal(size=b))
+                out[f"per_{b}"] = median_us(lambda b=b, td=td: system.sample_update(table, b, td, rng), repeats)
+        del table
+        gc.collect()
+    out["rss_per_table"] = float(np.median(grown))
+    return out
+
+
+class Pearl:
+    last_axis = False
+
+    @staticmethod
+    def make(kind, capacity):
+        from pearl.replay import FrameReplay
+
+        return FrameReplay(capacity, FRAME, STACK, kind=kind, n_step=1, gamma=0.99)
+
+    @staticmethod
+    def fill(table, steps, count, chunk=1000):
+        for start in range(0, count, chunk):
+            n = min(chunk, count - start)
+            obs, act, rew, next_obs, done = steps.chunk(n, newest_only=True)  # what a frame writer hands over
+            table.add(np.zeros(n, np.int64), obs, act, rew, next_obs, done, np.zeros(n, bool))
+
+    @staticmethod
+    def insert(table, step):
+        obs, act, rew, next_obs, done = step
+        table.add([0], obs[None], [act], [rew], next_obs[None], [done], [False])
+
+    @staticmethod
+    def sample(table, b, rng):
+        return table.sample(b, rng)
+
+    @staticmethod
+    def prioritize(table, capacity, rng):
+        table.update_priorities(table.valid_indices(), rng.exponential(size=table.size))
+
+    @staticmethod
+    def sample_update(table, b, td, rng):
+        table.update_priorities(table.sample(b, rng).indices, td)
+
+
+class Cpprb:
+    last_axis = True  # stack_compress stacks on the last axis
+
+    @staticmethod
+    def make(kind, capacity):
+        import cpprb
+
+        env_dict = {"obs": {"shape": (*FRAME, STACK), "dtype": np.uint8}, "act": {"dtype": np.int64},
+                    "rew": {}, "done": {}}
+        options = dict(next_of="obs", stack_compress="obs")
+        if kind == "uniform":
+            return cpprb.ReplayBuffer(capacity, env_dict, **options)
+        return cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6, **options)
+
+    @staticmethod
+    def fill(table, steps, count, chunk=1000):
+        # in chunks (one step per call takes ~40 min for 1M on the loaded machine): the frames'
+        # episode boundaries are then not exact, which the timed operations do not look at
+        for start in range(0, count, chunk):
+            n = min(chunk, count - start)
+            obs, act, rew, next_obs, done = steps.chunk(n)
+            table.add(obs=obs, act=act, rew=rew, next_obs=next_obs, done=done)
+
+    @staticmethod
+    def insert(table, step):
+        obs, act, rew, next_obs, done = step
+        table.add(obs=obs, act=act, rew=rew, next_obs=next_obs, done=done)
+
+    @staticmethod
+    def sample(table, b, rng):
+        return table.sample(b)
+
+    @staticmethod
+    def prioritize(table, capacity, rng):
+        table.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
+
+    @staticmethod
+    def sample_update(table, b, td, rng):
+        table.update_priorities(table.sample(b, beta=0.4)["indexes"], td)
+
+
+class Tianshou:
+    last_axis = False
+
+    @staticmethod
+    def make(kind, capacity):
+        from tianshou.data import PrioritizedReplayBuffer, ReplayBuffer
+
+        options = dict(stack_num=STACK, save_only_last_obs=True, ignore_obs_next=True)
+        if kind == "uniform":
+            return ReplayBuffer(capacity, **options)
+        return PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, **options)
+
+    @staticmethod
+    def batch(step):
+        from tianshou.data import Batch
+
+        obs, act, rew, next_obs, done = step
+        return Batch(obs=obs, act=act, rew=rew, terminated=done, truncated=False, obs_next=next_obs, info={})
+
+    @classmethod
+    def fill(cls, table, steps, count):
+        # Tianshou adds one step per call (minutes for 1M): after one add, its storage is handed
+        # over whole with its own set_batch (as benchmarks/replay.py does), frames only
+        # (save_only_last_obs), and the counters set
+        from tianshou.data import Batch
+
+        table.add(cls.batch(steps.step()))
+        count = table.maxsize  # set_batch takes whole tables only
+        frames = steps.pool[np.arange(count) % POOL]
+        done = (np.arange(count) + 1) % EPISODE == 0
+        table.set_batch(Batch(obs=frames, act=steps.rng.integers(6, size=count), rew=steps.rng.normal(size=count),
+                              terminated=done, truncated=np.zeros(count, bool), done=done, info=Batch()))
+        table._size, table._index = count, 0
+        if hasattr(table, "init_weight"):
+            table.init_weight(np.arange(count))
+
+    @classmethod
+    def insert(cls, table, step):
+        table.add(cls.batch(step))
+
+    @staticmethod
+    def sample(table, b, rng):
+        return table.sample(b)
+
+    @staticmethod
+    def prioritize(table, capacity, rng):
+        table.update_weight(np.arange(capacity), rng.exponential(size=capacity))
+
+    @staticmethod
+    def sample_update(table, b, td, rng):
+        table.update_weight(table.sample(b)[1], td)
+
+
+BENCHES = {"pearl": Pearl, "cpprb": Cpprb, "tianshou": Tianshou}
+
+
+def worker(args) -> int:
+    try:
+        result = measure(BENCHES[args.worker], args.capacity[0], args.batches, args.repeats, args.seed)
+    except ImportError as err:
+        result = {"unavailable": f"not installed ({err.name})"}
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+def run_one(system, capacity, batches, repeats, seed) -> dict:
+    # one table of one frame per transition at a time, plus headroom: skip what cannot fit now
+    need = capacity * FRAME_BYTES * 1.15
+    free = available_bytes()
+    if need > free - 2 * 2**30:
+        return {"unavailable": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available"}
+    command = [sys.executable, __file__, "--worker", system, "--capacity", str(capacity), "--repeats", str(repeats),
+               "--seed", str(seed), "--batches", *map(str, batches)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"unavailable": (done.stderr.strip().splitlines() or ["no result"])[-1][:200]}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def report(capacity, batches, rounds: list[dict]) -> dict:
+    ops = ["insert"] + [f"{kind}_{b}" for b in batches for kind in ("uniform", "per")]
+    print(f"\ncapacity {capacity:,} transitions, {STACK}x{FRAME[0]}x{FRAME[1]} uint8: median us per call, "
+          f"ours/best rival per round (lower: ours faster)")
+    summary = {}
+    for op in ops:
+        cells, ratios = [], []
+        for r, rows in enumerate(rounds):
+            ours = rows["pearl"].get(op)
+            rivals = {n: rows[n][op] for n in rows if n != "pearl" and op in rows[n]}
+            cells.append(" ".join(f"{n}={rows[n][op]:.1f}" for n in rows if op in rows[n]))
+            if ours is not None and rivals:
+                ratios.append(ours / min(rivals.values()))
+        median = float(np.median(ratios)) if ratios else None
+        summary[op] = {"ratios": ratios, "median": median}
+        per_round = " ".join(f"{x:.3f}" for x in ratios)
+        print(f"  {op:<12} " + " | ".join(cells) + (f"   ratios {per_round}  median {median:.3f}" if ratios else ""))
+    unique = capacity * FRAME_BYTES
+    for name in SYSTEMS:
+        grown = [rows[name]["rss_per_table"] for rows in rounds if "rss_per_table" in rows.get(name, {})]
+        if grown:
+            print(f"  memory {name:<9} RSS growth per table {np.median(grown) / 2**30:.2f} GiB = "
+                  f"{np.median(grown) / unique:.3f}x the unique frames' {unique / 2**30:.2f} GiB")
+        for rows in rounds:
+            if "unavailable" in rows.get(name, {}):
+                print(f"  {name}: {rows[name]['unavailable']}")
+                break
+    return summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--capacity", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--batches", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    print(f"CPU: {cpu_model()}; load average {os.getloadavg()}")
+    results = {"cpu": cpu_model(), "runs": {}}
+    for capacity in args.capacity:
+        rounds = []
+        for r in range(args.rounds):
+            order = args.systems if r % 2 == 0 else args.systems[::-1]  # interleaved, alternating order
+            rows = {}
+            for system in order:
+                start = time.perf_counter()
+                rows[system] = run_one(system, capacity, args.batches, args.repeats, args.seed + r)
+                print(f"  [round {r}] {system}: {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+            rounds.append({name: rows[name] for name in args.systems})
+        results["runs"][capacity] = {"rounds": rounds, "summary": report(capacity, args.batches, rounds)}
+    print(f"load average at the end {os.getloadavg()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

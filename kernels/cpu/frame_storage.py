@@ -1,0 +1,218 @@
+"""Frame-deduplicated transition storage for stacked-frame observations: the compiled (numba)
+write and gather kernels of pearl/replay/frames.py (its module doc has the layout and the rules).
+
+A table holds `streams` rings of `length` records each; stream s's record number T (counted from
+its first) sits in slot s * length + T % length. A record is one frame (the newest of an
+observation's stack) and what followed it: the action, the reward, `ends` (CONTINUES,
+TERMINATED or TRUNCATED after this step, or FINAL: an episode's last observation, with no action)
+and `back`, how many of the frames before it belong to its episode (at most stack - 1). A
+transition is named by the slot of its first record.
+
+- `write_steps(...)`: appends one env step per row (the record of its next observation, FINAL
+  where the episode ended; before it the episode's first observation where one begins), keeps
+  `valid` (the transitions that may be sampled) and lists the slots whose validity changed,
+  each once.
+- `gather_transitions(...)`: assembles obs and next obs stacks, actions, n-step returns and
+  discounts of a batch of transitions, one frame copy at a time; `gather_windows(...)` the same
+  for 1-step transitions as one window of stack + 1 frames each, of which obs and next obs are
+  overlapping views (5 frames copied for Atari's stack of 4 instead of 8).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_NJIT = dict(cache=True, nogil=True)
+CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
+
+
+@njit(inline="always")
+def _copy(dst, src):
+    """dst[:] = src for 1-d arrays (frames' bytes, actions), as a loop LLVM vectorizes: numba's slice assignment
+    copies a 7 KB frame byte by byte, 6x slower (measured)."""
+    for k in range(dst.shape[0]):
+        dst[k] = src[k]
+
+
+@njit(inline="always")
+def _note(slot, changed, count, marks, stamp):
+    """Adds `slot` to changed[:count] unless this call listed it already."""
+    if marks[slot] != stamp:
+        marks[slot] = stamp
+        changed[count] = slot
+        count += 1
+    return count
+
+
+@njit(inline="always")
+def _set_valid(slot, value, valid, state, changed, count, marks, stamp):
+    if valid[slot] != value:
+        valid[slot] = value
+        state[0] += 1 if value else -1
+        count = _note(slot, changed, count, marks, stamp)
+    return count
+
+
+@njit(inline="always")
+def _write_record(s, frame, end, first, frames, ends, back, valid, counts, episode_start, state, length,
+                  stack, n, changed, count, marks, stamp):
+    """Appends a record of `frame` to stream s: CONTINUES (its action and reward follow with the
+    next step) or FINAL."""
+    t = counts[s]
+    base = s * length
+    slot = base + t % length
+    if t >= length:
+        # record t - length leaves with its frame, and so does every transition that reads it:
+        # transition u = t - length + j stacks back[u] frames before its own
+        old = t - length
+        for j in range(stack):
+            u = old + j
+            if u >= t:
+                break
+            g = base + u % length
+            if back[g] >= j:
+                count = _set_valid(g, 0, valid, state, changed, count, marks, stamp)
+    _copy(frames[slot], frame)
+    ends[slot] = end
+    if first:
+        episode_start[s] = t
+    back[slot] = min(stack - 1, t - episode_start[s])
+    counts[s] = t + 1
+    if first:
+        return count
+    # the transitions this record completes: u's next observation is record u + n, or the
+    # episode's FINAL record if the episode ends sooner
+    start, oldest = episode_start[s], t + 1 - length
+    lo, hi = t - n, t - n + 1
+    if end == FINAL:
+        lo, hi = t - n, t
+    for u in range(max(lo, start), hi):
+        g = base + u % length
+        if u - back[g] >= oldest:  # every frame it reads is still stored
+            count = _set_valid(g, 1, valid, state, changed, count, marks, stamp)
+    return count
+
+
+@njit(**_NJIT)
+def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
+                marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
+                terminated, truncated, changed, priority, priorities):
+    """Appends one step per row i to stream streams[i]: if the stream begins an episode (it is
+    new, or its previous step ended one), the first record, of obs_frames[i] (read only then);
+    the step's action, reward and end on the stream's newest record; then the record of
+    next_frames[i], FINAL if the step terminated or truncated the episode. Frames are rows of
+    bytes, actions rows of the action field. `state[0]` counts the valid transitions, `state[1]`
+    is the stamp that lists a slot once in `changed`; priorities[c] is the selector's new
+    priority of slot changed[c]: `priority` if it became valid, else 0. Returns how many slots of
+    `changed` it filled, or -(i + 1) for the first row whose stream is out of range (nothing
+    written)."""
+    for i in range(streams.shape[0]):
+        if streams[i] < 0 or streams[i] >= counts.shape[0]:
+            return -(i + 1)
+    state[1] += 1
+    stamp = state[1]
+    count = 0
+    for i in range(streams.shape[0]):
+        s = streams[i]
+        if starting[s]:
+            count = _write_record(s, obs_frames[i], CONTINUES, True, frames, ends, back, valid, counts,
+                                  episode_start, state, length, stack, n, changed, count, marks, stamp)
+        end = TERMINATED if terminated[i] else TRUNCATED if truncated[i] else CONTINUES
+        newest = s * length + (counts[s] - 1) % length
+        _copy(actions[newest], step_actions[i])
+        rewards[newest] = step_rewards[i]
+        ends[newest] = end
+        count = _write_record(s, next_frames[i], CONTINUES if end == CONTINUES else FINAL, False, frames,
+                              ends, back, valid, counts, episode_start, state, length, stack, n, changed,
+                              count, marks, stamp)
+        starting[s] = end != CONTINUES
+    for c in range(count):
+        priorities[c] = priority if valid[changed[c]] else 0.0
+    return count
+
+
+@njit(inline="always")
+def _stack(frames, base, pos, back_of, length, stack, out):
+    """out[f] = the frame f - (stack - 1) records before record `pos` of the ring at `base`,
+    the episode's first frame repeated where the stack reaches before it (gymnasium's
+    FrameStackObservation with padding_type="reset")."""
+    for f in range(stack):
+        d = min(stack - 1 - f, back_of)
+        p = pos - d
+        if p < 0:
+            p += length
+        _copy(out[f], frames[base + p])
+
+
+@njit(**_NJIT)
+def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, powers, indices,
+                       obs_out, next_out, actions_out, returns_out, discounts_out):
+    """For each transition indices[i] (the slot of its first record u): obs_out[i] = the stack
+    ending at u, returns_out[i] = sum_{j<k} powers[j] r_{u+j} and next_out[i] = the stack ending
+    at u + k, with k = n or the number of steps to the episode's end if that comes first;
+    discounts_out[i] = 0 if the episode terminated within them, else powers[k]. Returns the first
+    position whose index is out of range, or -1."""
+    capacity = frames.shape[0]
+    for i in range(indices.shape[0]):
+        if indices[i] < 0 or indices[i] >= capacity:
+            return i
+    for i in range(indices.shape[0]):
+        g = indices[i]
+        s = g // length
+        base = s * length
+        pos = g - base
+        _stack(frames, base, pos, back[g], length, stack, obs_out[i])
+        total = 0.0
+        k = n
+        discount = powers[n]
+        for j in range(n):
+            p = pos + j
+            if p >= length:
+                p -= length
+            total += powers[j] * rewards[base + p]
+            end = ends[base + p]
+            if end == TERMINATED or end == TRUNCATED:
+                k = j + 1
+                discount = 0.0 if end == TERMINATED else powers[k]
+                break
+        returns_out[i] = total
+        discounts_out[i] = discount
+        v = pos + k
+        if v >= length:
+            v -= length
+        _stack(frames, base, v, back[base + v], length, stack, next_out[i])
+        _copy(actions_out[i], actions[g])
+    return -1
+
+
+@njit(**_NJIT)
+def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
+                   actions_out, returns_out, discounts_out):
+    """gather_transitions for 1-step transitions, both stacks in one window per transition:
+    windows_out[i] = the frames of records u - stack + 1 .. u + 1 (the episode's first repeated
+    before it), so obs = windows_out[:, :stack] and next obs = windows_out[:, 1:] (stack + 1
+    frames copied instead of 2 x stack; the next record is in u's episode, so both stacks clamp
+    at the same first frame). Returns the first position whose index is out of range, or -1."""
+    capacity = frames.shape[0]
+    for i in range(indices.shape[0]):
+        if indices[i] < 0 or indices[i] >= capacity:
+            return i
+    for i in range(indices.shape[0]):
+        g = indices[i]
+        s = g // length
+        base = s * length
+        pos = g - base
+        end = ends[g]
+        returns_out[i] = rewards[g]
+        discounts_out[i] = 0.0 if end == TERMINATED else powers[1]
+        b = np.int64(back[g])
+        window = windows_out[i]
+        for f in range(stack + 1):
+            p = pos + max(f - (stack - 1), -b)
+            if p < 0:
+                p += length
+            elif p >= length:
+                p -= length
+            _copy(window[f], frames[base + p])
+        _copy(actions_out[i], actions[g])
+    return -1

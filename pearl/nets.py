@@ -1,0 +1,173 @@
+"""Networks for image observations: a convolutional encoder, the CNN Q-network built on it, and the
+actors' torch copy of a network the numpy act kernels do not run.
+
+Observations reach the networks as the env gives them (uint8 frames, channels first, as
+pearl.envs arranges them) and become float only here, scaled by `obs_scale` (1/255 for Atari
+frames, 1 for MinAtar's 0/1 boards): the replay and the rings carry a quarter of float32's bytes.
+
+The default stack is the Nature DQN's (Mnih et al. 2015): conv 32 8x8 stride 4, 64 4x4 stride 2,
+64 3x3 stride 1, then fc 512 (the algorithm's `hidden`). MinAtar's (Young & Tian 2019) is one
+16 3x3 stride 1 conv and fc 128. A layer is [out channels, kernel, stride], no padding.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+NATURE_CONV = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+def is_image(obs_shape) -> bool:
+    """Observations the convolutional networks take: (C, H, W) or (H, W)."""
+    return len(obs_shape) in (2, 3)
+
+
+def conv_shapes(obs_shape, conv) -> list[tuple[int, int, int]]:
+    """(channels, height, width) of the input and of every conv layer's output."""
+    c, h, w = obs_shape if len(obs_shape) == 3 else (1, *obs_shape)
+    shapes = [(c, h, w)]
+    for out_channels, kernel, stride in conv:
+        h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+        if h < 1 or w < 1:
+            return shapes + [(out_channels, h, w)]
+        shapes.append((out_channels, h, w))
+    return shapes
+
+
+def check_conv(obs_shape, conv, field: str) -> None:
+    """One line naming the field if the stack does not fit the observation (a kernel larger than
+    what is left of the image)."""
+    from pearl.errors import ConfigError
+
+    shapes = conv_shapes(obs_shape, conv)
+    if shapes[-1][1] < 1 or shapes[-1][2] < 1:
+        layer = len(shapes) - 2
+        raise ConfigError(f"{field}[{layer}]: the kernel {conv[layer][1]} does not fit the "
+                          f"{shapes[-2][1]}x{shapes[-2][2]} image left by the layers before it "
+                          f"(observation shape {tuple(obs_shape)})")
+
+
+class ConvEncoder(nn.Module):
+    """Image -> flat features: float conversion and scaling, conv + ReLU layers, flatten."""
+
+    def __init__(self, obs_shape, conv, obs_scale: float):
+        super().__init__()
+        shapes = conv_shapes(obs_shape, conv)
+        self.in_shape = shapes[0]
+        self.obs_scale = obs_scale
+        layers: list[nn.Module] = []
+        for (in_channels, _, _), (out_channels, kernel, stride) in zip(shapes, conv):
+            layers += [nn.Conv2d(in_channels, out_channels, kernel, stride), nn.ReLU()]
+        self.convs = nn.Sequential(*layers)
+        self.out_features = int(np.prod(shapes[-1]))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # (N, C, H, W), (N, H, W) (one channel) or rows of the flattened image: a view as (N, C, H, W)
+        x = obs.reshape(obs.shape[0], *self.in_shape).to(torch.float32)
+        if self.obs_scale != 1.0:
+            x = x * self.obs_scale
+        return self.convs(x).flatten(1)
+
+
+def mlp(sizes, last_activation: bool = False) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2 or last_activation:
+            layers.append(nn.ReLU())
+    return layers
+
+
+class CNNQNetwork(nn.Module):
+    """Q(s, .) from an image: the conv encoder, fc `hidden` layers, then Q-values (or the dueling
+    head: V(s) + A(s, a) - mean_a A(s, a), Wang et al. 2016)."""
+
+    def __init__(self, obs_shape, n_actions: int, hidden, dueling: bool, conv=NATURE_CONV,
+                 obs_scale: float = 1.0):
+        super().__init__()
+        self.encoder = ConvEncoder(obs_shape, conv, obs_scale)
+        sizes = [self.encoder.out_features, *hidden]
+        self.dueling = dueling
+        if dueling:
+            self.trunk = nn.Sequential(*mlp(sizes, last_activation=True))
+            self.value = nn.Linear(sizes[-1], 1)
+            self.advantage = nn.Linear(sizes[-1], n_actions)
+        else:
+            self.trunk = nn.Sequential(*mlp([*sizes, n_actions]))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        h = self.trunk(self.encoder(obs))
+        if not self.dueling:
+            return h
+        advantage = self.advantage(h)
+        return self.value(h) + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class TorchPolicy:
+    """The actor's copy of a network the numpy act kernels cannot run (a CNN): the network built by
+    `build()` on the cpu, loaded from the flat float32 weights every learner publishes.
+
+    `threads`: torch's intra-op threads for this process (an actor process: 1, so that the actors
+    and the learner do not fight over the cores); None leaves the process's setting alone.
+    `q_values` is the network's raw output: Q-values, or an actor-critic policy's pre-squash
+    outputs (pearl.runtime.continuous.ContinuousPolicy takes this object as its network).
+    """
+
+    def __init__(self, build, threads: int | None = None):
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.net = build().requires_grad_(False)
+        self.net.eval()
+        self.flat = np.zeros(sum(p.numel() for p in self.net.parameters()), dtype=np.float32)
+
+    def load(self, flat: np.ndarray) -> None:
+        np.copyto(self.flat, flat)
+        offset = 0
+        with torch.no_grad():
+            for p in self.net.parameters():
+                n = p.numel()
+                p.copy_(torch.from_numpy(self.flat[offset:offset + n]).view_as(p))
+                offset += n
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.net(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.q_values(obs).argmax(axis=-1)
+
+
+class SharedEncoder:
+    """DDPG's, TD3's and SAC's image front end: one conv encoder shared by the actor and the critics
+    (as in SAC-AE, Yarats et al. 2021, and DrQ, Kostrikov et al. 2021), trained by the critics'
+    loss only (the actor sees its features detached), with a Polyak-averaged target copy for the
+    next observations. The actor and critic MLPs then work on features as they work on flat
+    observations; the actor's policy for acting is `policy(actor_mlp)`: encoder, then the MLP."""
+
+    def __init__(self, obs_shape, conv, obs_scale: float):
+        self.online = ConvEncoder(obs_shape, conv, obs_scale)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        self.features = self.online.out_features
+
+    def encode(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of obs (with gradients into the encoder) and of next_obs (the target's)."""
+        with torch.no_grad():
+            next_features = self.target(next_obs)
+        return self.online(obs), next_features
+
+    def soft_update(self, tau: float) -> None:
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.online.parameters()), tau)
+
+    def policy(self, actor_mlp: nn.Module) -> nn.Sequential:
+        """The acting network: the online encoder (shared, not copied), then the actor's MLP."""
+        return nn.Sequential(self.online, actor_mlp)
+
+
+def encoded_policy(obs_shape, conv, obs_scale: float, sizes) -> nn.Sequential:
+    """An actor process's copy of `SharedEncoder.policy`: the same modules in the same order, so it
+    loads the same flat weights."""
+    return nn.Sequential(ConvEncoder(obs_shape, conv, obs_scale), nn.Sequential(*mlp(sizes)))

@@ -1,0 +1,279 @@
+"""A replay table for stacked-frame observations (Atari's 4 x 84 x 84) that stores each frame once.
+
+A transition's obs is a stack of `stack` frames, oldest first, and its next obs shares all but
+one (n-step: all but n) of them; storing both stacks costs 2 x stack copies of every frame. Here
+each env stream appends one record per step: the newest frame of the observation it acted on,
+the action, the reward and how the step ended. At sample time the compiled gather
+(kernels/cpu/frame_storage.py) assembles obs and next obs from the records, and the n-step return
+and discount from the rewards in between. Memory: one frame per env step (plus one per episode,
+its first observation), and a few bytes of metadata per record.
+
+Semantics (the same as the actor's n-step transitions of flat observations, pearl/replay/nstep.py):
+
+- obs of step t is the stack of frames t - stack + 1 .. t of its episode; where that reaches
+  before the episode's first frame, the first frame is repeated, as gymnasium's
+  `FrameStackObservation(env, stack, padding_type="reset")` (its default) does after a reset.
+- the transition from step t has next obs = the stack ending at step t + k and return
+  R = sum_{j<k} gamma^j r_{t+j}, with k = n, or the steps left to the episode's end if fewer;
+  discount 0 if the episode terminated within them, else gamma^k (a truncated episode
+  bootstraps from its final observation, which is stored for that).
+- several env streams (an actor's envs, several actors) write into one table, each into its own
+  ring of capacity // streams records, so a stream's frames stay in order whatever the others do.
+- a transition can be sampled from the moment its next obs is stored (n steps later, or at the
+  episode's end) until a frame it reads is overwritten: when a record is overwritten, the
+  transitions whose stacks reach back to it leave the selector at once (priority 0 in the sum
+  tree or AMPER), so no sample ever mixes frames of different times.
+
+Selectors: "uniform" (uniform over the valid transitions, drawn through a sum tree of 0/1
+leaves: exact, and stratified like the prioritized draw), "prioritized" (the compiled sum tree,
+its numpy reference or another backend's tree, pearl/replay/prioritized.py) and "amper".
+
+Writers call `add(streams, obs, actions, rewards, next_obs, terminated, truncated)` once per env
+step batch: one row per env; obs and next_obs either the full stacked observations (the table
+reads their last frame) or just those newest frames. next_obs is always stored; obs is read only
+where a stream begins an episode (its first step, or the step after one that ended), as the
+stream's other observations are earlier steps' next_obs. No n-step accumulation on the writer's
+side: the table does it, and a transition becomes sampleable at the step that completes it, as
+with the actors' NStepBuffer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pearl.contracts import ReplayTable, implements
+from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+from pearl.kernels.cpu.fast_per import NO_MASS
+from pearl.kernels.cpu.fast_storage import importance_weights
+from pearl.kernels.cpu.frame_storage import gather_transitions, gather_windows, write_steps
+from pearl.replay.base import Batch, admit_insert, admit_sample
+from pearl.replay.prioritized import annealed_beta, make_priority_sampler
+from pearl.replay.rate_limiter import RateLimiter
+
+KINDS = ("uniform", "prioritized", "amper")
+
+
+@implements(ReplayTable)
+class FrameReplay:
+    """Stacked-frame transitions of `streams` env streams, each frame stored once."""
+
+    progress = 0
+
+    def __init__(self, capacity: int, frame_shape: tuple, stack: int, streams: int = 1, n_step: int = 1,
+                 gamma: float = 0.99, kind: str = "uniform", frame_dtype=np.uint8, action_dtype=np.int64,
+                 action_shape=(), alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
+                 beta_steps: int = 1, priority_eps: float = 1e-6, backend: str = "auto", fanout: int = 16,
+                 rate_limiter: RateLimiter | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"frame replay kind {kind!r}: expected one of {KINDS}")
+        if not (1 <= stack <= 256 and n_step >= 1 and streams >= 1):  # `back` is a uint8 below stack
+            raise ValueError(f"frame replay needs 1 <= stack <= 256, n_step and streams >= 1, got {stack}, "
+                             f"{n_step}, {streams}")
+        self.length = capacity // streams  # records per stream (capacity rounds down to streams x length)
+        if self.length < stack + n_step:
+            raise ValueError(f"frame replay capacity {capacity} leaves {self.length} records per stream "
+                             f"for {streams} streams; a transition reads stack + n_step = {stack + n_step}")
+        self.capacity = self.length * streams
+        self.streams, self.stack, self.n_step, self.gamma = streams, stack, n_step, gamma
+        self.frame_shape, self.frame_dtype = tuple(frame_shape), np.dtype(frame_dtype)
+        self.obs_shape = (stack, *self.frame_shape)
+        self.action_dtype, self.action_shape = np.dtype(action_dtype), tuple(action_shape)
+        self.kind, self.prioritized = kind, kind != "uniform"
+        self.rate_limiter = rate_limiter
+        self.alpha, self.beta0, self.beta_final = alpha, beta, beta_final
+        self.beta_steps, self.priority_eps = max(1, beta_steps), priority_eps
+        frame_bytes = self.frame_dtype.itemsize * int(np.prod(self.frame_shape, dtype=np.int64))
+        action_items = int(np.prod(self.action_shape, dtype=np.int64))
+        # np.zeros maps untouched pages lazily: memory grows with the frames written
+        self._frames = np.zeros((self.capacity, frame_bytes), np.uint8)
+        self._actions = np.zeros((self.capacity, action_items), self.action_dtype)
+        self._rewards = np.zeros(self.capacity, np.float32)
+        self._ends = np.zeros(self.capacity, np.uint8)
+        self._back = np.zeros(self.capacity, np.uint8)
+        self._valid = np.zeros(self.capacity, np.uint8)
+        self._marks = np.zeros(self.capacity, np.int64)
+        self._counts = np.zeros(streams, np.int64)  # records written per stream
+        self._episode_start = np.zeros(streams, np.int64)
+        self._starting = np.ones(streams, np.bool_)  # the stream's next step begins an episode
+        self._state = np.zeros(2, np.int64)  # valid transitions, the kernel's listing stamp
+        self._changed, self._changed_priorities = np.empty(0, np.int64), np.empty(0, np.float64)
+        self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
+        self.inserted = 0  # env steps ever inserted (one transition each)
+        self._new_selector = (lambda: NumbaSumTree(self.capacity, fanout)) if kind == "uniform" else (
+            lambda: make_priority_sampler("amper" if kind == "amper" else backend, self.capacity, fanout))
+        self._set_selector(self._new_selector())
+        self.max_priority = 1.0
+        self._outputs: dict[int, tuple] = {}
+
+    def _set_selector(self, tree) -> None:
+        self.tree = tree
+        self._compiled = isinstance(tree, NumbaSumTree)
+        self._amper = hasattr(tree, "sample_with_probabilities")
+
+    # -- reads
+    @property
+    def size(self) -> int:
+        """Transitions that may be sampled now."""
+        return int(self._state[0])
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def beta(self) -> float:
+        return annealed_beta(self.beta0, self.beta_final, self.beta_steps, self.progress)
+
+    @property
+    def frames(self) -> np.ndarray:
+        """The stored frames, (capacity, *frame_shape): stream s's record T is row s * length + T % length."""
+        return self._frames.view(self.frame_dtype).reshape(self.capacity, *self.frame_shape)
+
+    def valid_indices(self) -> np.ndarray:
+        return np.flatnonzero(self._valid)
+
+    # -- writes
+    def _rows(self, values, name: str, count: int) -> np.ndarray:
+        """A step batch's frames as (count, frame bytes) rows, without a copy where possible."""
+        values = np.asarray(values)
+        if values.ndim == len(self.obs_shape) + 1:  # full stacks: the newest frame
+            values = values[:, -1]
+        if values.shape != (count, *self.frame_shape):
+            raise ValueError(f"frame replay {name}: expected {count} frames of shape {self.frame_shape} "
+                             f"(or stacks of {self.obs_shape}), got {values.shape}")
+        if values.dtype != self.frame_dtype:
+            values = values.astype(self.frame_dtype)
+        if not values[0].flags.c_contiguous:
+            values = np.ascontiguousarray(values)
+        return values.reshape(count, -1).view(np.uint8)
+
+    def add(self, streams, obs, actions, rewards, next_obs, terminated, truncated) -> np.ndarray:
+        """One env step per row: stream ids, observations acted on (read where a stream begins an
+        episode), actions, rewards, next observations, terminated, truncated. Returns the slots
+        whose transitions became sampleable or left."""
+        streams = np.asarray(streams, dtype=np.int64).reshape(-1)
+        count = streams.shape[0]
+        admit_insert(self.rate_limiter, count)
+        obs_rows, next_rows = self._rows(obs, "obs", count), self._rows(next_obs, "next_obs", count)
+        actions = np.asarray(actions, dtype=self.action_dtype).reshape(count, -1)
+        rewards = np.asarray(rewards, dtype=np.float32).reshape(count)
+        terminated = np.asarray(terminated, dtype=np.bool_).reshape(count)
+        truncated = np.asarray(truncated, dtype=np.bool_).reshape(count)
+        need = 2 * count * (self.stack + self.n_step + 1)
+        if self._changed.shape[0] < need:
+            size = max(need, 2 * self._changed.shape[0])
+            self._changed, self._changed_priorities = np.empty(size, np.int64), np.empty(size, np.float64)
+        top = self.max_priority ** self.alpha if self.prioritized else 1.0
+        filled = write_steps(self._frames, self._actions, self._rewards, self._ends, self._back, self._valid,
+                             self._counts, self._episode_start, self._starting, self._state, self._marks,
+                             self.length, self.stack, self.n_step, streams, obs_rows, actions, rewards,
+                             next_rows, terminated, truncated, self._changed, top, self._changed_priorities)
+        if filled < 0:
+            raise IndexError(f"frame replay stream {streams[-filled - 1]} out of range [0, {self.streams})")
+        self.inserted += count
+        changed = self._changed[:filled]
+        if filled:
+            self.tree.update(changed, self._changed_priorities[:filled])
+        return changed
+
+    # -- sampling
+    def outputs(self, batch: int) -> tuple:
+        """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch) for a
+        batch size, made once and reused by the next sample of that size. With 1-step
+        transitions obs and next obs are views of one window of stack + 1 frames per transition
+        (kernels/cpu/frame_storage.py gather_windows): strided, not C-contiguous."""
+        prepared = self._outputs.get(batch)
+        if prepared is None:
+            frame_bytes = self._frames.shape[1]
+            if self.n_step == 1:
+                windows = np.empty((batch, self.stack + 1, frame_bytes), np.uint8)
+                obs, next_obs = windows[:, :self.stack], windows[:, 1:]
+            else:
+                obs, next_obs = (np.empty((batch, self.stack, frame_bytes), np.uint8) for _ in range(2))
+            prepared = (obs, next_obs, np.empty((batch, self._actions.shape[1]), self.action_dtype),
+                        np.empty(batch, np.float32), np.empty(batch, np.float32), np.empty(batch, np.int64),
+                        np.empty(batch, np.float32), np.empty(batch, np.float64), np.empty(batch, np.float64))
+            self._outputs[batch] = prepared
+        return prepared
+
+    def gather(self, indices: np.ndarray) -> Batch:
+        """The transitions at `indices` (slots of their first records), into the reused outputs."""
+        indices = np.ascontiguousarray(indices, dtype=np.int64)
+        obs, next_obs, actions, returns, discounts = self.outputs(indices.shape[0])[:5]
+        if self.n_step == 1:
+            bad = gather_windows(self._frames, self._actions, self._rewards, self._ends, self._back, self.length,
+                                 self.stack, self._powers, indices, obs.base, actions, returns, discounts)
+        else:
+            bad = gather_transitions(self._frames, self._actions, self._rewards, self._ends, self._back,
+                                     self.length, self.stack, self.n_step, self._powers, indices, obs, next_obs,
+                                     actions, returns, discounts)
+        if bad >= 0:
+            raise IndexError(f"gather index {indices[bad]} out of range for capacity {self.capacity}")
+        return Batch(self._as_obs(obs), actions.reshape(-1, *self.action_shape), returns, self._as_obs(next_obs),
+                     discounts, indices)
+
+    def _as_obs(self, rows: np.ndarray) -> np.ndarray:
+        """(B, stack, frame bytes) -> (B, stack, *frame_shape) of the frame dtype, a view."""
+        return rows.view(self.frame_dtype).reshape(rows.shape[0], self.stack, *self.frame_shape)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        if not self.size:
+            raise ValueError("cannot sample from an empty replay (no transition is complete yet)")
+        admit_sample(self.rate_limiter, batch_size)
+        uniforms = rng.random(batch_size)
+        *_, indices, weights, priorities, scratch = self.outputs(batch_size)
+        if self._compiled:
+            self.tree.sample_into(uniforms, indices, priorities)
+        elif self._amper:
+            indices[:], priorities[:] = self.tree.sample_with_probabilities(uniforms)
+        else:
+            if not self.tree.total > 0:
+                raise ValueError(NO_MASS)
+            indices[:] = self.tree.sample(uniforms)
+            priorities[:] = self.tree.get(indices)
+        batch = self.gather(indices)
+        if not self.prioritized:
+            return batch
+        if self._amper:  # AMPER's own probabilities q_i: weights (q_i / q_min)^-beta
+            weights[:] = (priorities / self.tree.min_probability()) ** -self.beta
+        else:
+            importance_weights(priorities, self.tree.total, self.tree.min(), self.size, self.beta, weights,
+                               scratch)
+        batch.weights = weights
+        return batch
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        if not self.prioritized:
+            return
+        indices = np.asarray(indices, dtype=np.int64)
+        if self._compiled:
+            top = self.tree.update_from_td(indices, td_errors, self.alpha, self.priority_eps)
+        else:
+            priorities = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps
+            top = float(priorities.max()) if priorities.size else -np.inf
+            self.tree.update(indices, priorities ** self.alpha)
+        self.max_priority = max(self.max_priority, top)
+        left = self._valid[indices] == 0  # overwritten since they were sampled (a concurrent writer)
+        if left.any():
+            self.tree.update(indices[left], 0.0)
+
+    # -- checkpoints
+    _ARRAYS = ("_frames", "_actions", "_rewards", "_ends", "_back", "_valid", "_counts", "_episode_start",
+               "_starting", "_state")
+
+    def state_dict(self) -> dict:
+        state = {name.lstrip("_"): getattr(self, name).copy() for name in self._ARRAYS}
+        state.update(inserted=self.inserted, max_priority=self.max_priority, progress=self.progress,
+                     priorities=self.tree.get(np.arange(self.capacity)))
+        if self.rate_limiter is not None:
+            state["rate_limiter"] = self.rate_limiter.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self._ARRAYS:
+            getattr(self, name)[...] = state[name.lstrip("_")]
+        self.inserted, self.max_priority = int(state["inserted"]), float(state["max_priority"])
+        self.progress = int(state["progress"])
+        self._set_selector(self._new_selector())
+        stored = np.flatnonzero(np.asarray(state["priorities"]) > 0)
+        self.tree.update(stored, np.asarray(state["priorities"])[stored])
+        if self.rate_limiter is not None and "rate_limiter" in state:
+            self.rate_limiter.load_state_dict(state["rate_limiter"])

@@ -1,0 +1,149 @@
+"""The frame-deduplicated replay (pearl/replay/frames.py) against its naive reference
+(tests/frame_replay_reference.py): the same sampleable transitions with the same obs, next obs,
+action, n-step return and discount, across ring wrap-around, episode starts and ends, n-step and
+several interleaved env streams, for every selector."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from frame_replay_reference import ReferenceFrameReplay
+from pearl.replay.frames import FrameReplay
+
+FRAME = (2, 3)
+
+
+def drive(table, reference, rng, steps: int, end_probability: float, batch_streams: int, frame_dtype):
+    """Random env steps of every stream, `batch_streams` rows per add (a stream may repeat: its
+    steps are consecutive), into both tables."""
+    streams = table.streams
+    current = [None] * streams  # the newest frame of each stream's current obs
+    action_shape = table.action_shape
+    for _ in range(steps):
+        rows = rng.integers(streams, size=batch_streams)
+        batch = {k: [] for k in ("obs", "next", "actions", "rewards", "term", "trunc")}
+        for s in rows:
+            if current[s] is None:  # reset
+                current[s] = rng.integers(0, 256, FRAME).astype(frame_dtype)
+            frame, next_frame = current[s], rng.integers(0, 256, FRAME).astype(frame_dtype)
+            action = (rng.integers(6) if action_shape == () else rng.uniform(-1, 1, action_shape)
+                      ).astype(table.action_dtype)
+            reward = np.float32(rng.normal())
+            term, trunc = rng.random() < end_probability, rng.random() < end_probability / 2
+            reference.add(s, frame, action, reward, next_frame, term, trunc)
+            for key, value in zip(batch, (frame, next_frame, action, reward, term, trunc)):
+                batch[key].append(value)
+            current[s] = None if term or trunc else next_frame
+        # obs go in as full stacks (the table reads their last frame), next obs as frames
+        stacks = np.stack([np.stack([f] * table.stack) for f in batch["obs"]])
+        table.add(rows, stacks, np.array(batch["actions"]), np.array(batch["rewards"]), np.array(batch["next"]),
+                  np.array(batch["term"]), np.array(batch["trunc"]))
+
+
+def assert_matches(table, expected: dict, indices: np.ndarray, batch):
+    for i, slot in enumerate(indices):
+        obs, action, ret, next_obs, discount = expected[int(slot)]
+        assert np.array_equal(batch.obs[i], obs), f"obs of slot {slot}"
+        assert np.array_equal(batch.next_obs[i], next_obs), f"next obs of slot {slot}"
+        assert np.array_equal(batch.actions[i], action)
+        assert batch.rewards[i] == pytest.approx(ret, rel=1e-5, abs=1e-5)
+        assert batch.discounts[i] == pytest.approx(discount, rel=1e-6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stack=st.integers(1, 4), n=st.integers(1, 4), streams=st.integers(1, 3), spare=st.integers(0, 9),
+       steps=st.integers(1, 120), end=st.sampled_from([0.0, 0.05, 0.3]), batch_streams=st.integers(1, 4),
+       kind=st.sampled_from(["uniform", "prioritized", "amper"]), float_frames=st.booleans(),
+       vector_actions=st.booleans(), seed=st.integers(0, 2**31))
+def test_frame_replay_matches_the_naive_reference(stack, n, streams, spare, steps, end, batch_streams, kind,
+                                                  float_frames, vector_actions, seed):
+    length, gamma = stack + n + spare, 0.9
+    frame_dtype = np.float32 if float_frames else np.uint8
+    table = FrameReplay(length * streams, FRAME, stack, streams=streams, n_step=n, gamma=gamma, kind=kind,
+                        frame_dtype=frame_dtype, action_dtype=np.float32 if vector_actions else np.int64,
+                        action_shape=(2,) if vector_actions else ())
+    reference = ReferenceFrameReplay(length, streams, stack, n, gamma)
+    rng = np.random.default_rng(seed)
+    drive(table, reference, rng, steps, end, batch_streams, frame_dtype)
+
+    expected = reference.valid()
+    assert sorted(expected) == table.valid_indices().tolist()
+    assert table.size == len(expected)
+    if not expected:
+        with pytest.raises(ValueError):
+            table.sample(8, rng)
+        return
+    slots = np.array(sorted(expected))
+    batch = table.gather(slots)
+    assert batch.obs.shape == (len(slots), stack, *FRAME) and batch.obs.dtype == frame_dtype
+    assert_matches(table, expected, slots, batch)
+
+    batch = table.sample(16, rng)
+    assert set(batch.indices.tolist()) <= set(expected)
+    assert_matches(table, expected, batch.indices, batch)
+    if kind != "uniform":
+        assert batch.weights.shape == (16,) and np.all(batch.weights > 0) and np.all(batch.weights <= 1 + 1e-6)
+        table.update_priorities(batch.indices, rng.normal(size=16))
+        # priorities never revive a transition that left
+        assert np.all(table.tree.get(np.flatnonzero(table._valid == 0)) == 0)
+
+
+def test_a_stacked_obs_at_an_episode_start_repeats_the_reset_frame():
+    table = FrameReplay(16, (1,), 4, n_step=1, gamma=0.5)
+    frames = np.arange(1, 10, dtype=np.uint8).reshape(-1, 1)
+    for t in range(3):  # an episode of 3 steps: frames 1, 2, 3, final 4 (terminated)
+        table.add([0], frames[t:t + 1], [t], [1.0], frames[t + 1:t + 2], [t == 2], [False])
+    table.add([0], frames[4:5], [7], [2.0], frames[5:6], [False], [True])  # a new episode: 5, 6 (truncated)
+    batch = table.gather(table.valid_indices())
+    assert batch.obs[:, :, 0].tolist() == [[1, 1, 1, 1], [1, 1, 1, 2], [1, 1, 2, 3], [5, 5, 5, 5]]
+    assert batch.next_obs[:, :, 0].tolist() == [[1, 1, 1, 2], [1, 1, 2, 3], [1, 2, 3, 4], [5, 5, 5, 6]]
+    assert batch.discounts.tolist() == [0.5, 0.5, 0.0, 0.5]  # the truncated episode bootstraps
+
+
+def test_n_step_returns_stop_at_the_episode_end():
+    table = FrameReplay(32, (1,), 2, n_step=3, gamma=0.5)
+    for t in range(4):  # rewards 1, 2, 4, 8; the episode terminates after step 3
+        table.add([0], [[t]], [t], [2.0 ** t], [[t + 1]], [t == 3], [False])
+    batch = table.gather(table.valid_indices())
+    assert batch.rewards.tolist() == [1 + 1 + 1, 2 + 2 + 2, 4 + 4, 8]
+    assert batch.discounts.tolist() == [0.125, 0.0, 0.0, 0.0]
+    assert batch.next_obs[:, :, 0].tolist() == [[2, 3], [3, 4], [3, 4], [3, 4]]
+
+
+def test_overwritten_frames_leave_the_selector():
+    stack, length = 4, 8
+    table = FrameReplay(length, (1,), stack, n_step=1, kind="prioritized")
+    for t in range(20):  # one long episode
+        table.add([0], [[t]], [0], [0.0], [[t + 1]], [False], [False])
+    # records 13..20 (frames 0..20) are stored; transitions need their 3 previous frames and the next
+    starts = table.gather(table.valid_indices()).obs[:, -1, 0]
+    assert starts.tolist() == [16, 17, 18, 19]
+    assert table.tree.get(np.arange(length)).nonzero()[0].size == 4
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        assert set(table.sample(8, rng).obs[:, -1, 0].tolist()) <= {16, 17, 18, 19}
+
+
+def test_bad_writes_are_refused():
+    table = FrameReplay(16, (2, 2), 2, streams=2)
+    with pytest.raises(IndexError, match="stream 2 out of range"):
+        table.add([2], np.zeros((1, 2, 2)), [0], [0.0], np.zeros((1, 2, 2)), [False], [False])
+    with pytest.raises(ValueError, match="expected 1 frames of shape"):
+        table.add([0], np.zeros((1, 3, 2)), [0], [0.0], np.zeros((1, 2, 2)), [False], [False])
+    assert table.inserted == 0 and table._counts.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="records per stream"):
+        FrameReplay(9, (2, 2), 4, streams=2, n_step=1)
+
+
+def test_state_dict_round_trip_samples_the_same():
+    rng = np.random.default_rng(1)
+    table = FrameReplay(64, FRAME, 3, streams=2, n_step=2, kind="prioritized")
+    reference = ReferenceFrameReplay(32, 2, 3, 2, 0.99)
+    drive(table, reference, rng, 50, 0.1, 2, np.uint8)
+    batch = table.sample(8, rng)
+    table.update_priorities(batch.indices, rng.normal(size=8))
+    copy = FrameReplay(64, FRAME, 3, streams=2, n_step=2, kind="prioritized")
+    copy.load_state_dict(table.state_dict())
+    a, b = table.sample(8, np.random.default_rng(5)), copy.sample(8, np.random.default_rng(5))
+    for name in ("obs", "next_obs", "actions", "rewards", "discounts", "indices", "weights"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert copy.size == table.size and copy.inserted == table.inserted

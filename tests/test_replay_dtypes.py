@@ -1,0 +1,57 @@
+"""Observations of any shape and dtype through the whole-observation replays (stored as given, no
+conversion), and the builder's choice of the frame table (replay.frame_stack)."""
+import numpy as np
+import pytest
+
+from pearl.config import ReplayConfig
+from pearl.errors import ConfigError
+from pearl.replay import FrameReplay, NStepBuffer, PrioritizedReplay, UniformReplay, make_replay
+
+
+@pytest.mark.parametrize("shape,dtype", [((4, 6, 6), np.uint8), ((3,), np.uint8), ((5, 2), np.float16),
+                                         ((7,), np.float64), ((2, 3, 3), np.float32)])
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "amper"])
+def test_observations_are_stored_and_sampled_in_their_own_shape_and_dtype(shape, dtype, kind):
+    rng = np.random.default_rng(0)
+    replay = make_replay(ReplayConfig(kind=kind, capacity=50), shape, obs_dtype=dtype)
+    assert isinstance(replay, UniformReplay if kind == "uniform" else PrioritizedReplay)
+    obs = rng.integers(0, 200, (80, *shape)).astype(dtype)
+    next_obs = rng.integers(0, 200, (80, *shape)).astype(dtype)
+    for start in range(0, 80, 16):  # wraps around the 50-slot ring
+        replay.add(obs[start:start + 16], np.arange(start, start + 16), np.ones(16), next_obs[start:start + 16],
+                   np.full(16, 0.9))
+    assert replay.storage["obs"].dtype == dtype and replay.storage["obs"].shape == (50, *shape)
+    batch = replay.sample(32, rng)
+    assert batch.obs.dtype == dtype and batch.obs.shape == (32, *shape)
+    written = batch.actions  # action a was inserted with obs[a]
+    assert np.array_equal(batch.obs, obs[written]) and np.array_equal(batch.next_obs, next_obs[written])
+    assert np.all(written >= 30)  # the 30 oldest were overwritten
+
+
+def test_n_step_buffer_keeps_image_observations():
+    buffer = NStepBuffer(2, 0.5, 2, (2, 3, 3), obs_dtype=np.uint8)
+    frames = [np.full((2, 2, 3, 3), t, np.uint8) for t in range(4)]
+    assert buffer.step(frames[0], np.zeros(2, np.int64), np.ones(2), frames[1], np.zeros(2, bool),
+                       np.zeros(2, bool)) is None
+    obs, _, returns, next_obs, _ = buffer.step(frames[1], np.zeros(2, np.int64), np.ones(2), frames[2],
+                                               np.zeros(2, bool), np.zeros(2, bool))
+    assert obs.dtype == np.uint8 and np.all(obs == 0) and np.all(next_obs == 2) and returns.tolist() == [1.5, 1.5]
+
+
+def test_the_frame_table_is_chosen_by_replay_frame_stack():
+    config = ReplayConfig(kind="prioritized", capacity=120, frame_stack=4)
+    replay = make_replay(config, (4, 8, 8), obs_dtype=np.uint8, streams=3, n_step=2, gamma=0.9)
+    assert isinstance(replay, FrameReplay) and replay.prioritized
+    assert (replay.streams, replay.length, replay.n_step, replay.gamma) == (3, 40, 2, 0.9)
+    assert replay.frames.dtype == np.uint8 and replay.frames.shape == (120, 8, 8)
+    with pytest.raises(ConfigError, match=r"replay.frame_stack: 4 frames .* shape \(3, 8, 8\)"):
+        make_replay(config, (3, 8, 8), obs_dtype=np.uint8)
+    with pytest.raises(ConfigError, match="replay.capacity: 120 leaves 2 records"):
+        make_replay(config, (4, 8, 8), obs_dtype=np.uint8, streams=60, n_step=2)
+
+
+def test_frame_stack_is_checked_in_the_config():
+    from pearl.config import apply_overrides, ExperimentConfig
+
+    with pytest.raises(ConfigError, match="replay.frame_stack"):
+        apply_overrides(ExperimentConfig(), {"replay.frame_stack": -1})
