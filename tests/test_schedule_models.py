@@ -44,6 +44,7 @@ def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
     run, pass_envs = model.insert_run(CAND, 0.25)
     assert run == allowance(0.25, 2, 1) and pass_envs == 2 * run
     costs = SimpleNamespace(ring_write_seconds=lambda cand: 2e-6, processes_factor=lambda cand: 1.5,
+                            processes_overlap=lambda cand: (1.0, "unmeasured"),
                             platform=SimpleNamespace(host=SimpleNamespace(cores=2)))
     f = figures()
     step = model.step(f, CAND, costs)
@@ -53,3 +54,10 @@ def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
     # three processes on two cores: time-shared, c = 1.5
     assert step.total_us == pytest.approx(1.5 * learner) and step.bottleneck == "learn"
     assert step.host_busy_cores == pytest.approx((actors + learner) / learner)
+    # the measured one-actor overlap f multiplies every processes plan's step, alone or time-shared
+    costs.processes_overlap = lambda cand: (1.3, "measured")
+    assert model.step(figures(), CAND, costs).total_us == pytest.approx(1.3 * 1.5 * learner)
+    one = SimpleNamespace(**{**vars(CAND), "actors": 1})
+    bound = max(model.step(figures(), one, costs).sides.values())
+    step = model.step(figures(), one, costs)
+    assert step.total_us == pytest.approx(1.3 * bound) and step.factor_source == "measured"
