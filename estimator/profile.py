@@ -302,6 +302,19 @@ def _tables_of(cands) -> set:
     return out
 
 
+def default_replays(config) -> list[tuple[str, str]]:
+    """What `pearl profile` measures unless told: every replay kind the algorithm samples, on the
+    cpu; for DQN also the prioritized replay on this machine's first OpenCL device, if any (the
+    mapper places replays there, and an analytic OpenCL figure is the least trusted)."""
+    from pearl.devices import opencl_devices
+    from pearl.estimator.workload import REPLAY_KINDS
+
+    if config.algo != "dqn":
+        return [("uniform", "cpu")]
+    opencl = opencl_devices()
+    return [(kind, "cpu") for kind in REPLAY_KINDS] + ([("prioritized", opencl[0]["id"])] if opencl else [])
+
+
 def parse_replays(text: str) -> list[tuple[str, str]]:
     """'uniform,prioritized@opencl:0,amper' -> [(kind, device), ...]."""
     from pearl.estimator.workload import REPLAY_KINDS

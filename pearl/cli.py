@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
     prof.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
     prof.add_argument("--replays", help="replay kind[@device] list, e.g. uniform,prioritized@opencl:0 (default: "
-                                        "uniform,prioritized,amper for DQN, uniform for DDPG, TD3 and SAC)")
+                                        "uniform,prioritized,amper for DQN and prioritized@opencl:0 where OpenCL is, uniform for DDPG, TD3 and SAC)")
     prof.add_argument("--envs", default="1,4,16", help="envs per actor (default 1,4,16)")
     prof.add_argument("--batch-sizes", help="batch sizes (default: the config's)")
     prof.add_argument("--kernels", help="learner kernels on the cpu (default: the algorithm's, fused,torch "
@@ -189,7 +189,7 @@ def _plan_conflict(result) -> str:
 def _profile(args) -> int:
     from pearl import measure
     from pearl.config import default_config_path, load_config
-    from pearl.estimator.profile import cache_path, parse_replays, profile
+    from pearl.estimator.profile import cache_path, default_replays, parse_replays, profile
 
     config = load_config(args.config or default_config_path())
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
@@ -198,8 +198,8 @@ def _profile(args) -> int:
             raise PearlError(f"--kernels: expected fused and/or torch, got {kernel!r}")
     if args.seconds <= 0:
         raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
-    replays = args.replays or ("uniform,prioritized,amper" if config.algo == "dqn" else "uniform")
-    tables = profile(config, parse_replays(replays), _int_list(args.envs, "--envs"),
+    replays = parse_replays(args.replays) if args.replays else default_replays(config)
+    tables = profile(config, replays, _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
                      threaded=args.threaded, processes=args.processes, overlap=not args.tasks_only, runner=measure)
