@@ -33,6 +33,20 @@ REFERENCE_CLOCK_MHZ = 2600.0
 SOURCES = ("measured", "interpolated", "extrapolated", "analytic", "simulated")
 PROFILED = SOURCES[:3]
 
+# The fraction of one core's peak FLOP/s (the platform's peak_gflops / cores: every FMA port busy
+# every cycle) that the learner and act kernels reach on the cpu: their GEMMs are small (batch x
+# 64..400 x 64..400), half of them on transposed operands in the backward pass, between
+# elementwise passes (activations, losses, Adam) that leave the vector units idle. Measured in
+# CPU time (so that a shared machine's load drops out) on the 2-core CI machine, issue 17: the
+# fused DQN update at 256x256 batch 128 and the fused and autograd TD3 updates at 256x256 batch
+# 256 reach 0.27-0.36 of that peak. The analytic roofline took the whole peak before, and was
+# 2-3x optimistic on 256-wide networks. A profile replaces the figure with this machine's time.
+CPU_KERNEL_EFFICIENCY = 0.3
+# The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
+# discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
+# call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
+NSTEP_CALLS_PER_ROUND = 2
+
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
@@ -146,7 +160,9 @@ class Costs:
         kind = device.kind
         calls = backend(kind).calls(task, cand.learner_kernel, self.workload.algo)
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
-            peak = device.peak_gflops / device.cores * 1e9
+            peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
+            if task == "insert" and self.workload.n_step > 1:
+                calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
             fixed = calls * device.call_overhead_us * 1e-6
         else:

@@ -252,3 +252,25 @@ def test_measure_reports_the_watts_a_fake_rapl_counter_read(tmp_path, monkeypatc
     assert run["power_source"] == "rapl package-0"
     assert run["watts"] == pytest.approx(10.0, rel=0.3)
     assert run["samples_per_j"] == pytest.approx(run["steps_per_s"] / run["watts"])
+
+
+# -- the analytic model's cpu regime -------------------------------------------------------------
+def test_analytic_cpu_kernels_reach_a_fraction_of_peak_and_n_step_costs_the_insert():
+    from pearl.estimator import costs as costs_module
+    from pearl.kernels.registry import backend
+
+    platform = load_platform("ci_2core")
+    host = platform.host
+    big = workload_from_config(config(**{"dqn.hidden": [256, 256], "dqn.batch_size": 128}))
+    costs = Costs(platform, big)
+    cand = Candidate("uniform", "cpu", "cpu", "fused", 1, 128)
+    sig = costs.signature("learn", cand)
+    compute = sig.flops / (host.peak_gflops / host.cores * 1e9 * costs_module.CPU_KERNEL_EFFICIENCY)
+    assert compute > sig.bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)  # 256-wide: compute-bound
+    calls = backend("cpu").calls("learn", "fused", "dqn")
+    assert costs.task_seconds("learn", cand) == (pytest.approx(calls * host.call_overhead_us * 1e-6 + compute),
+                                                 "analytic")
+    # the n-step buffer's per-round work is the insert's, only when there is one
+    one, three = (Costs(platform, workload_from_config(config(**{"dqn.n_step": n}))) for n in (1, 3))
+    extra = three.task_seconds("insert", cand)[0] - one.task_seconds("insert", cand)[0]
+    assert extra == pytest.approx(costs_module.NSTEP_CALLS_PER_ROUND * host.call_overhead_us * 1e-6)
