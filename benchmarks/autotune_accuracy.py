@@ -332,6 +332,45 @@ def heldout(seconds: float, profile_seconds: float, workloads=HELDOUT, log=None)
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
+def analytic_in_cpu_time(steps: int = 600, workloads=HELDOUT, log=None) -> dict:
+    """The analytic model alone (no profile) against each held-out workload's sequential cpu
+    plans, measured in env steps per CPU-second of this process: a one-thread sequential plan's
+    speed when it has its core, whatever else the shared machine runs (its wall-clock rate under
+    load is a fraction of that). `steps` env steps per plan after the warm-up (x 5 at < 1 update
+    per step)."""
+    import resource
+
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import predict
+    from pearl.estimator.workload import workload_from_config
+    from pearl.measure import agent_for, default_warmup
+    from pearl.platforms import load_platform
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    platform, rows, load_before = load_platform("ci_2core"), [], os.getloadavg()[0]
+    for name, (base, overrides, fixed) in workloads.items():
+        config = heldout_config(base, overrides)
+        costs = Costs(platform, workload_from_config(config))
+        for cand in (c for c in fixed if c.runtime == "sequential" and c.replay_device == "cpu"):
+            agent = agent_for(config, cand, default_warmup(config), 10_000_000)
+            n = steps if config.algo_config.updates_per_step >= 1 else 5 * steps
+            cpu0, wall0 = cpu(), time.perf_counter()
+            agent.train(n)
+            per_cpu_s, wall = n / (cpu() - cpu0), n / (time.perf_counter() - wall0)
+            predicted = predict(cand, costs).steps_per_s
+            rows.append({"workload": name, "plan": cand.label(), "analytic": predicted, "per_cpu_s": per_cpu_s,
+                         "wall": wall, "error": (predicted - per_cpu_s) / per_cpu_s})
+            if log:
+                log(f"{name} {cand.label()}: analytic {predicted:,.0f}, {per_cpu_s:,.0f} steps per CPU-second "
+                    f"({wall:,.0f} per wall second)")
+    return {"rows": rows, "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
+            "max_abs_error": max(abs(r["error"]) for r in rows), "load_before": load_before,
+            "load_after": os.getloadavg()[0], "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
 def heldout_markdown(report: dict) -> str:
     lines = ["| workload | plan | rank | predicted (range) | sources | measured | error | analytic only | analytic error |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
@@ -365,7 +404,21 @@ def main() -> int:
     parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
     parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "
                                             "numbers (1-based), e.g. 1,3")
+    parser.add_argument("--analytic-cpu-time", action="store_true",
+                        help="with --heldout: the analytic model alone against steps per CPU-second of the "
+                             "held-out sequential cpu plans (load-independent)")
     args = parser.parse_args()
+    if args.heldout and args.analytic_cpu_time:
+        report = analytic_in_cpu_time(log=lambda line: print(line, file=sys.stderr))
+        print("| workload | plan | analytic steps/s | steps per CPU-second | error | steps per wall second |\n"
+              "| --- | --- | ---: | ---: | ---: | ---: |")
+        for r in report["rows"]:
+            print(f"| {r['workload']} | {r['plan']} | {r['analytic']:,.0f} | {r['per_cpu_s']:,.0f} | "
+                  f"{100 * r['error']:+.1f}% | {r['wall']:,.0f} |")
+        print(f"\nanalytic model alone vs steps per CPU-second: median |error| {100 * report['median_abs_error']:.1f}%, "
+              f"max {100 * report['max_abs_error']:.1f}%; load average {report['load_before']:.2f} before, "
+              f"{report['load_after']:.2f} after; {report['when']}")
+        return 0
     if args.heldout:
         names = list(HELDOUT)
         chosen = [names[int(i) - 1] for i in args.workloads.split(",")] if args.workloads else names
