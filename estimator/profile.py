@@ -97,7 +97,8 @@ class Runner(Protocol):
         steps_per_s, task_s)."""
 
     def measure_many(self, config, cands, seconds: float) -> list[dict]:
-        """Per candidate: {"steps_per_s": ...} or {"error": one line}."""
+        """Per candidate: {"steps_per_s": ...} (and "watts", "power_source" where a sensor read
+        them) or {"error": one line}."""
 
     def ring_write_us(self, config, envs) -> dict:
         """Per envs per actor (str): us of one act round's write into a processes-runtime ring."""

@@ -10,7 +10,10 @@ on the cpu; the fused learner for DDPG and TD3).
 Costs come from this machine's `pearl profile` table when the platform describes this machine
 (same core count, and every device it names that this machine would run itself is present) and
 the table exists;
-otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which.
+otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which, task by
+task (measured at the size, interpolated, extrapolated, analytic, simulated), and gives the range
+those sources allow; its watts are always modelled. Autotune warns (`AutotuneResult.warnings`)
+when the platform file's CPU model is not this machine's or the profile's.
 """
 from __future__ import annotations
 
@@ -172,13 +175,13 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
         cached = load_cached(workload.key())
         measured = cached["tables"] if cached else None
         if cached and not same_cpu_model(profile_.host.name, cached.get("cpu_model", "")):
-            warnings.append(f"the profile was measured on a {cached.get('cpu_model') or 'CPU of no recorded model'}, "
-                            f"the platform file {profile_.source} describes a {profile_.host.name}: measured and "
+            warnings.append(f"the profile was measured on CPU model {cached.get('cpu_model') or '(not recorded)'!r}, "
+                            f"the platform file {profile_.source} describes {profile_.host.name!r}: measured and "
                             f"analytic figures of two machines are mixed (write this machine's with `pearl devices --write`)")
     if here and not same_cpu_model(profile_.host.name, this_cpu_model()):
-        warnings.append(f"this machine's CPU is a {this_cpu_model()}, the platform file {profile_.source} describes a "
-                        f"{profile_.host.name} (only the core count matches): its analytic figures and power are "
-                        f"another CPU's")
+        warnings.append(f"this machine's CPU model is {this_cpu_model()!r}, the platform file {profile_.source} "
+                        f"describes {profile_.host.name!r} (only the core count matches): its analytic figures and "
+                        f"power are another CPU's")
     costs = Costs(profile_, workload, measured)
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])

@@ -143,7 +143,7 @@ def test_autotune_flags_a_cpu_model_the_platform_file_does_not_describe(cache, m
     assert not autotune(cfg, platform="ci_2core").warnings  # this machine is the file's Xeon
     monkeypatch.setattr(prof, "this_cpu_model", lambda: "AMD EPYC 7763 64-Core Processor")
     result = autotune(cfg, platform="ci_2core")
-    assert any("this machine's CPU is a AMD EPYC 7763" in w and "ci_2core.yaml" in w for w in result.warnings)
+    assert any("this machine's CPU model is 'AMD EPYC 7763" in w and "ci_2core.yaml" in w for w in result.warnings)
     # the cached profile records the CPU it was measured on: a file for another CPU is flagged too
     path = prof.cache_path()
     data = json.loads(path.read_text())
@@ -152,7 +152,7 @@ def test_autotune_flags_a_cpu_model_the_platform_file_does_not_describe(cache, m
     monkeypatch.undo()
     monkeypatch.setenv("PEARL_CACHE_DIR", str(cache))
     path.write_text(json.dumps(data))
-    assert any("the profile was measured on a AMD EPYC" in w for w in autotune(cfg, platform="ci_2core").warnings)
+    assert any("the profile was measured on CPU model 'AMD EPYC" in w for w in autotune(cfg, platform="ci_2core").warnings)
 
 
 def test_the_cli_says_so_and_labels_power_modelled(cache, monkeypatch, capsys):
@@ -161,7 +161,7 @@ def test_the_cli_says_so_and_labels_power_modelled(cache, monkeypatch, capsys):
     monkeypatch.setattr(prof, "this_cpu_model", lambda: "AMD EPYC 7763 64-Core Processor")
     assert main(["autotune", "--platform", "ci_2core", "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert "warning: this machine's CPU is a AMD EPYC" in out
+    assert "warning: this machine's CPU model is 'AMD EPYC" in out
     head = next(line for line in out.splitlines() if "plan" in line and "steps/s" in line)
     assert "W modelled" in head and "samples/J modelled" in head and "range" in head
     assert "modelled" in out.split("why:")[1]
