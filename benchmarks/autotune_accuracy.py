@@ -51,7 +51,7 @@ from pearl.config import apply_overrides, default_config_path, load_config
 from pearl.devices import cpu_devices
 from pearl.estimator.model import Candidate
 from pearl.estimator.profile import profile
-from pearl.estimator.tune import autotune
+from pearl.estimator.tune import SOURCE_LETTER, autotune
 from pearl.measure import measure_many
 
 REPLAYS = [("uniform", "cpu"), ("prioritized", "cpu"), ("amper", "cpu"), ("prioritized", "opencl:0")]
@@ -312,8 +312,8 @@ def heldout(seconds: float, profile_seconds: float, workloads=HELDOUT, log=None)
                          "low": low, "high": high, "analytic": alone[cand].steps_per_s, "measured": measured,
                          "error": (p.steps_per_s - measured) / measured,
                          "analytic_error": (alone[cand].steps_per_s - measured) / measured,
-                         "sources": "".join(s[0].upper() for s in p.sources.values()) + (
-                             f"/{p.factor_source[0].upper()}" if p.factor_source else ""),
+                         "sources": "".join(SOURCE_LETTER[s] for s in p.sources.values()) + (
+                             f"/{SOURCE_LETTER.get(p.factor_source, '-')}" if p.factor_source else ""),
                          "rank": top.index(cand) + 1 if cand in top else None, "pick": cand == top[0]})
             if log:
                 log(f"{name} {cand.label()}: predicted {p.steps_per_s:,.0f} (analytic {alone[cand].steps_per_s:,.0f}), "

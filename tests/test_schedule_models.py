@@ -61,3 +61,21 @@ def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
     bound = max(model.step(figures(), one, costs).sides.values())
     step = model.step(figures(), one, costs)
     assert step.total_us == pytest.approx(1.3 * bound) and step.factor_source == "measured"
+
+
+def test_processes_plans_wait_for_the_host_cores_a_pocl_replay_takes():
+    from pearl.platforms import load_platform
+
+    model = MODELS["processes"]
+    platform = load_platform("ci_2core")  # opencl:0 is PoCL on the same 2 cores
+    costs = SimpleNamespace(ring_write_seconds=lambda cand: 2e-6, processes_factor=lambda cand: 1.0,
+                            processes_overlap=lambda cand: (1.0, "unmeasured"), platform=platform)
+    on_cpu = SimpleNamespace(**{**vars(CAND), "actors": 1})
+    on_pocl = SimpleNamespace(**{**vars(on_cpu), "replay_device": "opencl:0",
+                                 "device_of": lambda task: "opencl:0" if task in ("insert", "sample", "update_priorities")
+                                 else "cpu"})
+    f = figures()
+    replay_us = f.step_us["insert"] + f.step_us["sample"]
+    cores = model.step(figures(), on_cpu, costs).sides["cores"]
+    # its kernels take both cores while they run: the replay's time counts twice on the cores' side
+    assert model.step(figures(), on_pocl, costs).sides["cores"] == pytest.approx(cores + replay_us / 2)

@@ -120,7 +120,8 @@ class Processes(ScheduleModel):
             + updates_per_step / sync_interval x sync_weights (+ transfers)
     and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
     parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
-    wait once ahead by their allowance, leaving the cores to the learner). Two measured factors
+    wait once ahead by their allowance, leaving the cores to the learner; a task on an OpenCL
+    device of the host's own cores, PoCL, counts once per core its kernels take). Two measured factors
     multiply that bound. f, the runtime's overlap on this machine: a 1-actor run's measured step /
     this bound, per learner kernel and envs per actor (`pearl profile`; what the bound leaves out:
     the learner polling and draining the rings, the actor's interpreter beside the learner's, a
@@ -147,8 +148,15 @@ class Processes(ScheduleModel):
         actors_us = sum(step_us[key] for key in actors if key in step_us)
         learner_us = sum(us for key, us in step_us.items() if key not in actors)  # the loop's too
         cores = costs.platform.host.cores
+        # a device on the host's own cores (PoCL) runs each kernel on up to all of them, and the
+        # processes wait for those cores meanwhile: its time counts once per core it takes
+        shared = 0.0
+        for task in figures.call_us:
+            device = cand.device_of(task)
+            if device != "cpu" and costs.platform.device(device).host == "cpu":
+                shared += (min(costs.platform.device(device).compute_units, cores) - 1) * step_us.get(task, 0.0)
         sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
-                 "cores": (actors_us + learner_us) / cores}
+                 "cores": (actors_us + learner_us + shared) / cores}
         limiting = max(sides, key=sides.get)
         overlap, source = costs.processes_overlap(cand)
         total = overlap * (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
