@@ -25,6 +25,17 @@ each profiled on its own grid (envs 1, 4 x batch 64, 128 x its cpu learner kerne
 autotune on it, and their fixed plans plus each algorithm's pick measured in the same way. The
 report gives the median over the DQN sequential plans, over the continuous ones, and over both.
 `--sequential-only` leaves out the threaded and processes plans (a shorter run).
+
+`--heldout` runs the held-out set instead (issue 17): workloads unlike the development set above
+(networks 128-256 wide, batch 32-256, 1-16 envs per actor, n-step 1 and 3, DQN, TD3 and SAC on
+Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 and Pendulum-v1; sequential and processes
+plans, an OpenCL replay), none of whose figures went into the model's design. Each workload is
+profiled as a user would (`pearl profile CONFIG`: the config's batch size and n-step, the default
+replays and envs, the processes runtime's one-actor overlap), ranked by autotune over the
+sequential and processes runtimes, and its top 5 plans plus a fixed set are measured. Reported
+apart from the development set: the median and max |error| with the profile, the median |error|
+of the analytic model alone (autotune without the profile) on the same plans, and autotune's pick
+against the best measured of its top 5.
 """
 from __future__ import annotations
 
@@ -40,7 +51,7 @@ from pearl.config import apply_overrides, default_config_path, load_config
 from pearl.devices import cpu_devices
 from pearl.estimator.model import Candidate
 from pearl.estimator.profile import profile
-from pearl.estimator.tune import autotune
+from pearl.estimator.tune import SOURCE_LETTER, autotune
 from pearl.measure import measure_many
 
 REPLAYS = [("uniform", "cpu"), ("prioritized", "cpu"), ("amper", "cpu"), ("prioritized", "opencl:0")]
@@ -223,6 +234,166 @@ def continuous_summary(report: dict) -> str:
             f"over {both} plans; ")
 
 
+# The held-out workloads: (base config, overrides, fixed plans measured besides autotune's top 5)
+HELDOUT = {
+    "DQN Acrobot-v1 256x256 B128 u1 n1": (
+        "acrobot_dqn.yaml",
+        {"dqn.hidden": [256, 256], "dqn.batch_size": 128, "dqn.updates_per_step": 1.0, "dqn.n_step": 1,
+         "dqn.learning_starts": 500, "replay.kind": "uniform", "replay.capacity": 50_000},
+        [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
+         Candidate("uniform", "cpu", "cpu", "fused", 4, 128, runtime="processes", actors=1),
+         Candidate("uniform", "cpu", "cpu", "fused", 1, 128, runtime="processes", actors=2)]),
+    "DQN MountainCar-v0 128x128 B32 u0.1 n3": (
+        "cartpole_dqn.yaml",
+        {"env": "MountainCar-v0", "dqn.hidden": [128, 128], "dqn.batch_size": 32, "dqn.updates_per_step": 0.1,
+         "dqn.n_step": 3, "dqn.learning_starts": 500, "replay.kind": "prioritized", "replay.capacity": 50_000},
+        [Candidate("prioritized", "cpu", "cpu", "fused", 1, 32), Candidate("amper", "cpu", "cpu", "fused", 16, 32),
+         Candidate("prioritized", "opencl:0", "cpu", "fused", 4, 32),
+         Candidate("prioritized", "cpu", "cpu", "fused", 16, 32, runtime="processes", actors=1),
+         Candidate("prioritized", "cpu", "cpu", "fused", 8, 32, runtime="processes", actors=2)]),
+    "TD3 MountainCarContinuous-v0 256x256 B256 u1": (
+        "pendulum_td3.yaml",
+        {"env": "MountainCarContinuous-v0", "td3.hidden": [256, 256], "td3.batch_size": 256,
+         "td3.learning_starts": 300, "replay.capacity": 50_000},
+        [Candidate("uniform", "cpu", "cpu", "fused", 1, 256), Candidate("uniform", "cpu", "cpu", "torch", 4, 256),
+         Candidate("uniform", "cpu", "cpu", "fused", 4, 256, runtime="processes", actors=1)]),
+    "SAC Pendulum-v1 256x256 B64 u1": (
+        "pendulum_sac.yaml",
+        {"sac.hidden": [256, 256], "sac.batch_size": 64, "sac.learning_starts": 300, "replay.capacity": 50_000},
+        [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 16, 64),
+         Candidate("uniform", "cpu", "cpu", "torch", 4, 64, runtime="processes", actors=2)]),
+}
+HELDOUT_RUNTIMES = ("sequential", "processes")
+TOP = 5
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def heldout_config(base: str, overrides: dict):
+    return apply_overrides(load_config(default_config_path().with_name(base)), overrides)
+
+
+def heldout(seconds: float, profile_seconds: float, workloads=HELDOUT, log=None) -> dict:
+    """The held-out set (see the module doc): rows per plan with the prediction from the profile
+    and from the analytic model alone, and per workload autotune's pick / the best of its top 5."""
+    from pearl.estimator.profile import default_replays
+
+    load_before, started = os.getloadavg()[0], time.time()
+    rows, picks, profile_s = [], {}, {}
+    for name, (base, overrides, fixed) in workloads.items():
+        config = heldout_config(base, overrides)
+        began, cpu_began = time.time(), _cpu_seconds()
+        profile(config, default_replays(config), seconds=profile_seconds, log=log, use_cache=False, overlap=True,
+                runner=measure)
+        # wall time, and the CPU time this process and its actor processes took: on a shared
+        # machine the wall time is mostly waiting for a core, the CPU time what a quiet one needs
+        profile_s[name] = (time.time() - began, _cpu_seconds() - cpu_began)
+        batch = config.algo_config.batch_size
+        kinds = sorted({c.replay_kind for c in fixed} | {config.replay.kind})
+        ask = dict(replay_kinds=kinds, batches=[batch], runtimes=HELDOUT_RUNTIMES)
+        result = autotune(config, platform="ci_2core", metric="throughput", use_profile=True, **ask)
+        analytic = autotune(config, platform="ci_2core", metric="throughput", use_profile=False, **ask)
+        by_cand = {p.candidate: p for p in result.ranking.predictions}
+        alone = {p.candidate: p for p in analytic.ranking.predictions}
+        top = [p.candidate for p in result.ranking.predictions[:TOP]]
+        cands = list(dict.fromkeys(top + [c for c in fixed if c in by_cand]))
+        for cand, run_ in zip(cands, measure_many(config, cands, seconds)):
+            if "error" in run_:
+                rows.append({"workload": name, "plan": cand.label(), "error_text": run_["error"]})
+                continue
+            p, measured = by_cand[cand], run_["steps_per_s"]
+            low, high = p.steps_range
+            rows.append({"workload": name, "plan": cand.label(), "runtime": cand.runtime, "predicted": p.steps_per_s,
+                         "low": low, "high": high, "analytic": alone[cand].steps_per_s, "measured": measured,
+                         "error": (p.steps_per_s - measured) / measured,
+                         "analytic_error": (alone[cand].steps_per_s - measured) / measured,
+                         "sources": "".join(SOURCE_LETTER[s] for s in p.sources.values()) + (
+                             f"/{SOURCE_LETTER.get(p.factor_source, '-')}" if p.factor_source else ""),
+                         "rank": top.index(cand) + 1 if cand in top else None, "pick": cand == top[0]})
+            if log:
+                log(f"{name} {cand.label()}: predicted {p.steps_per_s:,.0f} (analytic {alone[cand].steps_per_s:,.0f}), "
+                    f"measured {measured:,.0f} steps/s")
+        ranked = [r for r in rows if r["workload"] == name and r.get("rank")]
+        if ranked:
+            picks[name] = next((r["measured"] for r in ranked if r["pick"]), 0.0) / max(r["measured"] for r in ranked)
+    ok = [r for r in rows if "error" in r]
+    errors = [abs(r["error"]) for r in ok]
+    return {"rows": rows, "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "processes_median_abs_error": statistics.median(
+                [abs(r["error"]) for r in ok if r["runtime"] == "processes"] or [float("nan")]),
+            "analytic_median_abs_error": statistics.median(abs(r["analytic_error"]) for r in ok),
+            "pick_vs_best_of_top": picks, "profile_s": profile_s, "cpu": cpu_devices()[0]["name"],
+            "load_before": load_before, "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def analytic_in_cpu_time(steps: int = 600, workloads=HELDOUT, log=None) -> dict:
+    """The analytic model alone (no profile) against each held-out workload's sequential cpu
+    plans, measured in env steps per CPU-second of this process: a one-thread sequential plan's
+    speed when it has its core, whatever else the shared machine runs (its wall-clock rate under
+    load is a fraction of that). `steps` env steps per plan after the warm-up (x 5 at < 1 update
+    per step)."""
+    import resource
+
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import predict
+    from pearl.estimator.workload import workload_from_config
+    from pearl.measure import agent_for, default_warmup
+    from pearl.platforms import load_platform
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    platform, rows, load_before = load_platform("ci_2core"), [], os.getloadavg()[0]
+    for name, (base, overrides, fixed) in workloads.items():
+        config = heldout_config(base, overrides)
+        costs = Costs(platform, workload_from_config(config))
+        for cand in (c for c in fixed if c.runtime == "sequential" and c.replay_device == "cpu"):
+            agent = agent_for(config, cand, default_warmup(config), 10_000_000)
+            n = steps if config.algo_config.updates_per_step >= 1 else 5 * steps
+            cpu0, wall0 = cpu(), time.perf_counter()
+            agent.train(n)
+            per_cpu_s, wall = n / (cpu() - cpu0), n / (time.perf_counter() - wall0)
+            predicted = predict(cand, costs).steps_per_s
+            rows.append({"workload": name, "plan": cand.label(), "analytic": predicted, "per_cpu_s": per_cpu_s,
+                         "wall": wall, "error": (predicted - per_cpu_s) / per_cpu_s})
+            if log:
+                log(f"{name} {cand.label()}: analytic {predicted:,.0f}, {per_cpu_s:,.0f} steps per CPU-second "
+                    f"({wall:,.0f} per wall second)")
+    return {"rows": rows, "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
+            "max_abs_error": max(abs(r["error"]) for r in rows), "load_before": load_before,
+            "load_after": os.getloadavg()[0], "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def heldout_markdown(report: dict) -> str:
+    lines = ["| workload | plan | rank | predicted (range) | sources | measured | error | analytic only | analytic error |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in report["rows"]:
+        if "error" not in r:
+            lines.append(f"| {r['workload']} | {r['plan']} | | | | refused: {r['error_text']} | | | |")
+            continue
+        lines.append(f"| {r['workload']} | {'**' if r['pick'] else ''}{r['plan']}{'**' if r['pick'] else ''} | "
+                     f"{r['rank'] or ''} | {r['predicted']:,.0f} ({r['low']:,.0f}-{r['high']:,.0f}) | {r['sources']} | "
+                     f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['analytic']:,.0f} | "
+                     f"{100 * r['analytic_error']:+.1f}% |")
+    n = sum(1 for r in report["rows"] if "error" in r)
+    picks = ", ".join(f"{name}: {100 * v:.1f}%" for name, v in report["pick_vs_best_of_top"].items())
+    profiles = ", ".join(f"{wall:.0f} s ({cpu:.0f} s of CPU)" for wall, cpu in report["profile_s"].values())
+    lines.append(f"\nheld-out set, {n} plans, {report['cpu']}: median |error| {100 * report['median_abs_error']:.1f}% "
+                 f"with the profile (processes plans {100 * report['processes_median_abs_error']:.1f}%), max "
+                 f"{100 * report['max_abs_error']:.1f}%; analytic model alone: median |error| "
+                 f"{100 * report['analytic_median_abs_error']:.1f}%; autotune's pick / the best measured of its top "
+                 f"{TOP}: {picks}; profiles took {profiles}; load average {report['load_before']:.2f} before, "
+                 f"{report['load_after']:.2f} after; {report['wall_s']:.0f} s; {report['when']}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -230,7 +401,35 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--sequential-only", action="store_true", help="no threaded or processes plans")
     parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
+    parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
+    parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "
+                                            "numbers (1-based), e.g. 1,3")
+    parser.add_argument("--analytic-cpu-time", action="store_true",
+                        help="with --heldout: the analytic model alone against steps per CPU-second of the "
+                             "held-out sequential cpu plans (load-independent)")
     args = parser.parse_args()
+    if args.heldout and args.analytic_cpu_time:
+        report = analytic_in_cpu_time(log=lambda line: print(line, file=sys.stderr))
+        print("| workload | plan | analytic steps/s | steps per CPU-second | error | steps per wall second |\n"
+              "| --- | --- | ---: | ---: | ---: | ---: |")
+        for r in report["rows"]:
+            print(f"| {r['workload']} | {r['plan']} | {r['analytic']:,.0f} | {r['per_cpu_s']:,.0f} | "
+                  f"{100 * r['error']:+.1f}% | {r['wall']:,.0f} |")
+        print(f"\nanalytic model alone vs steps per CPU-second: median |error| {100 * report['median_abs_error']:.1f}%, "
+              f"max {100 * report['max_abs_error']:.1f}%; load average {report['load_before']:.2f} before, "
+              f"{report['load_after']:.2f} after; {report['when']}")
+        return 0
+    if args.heldout:
+        names = list(HELDOUT)
+        chosen = [names[int(i) - 1] for i in args.workloads.split(",")] if args.workloads else names
+        report = heldout(args.seconds, args.profile_seconds, {n: HELDOUT[n] for n in chosen},
+                         log=lambda line: print(line, file=sys.stderr))
+        print(heldout_markdown(report))
+        if args.json:
+            from pearl.io import atomic_write_text
+
+            atomic_write_text(args.json, json.dumps(report, indent=1))
+        return 0
     parallel = {"threaded": (), "processes": ()} if args.sequential_only else {}
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
     print(markdown(report))

@@ -28,6 +28,25 @@ from pearl.kernels.registry import backend, kind_of
 REFERENCE_ENV_STEP_US = 9.0
 REFERENCE_CLOCK_MHZ = 2600.0
 
+# Where a task's figure came from, most trusted first: this machine's profile at the size, between
+# two profiled sizes, beyond them; the analytic roofline; the FPGA cycle model
+SOURCES = ("measured", "interpolated", "extrapolated", "analytic", "simulated", "wire")  # wire: estimator/wire.py
+PROFILED = SOURCES[:3]
+
+# The fraction of one core's peak FLOP/s (the platform's peak_gflops / cores: every FMA port busy
+# every cycle) that the learner and act kernels reach on the cpu: their GEMMs are small (batch x
+# 64..400 x 64..400), half of them on transposed operands in the backward pass, between
+# elementwise passes (activations, losses, Adam) that leave the vector units idle. Measured in
+# CPU time (so that a shared machine's load drops out) on the 2-core CI machine, issue 17: the
+# fused DQN update at 256x256 batch 128 and the fused and autograd TD3 updates at 256x256 batch
+# 256 reach 0.27-0.36 of that peak. The analytic roofline took the whole peak before, and was
+# 2-3x optimistic on 256-wide networks. A profile replaces the figure with this machine's time.
+CPU_KERNEL_EFFICIENCY = 0.3
+# The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
+# discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
+# call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
+NSTEP_CALLS_PER_ROUND = 2
+
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
@@ -39,20 +58,26 @@ class Costs:
         self.measured = measured or {}
 
     # -- measured -------------------------------------------------------------------------------
-    def _lookup(self, name: str, size: int) -> float | None:
-        """Seconds from the profile's table `name` ({size: us}), interpolated between sizes."""
+    def _lookup(self, name: str, size: int) -> tuple[float, str] | None:
+        """(seconds, how) from the profile's table `name` ({size: us}): "measured" at a profiled
+        size, "interpolated" between two, "extrapolated" beyond them (from the two nearest)."""
         table = self.measured.get(name)
         if not table:
             return None
         points = sorted((int(k), float(v)) for k, v in table.items())
         xs = [x for x, _ in points]
         if size in xs:
-            return points[xs.index(size)][1] * 1e-6
+            return points[xs.index(size)][1] * 1e-6, "measured"
         if len(points) == 1:
             return None  # one point says nothing about another size
         i = min(max(bisect.bisect_left(xs, size), 1), len(xs) - 1)
         (x0, y0), (x1, y1) = points[i - 1], points[i]
-        return max(0.0, y0 + (y1 - y0) * (size - x0) / (x1 - x0)) * 1e-6
+        how = "interpolated" if xs[0] < size < xs[-1] else "extrapolated"
+        return max(0.0, y0 + (y1 - y0) * (size - x0) / (x1 - x0)) * 1e-6, how
+
+    def _seconds(self, name: str, size: int) -> float | None:
+        found = self._lookup(name, size)
+        return None if found is None else found[0]
 
     @staticmethod
     def measured_name(task: str, cand) -> tuple[str, int]:
@@ -68,21 +93,24 @@ class Costs:
             return f"learn|{cand.learner_kernel}@{cand.learn_device}", cand.batch
         return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
 
-    def _measured(self, task: str, cand) -> float | None:
-        """A measured figure: first from the table of the candidate's replay context (act, learn and
-        sync_weights run slower beside some replays, pearl/profile.py), else the context-free one."""
+    def _measured(self, task: str, cand) -> tuple[float, str] | None:
+        """A figure of the profile (seconds, measured | interpolated | extrapolated): first from the
+        table of the candidate's replay context (act, learn and sync_weights run slower beside some
+        replays, pearl/profile.py), else the context-free one."""
         name, size = self.measured_name(task, cand)
-        seconds = self._lookup(f"{name}|in {cand.replay_kind}@{cand.replay_device}", size)
-        return seconds if seconds is not None else self._lookup(name, size)
+        found = self._lookup(f"{name}|in {cand.replay_kind}@{cand.replay_device}", size)
+        return found if found is not None else self._lookup(name, size)
 
     def is_measured(self, task: str, cand) -> bool:
+        """The figure comes from this machine's profile (at the size, or between or beyond sizes)."""
         return self._measured(task, cand) is not None
 
     # -- the answer -----------------------------------------------------------------------------
     def task_seconds(self, task: str, cand) -> tuple[float, str]:
-        seconds = self._measured(task, cand)
-        if seconds is not None:
-            return seconds, "measured"
+        """(seconds of one call, its source: one of SOURCES)."""
+        found = self._measured(task, cand)
+        if found is not None:
+            return found
         if _on_wire(cand.device_of(task)):  # a replay server (estimator/wire.py)
             from pearl.estimator.wire import task_seconds
 
@@ -105,7 +133,7 @@ class Costs:
         if source == "wire":  # the server's machine computes it, not a device of this platform
             return 0.0
         device = self.platform.device(cand.device_of(task))
-        if source == "measured" or device.kind == "cpu":
+        if source in PROFILED or device.kind == "cpu":
             return seconds
         if source == "simulated":
             from pearl.estimator.fpga import task_cost
@@ -138,7 +166,9 @@ class Costs:
         kind = device.kind
         calls = backend(kind).calls(task, cand.learner_kernel, self.workload.algo)
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
-            peak = device.peak_gflops / device.cores * 1e9
+            peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
+            if task == "insert" and self.workload.n_step > 1:
+                calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
             fixed = calls * device.call_overhead_us * 1e-6
         else:
@@ -157,7 +187,7 @@ class Costs:
         table = self.measured.get(f"threaded|{cand.learner_kernel}")
         if not table:
             return 0.0
-        seconds = self._lookup(f"threaded|{cand.learner_kernel}", cand.envs)
+        seconds = self._seconds(f"threaded|{cand.learner_kernel}", cand.envs)
         if seconds is None:  # one env count measured: it stands for all
             seconds = next(iter(table.values())) * 1e-6
         return seconds * 1e6 if seconds is not None else 0.0
@@ -169,11 +199,30 @@ class Costs:
         table = self.measured.get(f"processes|{cand.learner_kernel}")
         return float(next(iter(table.values()))) if table else 1.0
 
+    def processes_overlap(self, cand) -> tuple[float, str]:
+        """(the processes runtime's measured step / its schedule's bound with one actor, where it
+        came from): per learner kernel by envs per actor (pearl/profile.py `_processes_factors`),
+        another kernel's table when the candidate's was not profiled, a single env count standing
+        for all; (1, "unmeasured") without a profile."""
+        names = [f"processes1|{cand.learner_kernel}"] + sorted(
+            k for k in self.measured if k.startswith("processes1|") and k != f"processes1|{cand.learner_kernel}")
+        for name in names:
+            table = self.measured.get(name)
+            if not table:
+                continue
+            sizes = sorted(int(k) for k in table)
+            # a factor is not linear in envs beyond the profiled ones: the nearest one stands for them
+            seconds, how = self._lookup(name, min(max(cand.envs, sizes[0]), sizes[-1]))
+            if name != names[0] or not sizes[0] <= cand.envs <= sizes[-1]:
+                how = "extrapolated"
+            return seconds * 1e6, how
+        return 1.0, "unmeasured"
+
     def ring_write_seconds(self, cand) -> float:
         """An actor process's write of one round (E transitions) into its shared-memory ring:
         measured (`ring_write` by envs) or a copy of the transitions at one core's bandwidth plus
         RING_WRITE_CALLS Python-level calls."""
-        seconds = self._lookup("ring_write", cand.envs)
+        seconds = self._seconds("ring_write", cand.envs)
         if seconds is not None:
             return seconds
         host = self.platform.host
@@ -187,8 +236,8 @@ class Costs:
     def overhead_parts_us(self, cand) -> tuple[float, float]:
         """(per env step: the loop's time per act round / E, its time per update x updates_per_step)."""
         u = self.workload.updates_per_step
-        per_round = self._lookup("overhead|round", 0)
-        per_update = self._lookup("overhead|update", 0)
+        per_round = self._seconds("overhead|round", 0)
+        per_update = self._seconds("overhead|update", 0)
         if per_round is None or per_update is None:
             host = self.platform.host
             per_round = LOOP_CALLS_PER_ROUND * host.call_overhead_us * 1e-6

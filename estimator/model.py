@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pearl.estimator.costs import SOURCES
 from pearl.kernels.registry import REPLAY_TASKS, TASKS, backend, kind_of
 from pearl.plan import Plan
 from pearl.schedule.models import MODELS, StepFigures
@@ -65,6 +66,17 @@ class Candidate:
                     runtime=self.runtime, platform=platform if uses_profile else "")
 
 
+# How far a figure of each source may be off (relative, one standard band): what the accuracy
+# benchmark (benchmarks/autotune_accuracy.py, docs/BENCHMARKS.md) saw on this project's 2-core
+# machine, development and held-out sets: profiled figures at the size within ~10% (the shared
+# machine's run-to-run spread), between sizes ~15%, beyond them ~30%; the analytic roofline and the
+# FPGA cycle model within a factor of ~1.6. A parallel runtime's step without its measured factor
+# (threaded contention, processes overlap) is optimistic by up to ~half.
+UNCERTAINTY = {"measured": 0.10, "interpolated": 0.15, "extrapolated": 0.30, "analytic": 0.60, "simulated": 0.60,
+               "wire": 0.60}
+UNMEASURED_FACTOR_UNCERTAINTY = 0.5
+
+
 @dataclass
 class Prediction:
     candidate: Candidate
@@ -84,6 +96,26 @@ class Prediction:
     # actor, learner and contention (c x their sum), the processes runtime's actors, learner and
     # cores (before its overhead factor); the largest is the limiting one
     sides: dict[str, float] = field(default_factory=dict)
+    # where the parallel runtime's measured factor came from (estimator.costs SOURCES or
+    # "unmeasured"); "" for a schedule without one
+    factor_source: str = ""
+
+    @property
+    def uncertainty(self) -> float:
+        """The step's relative uncertainty: each task's band (UNCERTAINTY by its source) weighted by
+        its share of the tasks' time per env step, plus the runtime factor's when it has one."""
+        tasks = {t: self.step_us[t] for t in self.sources if self.step_us.get(t)}
+        total = sum(tasks.values())
+        spread = sum(us * UNCERTAINTY[self.sources[t]] for t, us in tasks.items()) / total if total else 0.0
+        if self.factor_source:
+            spread += UNCERTAINTY.get(self.factor_source, UNMEASURED_FACTOR_UNCERTAINTY) / 2
+        return spread
+
+    @property
+    def steps_range(self) -> tuple[float, float]:
+        """(low, high) env steps/s: the prediction divided and multiplied by 1 + uncertainty."""
+        spread = 1.0 + self.uncertainty
+        return self.steps_per_s / spread, self.steps_per_s * spread
 
     @property
     def limiting_side(self) -> str:
@@ -94,12 +126,16 @@ class Prediction:
         return "simulated" in self.sources.values()
 
     def summary(self) -> dict:
-        return {"steps_per_s": round(self.steps_per_s, 1), "updates_per_s": round(self.updates_per_s, 1),
+        low, high = self.steps_range
+        return {"steps_per_s": round(self.steps_per_s, 1), "steps_per_s_range": [round(low, 1), round(high, 1)],
+                "updates_per_s": round(self.updates_per_s, 1),
                 "watts": round(self.watts, 2), "samples_per_j": round(self.samples_per_j, 2),
+                "power": "modelled (no sensor read: estimator/model.py's idle + dynamic x utilisation)",
                 "bottleneck": self.bottleneck, "schedule": self.schedule,
                 "step_us": {k: round(v, 3) for k, v in self.step_us.items()},
                 **({"sides_us": {k: round(v, 3) for k, v in self.sides.items()}} if self.sides else {}),
-                "sources": dict(self.sources), "simulated": self.simulated}
+                "sources": dict(self.sources), **({"runtime_factor": self.factor_source} if self.factor_source else {}),
+                "simulated": self.simulated}
 
 
 def calls_per_step(task: str, cand: Candidate, updates_per_step: float) -> float:
@@ -169,4 +205,5 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     watts = sum(device_w.values())
     steps_per_s = 1e6 / total
     return Prediction(cand, steps_per_s, steps_per_s * u, watts, steps_per_s / watts if watts else 0.0,
-                      step.bottleneck, call_us, step_us, utilisation, device_w, sources, schedule, sides=step.sides)
+                      step.bottleneck, call_us, step_us, utilisation, device_w, sources, schedule, sides=step.sides,
+                      factor_source=step.factor_source)

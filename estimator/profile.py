@@ -36,7 +36,7 @@ import numpy as np
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3  # 3: the workload key names n_step, batch, dims, threads; the entry its CPU model
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 
 
@@ -97,21 +97,25 @@ class Runner(Protocol):
         steps_per_s, task_s)."""
 
     def measure_many(self, config, cands, seconds: float) -> list[dict]:
-        """Per candidate: {"steps_per_s": ...} or {"error": one line}."""
+        """Per candidate: {"steps_per_s": ...} (and "watts", "power_source" where a sensor read
+        them) or {"error": one line}."""
 
     def ring_write_us(self, config, envs) -> dict:
         """Per envs per actor (str): us of one act round's write into a processes-runtime ring."""
 
 
-def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,), kernels=None,
+def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None, kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
-            processes: bool = False, *, runner: Runner) -> dict:
+            processes: bool = False, overlap: bool = False, *, runner: Runner) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc), its
-    runs made by `runner` (pearl.measure); `kernels`: the cpu learner kernels to time (default:
-    every one the algorithm has)."""
+    runs made by `runner` (pearl.measure); `batches`: default the config's own batch size;
+    `kernels`: the cpu learner kernels to time (default: every one the algorithm has); `overlap`:
+    the processes runtime's one-actor factor and ring write (implied by `processes`)."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
+    batches = tuple(batches or (config.algo_config.batch_size,))
+    overlap = overlap or processes
     kernels = tuple(kernels or workload.learner_kernels)
     _check_grid(workload, replays, kernels)
     wanted = _grid(replays, envs, batches, kernels)
@@ -120,6 +124,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
                           for name, size in _tables_of(wanted)) and (
                 not threaded or all(f"threaded|{k}" in cached["tables"] for k in kernels)) and (
+                not overlap or all(str(e) in cached["tables"].get(f"processes1|{kernels[0]}", {}) for e in envs)) and (
                 not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
             return cached["tables"]
     tables: dict = {}
@@ -151,13 +156,22 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=(64,
     if threaded:
         tables.update(_threaded_factors(runner, config, workload, tables, replays[0], envs, batches[0], kernels,
                                         seconds, log))
-    if processes:
+    if overlap:
         tables["ring_write"] = runner.ring_write_us(config, envs)
-        tables.update(_processes_factors(runner, config, workload, tables, replays[0], envs, batches[0], kernels,
-                                         seconds, log))
+        tables.update(_processes_factors(runner, config, workload, tables, replays[0], envs, batches[0],
+                                         kernels if processes else kernels[:1], seconds, log, processes))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                            "load_average": os.getloadavg()[0], "seconds_per_run": seconds})
+                            "load_average": os.getloadavg()[0], "seconds_per_run": seconds,
+                            "cpu_model": this_cpu_model()})
+    if log:
+        log(f"profiled in {time.perf_counter() - started:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return tables
+
+
+def this_cpu_model() -> str:
+    from pearl.devices import cpu_devices
+
+    return cpu_devices()[0]["name"]
 
 
 def _threaded_factors(runner, config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
@@ -181,29 +195,40 @@ def _threaded_factors(runner, config, workload, tables, replay, envs, batch, ker
     return out
 
 
-def _processes_factors(runner, config, workload, tables, replay, envs, batch, kernels, seconds, log) -> dict:
-    """The processes runtime's time-sharing overhead here, per learner kernel: how much further a
-    run with as many actors as cores (the N + 1 processes time-share them) falls short of the
-    model (estimator/model.py with c = 1) than a run with one actor (a core each) does, both
-    measured in the same turns: (model / measured at N = cores) / (model / measured at N = 1).
-    Set against the one-actor run, a load the shared machine carries at that moment slows both
-    and drops out. Each env count gives one such ratio, from single runs on a shared machine, so
-    the factor is their median, and at least 1 (an overhead never speeds a run up). The model
-    applies it whenever the processes outnumber the cores; nothing of it is fitted on plans with
-    fewer actors."""
+def _processes_factors(runner, config, workload, tables, replay, envs, batch, kernels, seconds, log,
+                       time_sharing: bool = True) -> dict:
+    """The processes runtime on this machine, measured against its schedule's bound
+    (estimator/model.py with f = c = 1), per learner kernel:
+    - f, its overlap (`processes1|kernel`, by envs per actor): a one-actor run's measured step /
+      the bound. With a core each, the bound says actor and learner overlap perfectly; what the
+      run shows instead (the learner polling and draining the rings, two interpreters, whatever
+      load the shared machine carries at the time) is the factor, and the model multiplies every
+      processes plan's step by it.
+    - c, with `time_sharing` (`processes|kernel`): how much further a run with as many actors as
+      cores (the N + 1 processes time-share them) falls short of the bound than the one-actor run,
+      both measured in the same turns: (bound / measured at N = cores) / (bound / measured at
+      N = 1). Set against the one-actor run, a load the machine carries at that moment slows both
+      and drops out. Each env count gives one such ratio, from single runs on a shared machine, so
+      the factor is their median, and at least 1 (an overhead never speeds a run up). The model
+      applies it whenever the processes outnumber the cores."""
     from pearl.devices import cpu_devices
     from pearl.estimator.model import Candidate, predict
 
     cores = cpu_devices()[0]["cores"]
-    counts = sorted({1, cores})
-    costs = _measured_costs(workload, {k: v for k, v in tables.items() if not k.startswith("processes|")})
+    counts = sorted({1, cores}) if time_sharing else [1]
+    costs = _measured_costs(workload, {k: v for k, v in tables.items() if not k.startswith("processes")})
     cands = [Candidate(replay[0], replay[1], "cpu", kernel, e, batch, runtime="processes", actors=n)
              for kernel in kernels for e in envs for n in counts]
     short = {cand: predict(cand, costs).steps_per_s / run["steps_per_s"]
              for cand, run in zip(cands, runner.measure_many(config, cands, seconds))}
+    out: dict = {}
     ratios: dict = {}
     for cand in cands:
-        if cand.actors != cores:
+        if cand.actors == 1:
+            out.setdefault(f"processes1|{cand.learner_kernel}", {})[str(cand.envs)] = round(short[cand], 4)
+            if log:
+                log(f"processes {cand.label()}: the measured step is {short[cand]:.2f} x the schedule's bound")
+        if cand.actors != cores or not time_sharing:
             continue
         alone = replace(cand, actors=1)
         ratio = short[cand] / (short[alone] if cores > 1 else 1.0)
@@ -211,8 +236,9 @@ def _processes_factors(runner, config, workload, tables, replay, envs, batch, ke
         if log:
             log(f"processes {cand.label()}: {short[cand]:.2f} x the model's step, one actor "
                 f"{short.get(alone, 1.0):.2f} x: ratio {ratio:.2f}")
-    return {f"processes|{kernel}": {"0": round(max(1.0, float(np.median(values))), 4)}
-            for kernel, values in ratios.items()}
+    out.update({f"processes|{kernel}": {"0": round(max(1.0, float(np.median(values))), 4)}
+                for kernel, values in ratios.items()})
+    return out
 
 
 def _measured_costs(workload, tables):
@@ -275,6 +301,19 @@ def _tables_of(cands) -> set:
             if calls_per_step(task, cand, 1.0):
                 out.add(_table_of(task, cand))
     return out
+
+
+def default_replays(config) -> list[tuple[str, str]]:
+    """What `pearl profile` measures unless told: every replay kind the algorithm samples, on the
+    cpu; for DQN also the prioritized replay on this machine's first OpenCL device, if any (the
+    mapper places replays there, and an analytic OpenCL figure is the least trusted)."""
+    from pearl.devices import opencl_devices
+    from pearl.estimator.workload import REPLAY_KINDS
+
+    if config.algo != "dqn":
+        return [("uniform", "cpu")]
+    opencl = opencl_devices()
+    return [(kind, "cpu") for kind in REPLAY_KINDS] + ([("prioritized", opencl[0]["id"])] if opencl else [])
 
 
 def parse_replays(text: str) -> list[tuple[str, str]]:

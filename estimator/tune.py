@@ -10,7 +10,10 @@ on the cpu; the fused learner for DDPG and TD3).
 Costs come from this machine's `pearl profile` table when the platform describes this machine
 (same core count, and every device it names that this machine would run itself is present) and
 the table exists;
-otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which.
+otherwise from the analytic and FPGA models (estimator/costs.py). Every row says which, task by
+task (measured at the size, interpolated, extrapolated, analytic, simulated), and gives the range
+those sources allow; its watts are always modelled. Autotune warns (`AutotuneResult.warnings`)
+when the platform file's CPU model is not this machine's or the profile's.
 """
 from __future__ import annotations
 
@@ -23,7 +26,11 @@ import yaml
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 
-SOURCE_LETTER = {"measured": "M", "analytic": "A", "simulated": "S"}
+SOURCE_LETTER = {"measured": "M", "interpolated": "I", "extrapolated": "X", "analytic": "A", "simulated": "S", "wire": "W"}
+SOURCE_LEGEND = ("M measured by `pearl profile` here at this size, I interpolated between profiled sizes, "
+                 "X extrapolated beyond them, A analytic, S simulated FPGA, W on a replay server's wire")
+# a CPU model name's words that say nothing of the model (brand marks, generic nouns)
+_GENERIC_CPU_WORDS = {"r", "tm", "cpu", "processor", "with", "radeon", "graphics", "core", "cores"}
 # the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
 SIDE_WORDS = {"actor": "the actor thread", "learner": "the learner", "contention": "the threads' contention",
               "actors": "the actor processes", "cores": "the host's cores, time-shared by all processes"}
@@ -38,6 +45,7 @@ class AutotuneResult:
     costs: object
     reason: str
     measured: list = field(default_factory=list)  # [(Prediction, measured dict)]
+    warnings: list = field(default_factory=list)  # one line each: what the figures may not describe
 
     @property
     def best(self):
@@ -131,6 +139,22 @@ def describes_this_machine(platform) -> bool:
     return platform.host.cores == cpu_devices()[0]["cores"] and runnable_here(d.id for d in platform.devices)
 
 
+def same_cpu_model(platform_name: str, cpu_model: str) -> bool:
+    """Whether a platform file's cpu `name` describes a CPU of model `cpu_model` (as /proc/cpuinfo
+    names it): every word of the name, outside parentheses (a file's notes, e.g. "(KVM guest)")
+    and brand marks, is a word of the model. "Intel Xeon" matches "Intel(R) Xeon(R) Platinum
+    8480+" and "Intel(R) Xeon(R) Processor"; it does not match "AMD EPYC 7763 64-Core Processor"."""
+    import re
+
+    def words(text: str) -> set[str]:
+        text = re.sub(r"\((r|tm)\)", " ", text.lower())
+        text = re.sub(r"\([^)]*\)|@.*$", " ", text)
+        return set(re.findall(r"[a-z0-9+-]+", text)) - _GENERIC_CPU_WORDS
+
+    name = words(platform_name)
+    return bool(name) and name <= words(cpu_model)
+
+
 def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
              power_cap_w: float | None = None, replay_kinds=None, envs=None, batches=None,
              use_profile: bool | None = None, schedule: str | None = None,
@@ -140,15 +164,24 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
     from pearl.estimator.workload import workload_from_config
     from pearl.platforms import load_platform
-    from pearl.estimator.profile import load_cached
+    from pearl.estimator.profile import load_cached, this_cpu_model
 
     config = _config_of(agent_or_config)
     profile_ = load_platform(platform) if not hasattr(platform, "devices") else platform
     workload = workload_from_config(config)
-    measured = None
-    if use_profile or (use_profile is None and describes_this_machine(profile_)):
+    measured, warnings = None, []
+    here = describes_this_machine(profile_)
+    if use_profile or (use_profile is None and here):
         cached = load_cached(workload.key())
         measured = cached["tables"] if cached else None
+        if cached and not same_cpu_model(profile_.host.name, cached.get("cpu_model", "")):
+            warnings.append(f"the profile was measured on CPU model {cached.get('cpu_model') or '(not recorded)'!r}, "
+                            f"the platform file {profile_.source} describes {profile_.host.name!r}: measured and "
+                            f"analytic figures of two machines are mixed (write this machine's with `pearl devices --write`)")
+    if here and not same_cpu_model(profile_.host.name, this_cpu_model()):
+        warnings.append(f"this machine's CPU model is {this_cpu_model()!r}, the platform file {profile_.source} "
+                        f"describes {profile_.host.name!r} (only the core count matches): its analytic figures and "
+                        f"power are another CPU's")
     costs = Costs(profile_, workload, measured)
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])
@@ -160,7 +193,8 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
         raise ConfigError(f"autotune: the runtime's rate limiter refuses every candidate plan of this config "
                           f"(n_step {config.algo_config.n_step}; try fewer envs per actor with --envs)")
     ranking.predictions = admitted
-    return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w))
+    return AutotuneResult(config, profile_, metric, ranking, costs, explain(ranking, metric, power_cap_w),
+                          warnings=warnings)
 
 
 def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
@@ -175,7 +209,8 @@ def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
     what = {"throughput": "the highest predicted env steps/s",
             "efficiency": "the most env steps per joule",
             "power_cap": f"the highest predicted env steps/s under {power_cap_w or 0:g} W"}[metric]
-    figures = lambda p: f"{p.steps_per_s:,.0f} steps/s, {p.watts:.1f} W, {p.samples_per_j:,.1f} samples/J"
+    figures = lambda p: (f"{p.steps_per_s:,.0f} steps/s, {p.watts:.1f} W and {p.samples_per_j:,.1f} samples/J "
+                         f"modelled")
     parts = [f"{best.candidate.label()} has {what} ({figures(best)})"]
     if rival is not None:
         ratio = value(best) / value(rival) if value(rival) else float("inf")
@@ -197,21 +232,28 @@ def explain(ranking, metric: str, power_cap_w: float | None = None) -> str:
 
 
 def format_table(predictions, measured: dict | None = None) -> str:
-    """Ranked plans: predicted steps/s, W, samples/J, bottleneck, cost sources (M measured,
-    A analytic, S simulated per task), and measured steps/s where given."""
+    """Ranked plans: predicted steps/s and its range, modelled W and samples/J, bottleneck, cost
+    sources (per task: SOURCE_LETTER; a parallel runtime's factor after a slash), and where given
+    (`measured`: candidate -> measure_many's dict) the measured steps/s, the error and the watts a
+    sensor read (or "no sensor")."""
     width = max([46] + [len(p.candidate.label()) for p in predictions])
-    head = (f"{'#':>3}  {'plan':<{width}} {'steps/s':>9} {'W':>7} {'samples/J':>10}  {'bottleneck':<17} {'costs':<7}")
+    head = (f"{'#':>3}  {'plan':<{width}} {'steps/s':>9} {'range':>15} {'W modelled':>10} "
+            f"{'samples/J modelled':>18}  {'bottleneck':<17} {'costs':<9}")
     if measured is not None:
-        head += f" {'measured':>9} {'error':>7}"
+        head += f" {'measured':>9} {'error':>7} {'W measured':>22}"
     lines = [head]
     for i, p in enumerate(predictions, 1):
         letters = "".join(SOURCE_LETTER[p.sources[t]] for t in p.sources)
-        line = (f"{i:>3}  {p.candidate.label():<{width}} {p.steps_per_s:>9,.0f} {p.watts:>7.1f} "
-                f"{p.samples_per_j:>10,.1f}  {p.bottleneck:<17} {letters:<7}")
-        if measured is not None:
-            m = measured.get(p.candidate)
-            if m is not None:
-                line += f" {m:>9,.0f} {100 * (p.steps_per_s - m) / m:>+6.1f}%"
+        if p.factor_source:
+            letters += "/" + SOURCE_LETTER.get(p.factor_source, "-")
+        low, high = p.steps_range
+        line = (f"{i:>3}  {p.candidate.label():<{width}} {p.steps_per_s:>9,.0f} {f'{low:,.0f}-{high:,.0f}':>15} "
+                f"{p.watts:>10.1f} {p.samples_per_j:>18,.1f}  {p.bottleneck:<17} {letters:<9}")
+        run = (measured or {}).get(p.candidate)
+        if run and run.get("steps_per_s"):
+            m = run["steps_per_s"]
+            watts = (f"{run['watts']:.1f} ({run['power_source']})" if "watts" in run else "no sensor")
+            line += f" {m:>9,.0f} {100 * (p.steps_per_s - m) / m:>+6.1f}% {watts:>22}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -219,7 +261,8 @@ def format_table(predictions, measured: dict | None = None) -> str:
 def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None, *, runner) -> list:
     """Runs the top `k` plans this machine can run for `seconds` each with `runner`
     (estimator.profile.Runner, pearl.measure: after a warm-up past learning_starts, in windows
-    taken in turns); returns [(Prediction, measured steps/s or None, note)]."""
+    taken in turns); returns [(Prediction, the runner's dict: steps_per_s and, where a sensor read
+    them, watts; or error)]."""
     from pearl.kernels.registry import backend, kind_of
     from pearl.placement import runnable_here
 
@@ -229,10 +272,10 @@ def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None, 
               and backend(kind_of(p.candidate.replay_device)).cost_source != "simulated"][:k]
     out = []
     for prediction, run in zip(chosen, runner.measure_many(result.config, [p.candidate for p in chosen], seconds)):
-        out.append((prediction, run.get("steps_per_s"), run.get("error", "")))
+        out.append((prediction, run))
         if log:
             log(f"measured {prediction.candidate.label()}: "
-                + (f"{out[-1][1]:,.0f} steps/s" if out[-1][1] else out[-1][2]))
+                + (f"{run['steps_per_s']:,.0f} steps/s" if run.get("steps_per_s") else run.get("error", "")))
     result.measured = out
     return out
 

@@ -81,9 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="measure this machine's task costs for a config and cache them")
     prof.add_argument("config", nargs="?", help="experiment YAML (default: the shipped cartpole_dqn.yaml)")
     prof.add_argument("--replays", help="replay kind[@device] list, e.g. uniform,prioritized@opencl:0 (default: "
-                                        "uniform,prioritized,amper for DQN, uniform for DDPG, TD3 and SAC)")
+                                        "uniform,prioritized,amper for DQN and prioritized@opencl:0 where OpenCL is, uniform for DDPG, TD3 and SAC)")
     prof.add_argument("--envs", default="1,4,16", help="envs per actor (default 1,4,16)")
-    prof.add_argument("--batch-sizes", default="64", help="batch sizes (default 64)")
+    prof.add_argument("--batch-sizes", help="batch sizes (default: the config's)")
     prof.add_argument("--kernels", help="learner kernels on the cpu (default: the algorithm's, fused,torch "
                                         "or torch for SAC)")
     prof.add_argument("--seconds", type=float, default=1.5, help="timed seconds per profile run (default 1.5)")
@@ -91,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--threaded", action="store_true",
                       help="also measure the threaded runtime's contention factor per learner kernel")
     prof.add_argument("--processes", action="store_true",
-                      help="also measure the processes runtime's ring write and time-sharing factor per learner kernel")
+                      help="also measure the processes runtime's time-sharing factor per learner kernel (N = cores actors)")
+    prof.add_argument("--tasks-only", action="store_true",
+                      help="leave out the processes runtime's one-actor runs (its overlap factor and ring write)")
     from pearl.server.cli import add_parser as replay_server_parser
 
     replay_server_parser(sub)
@@ -113,7 +115,7 @@ def _int_list(text: str | None, flag: str) -> list[int] | None:
 def _autotune(args) -> int:
     from pearl import measure
     from pearl.config import default_config_path
-    from pearl.estimator.tune import autotune, format_table, load_average, measure_top
+    from pearl.estimator.tune import SOURCE_LEGEND, autotune, format_table, load_average, measure_top
     from pearl.estimator.mapper import RUNTIMES as TUNABLE_RUNTIMES
     from pearl.estimator.model import SCHEDULES
     from pearl.estimator.workload import REPLAY_KINDS
@@ -150,8 +152,11 @@ def _autotune(args) -> int:
           + (f", {ranking.over_cap} over the cap" if ranking.over_cap else "")
           + (f", {ranking.refused} refused by the runtime's rate limiter (n_step x envs per actor)"
              if ranking.refused else "") + f"), schedule: {args.schedule or 'each plan by its runtime'}")
-    print("costs per task (act, insert, sample, learn, update_priorities, sync_weights): M measured by "
-          "`pearl profile` here, A analytic, S simulated FPGA")
+    print("costs per task (act, insert, sample, learn, update_priorities, sync_weights; after /, the "
+          f"runtime's measured factor, - unmeasured): {SOURCE_LEGEND}; range: the prediction's band by those "
+          "sources; W and samples/J are modelled (platform figures), never read by a sensor")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
     print(result.table(args.top))
     print(f"chosen: {ranking.best.candidate.label()}\nwhy: {result.reason}")
     if args.output:
@@ -162,12 +167,11 @@ def _autotune(args) -> int:
               f"(load average {load_average():.2f})", file=sys.stderr)
         rows = measure_top(result, args.measure, args.seconds, log=lambda line: print(line, file=sys.stderr),
                            runner=measure)
-        measured = {p.candidate: m for p, m, _ in rows if m}
-        print("predicted vs measured (env steps/s):")
-        print(format_table([p for p, _, _ in rows], measured))
-        for p, m, note in rows:
-            if note:
-                print(f"  {p.candidate.label()}: not measured ({note})")
+        print("predicted vs measured (env steps/s; W measured where a power sensor read it):")
+        print(format_table([p for p, _ in rows], {p.candidate: run for p, run in rows}))
+        for p, run in rows:
+            if "error" in run:
+                print(f"  {p.candidate.label()}: not measured ({run['error']})")
     return 0
 
 
@@ -188,7 +192,7 @@ def _plan_conflict(result) -> str:
 def _profile(args) -> int:
     from pearl import measure
     from pearl.config import default_config_path, load_config
-    from pearl.estimator.profile import cache_path, parse_replays, profile
+    from pearl.estimator.profile import cache_path, default_replays, parse_replays, profile
 
     config = load_config(args.config or default_config_path())
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
@@ -197,11 +201,11 @@ def _profile(args) -> int:
             raise PearlError(f"--kernels: expected fused and/or torch, got {kernel!r}")
     if args.seconds <= 0:
         raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
-    replays = args.replays or ("uniform,prioritized,amper" if config.algo == "dqn" else "uniform")
-    tables = profile(config, parse_replays(replays), _int_list(args.envs, "--envs"),
+    replays = parse_replays(args.replays) if args.replays else default_replays(config)
+    tables = profile(config, replays, _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
-                     threaded=args.threaded, processes=args.processes, runner=measure)
+                     threaded=args.threaded, processes=args.processes, overlap=not args.tasks_only, runner=measure)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

@@ -98,23 +98,34 @@ def _steady_run(agent, seconds: float, time_tasks: bool) -> tuple[int, int, floa
     return steps, updates, marks["end"] - started
 
 
-def _in_turns(agents: list, seconds: float, time_tasks: bool) -> list[list[dict]]:
-    """Each agent trains `seconds` in WINDOWS windows, the agents taking turns window by window."""
+def _in_turns(agents: list, seconds: float, time_tasks: bool, sensors=None) -> list[list[dict]]:
+    """Each agent trains `seconds` in WINDOWS windows, the agents taking turns window by window;
+    with `sensors` (pearl.power.Sensors) each window also has the watts its counters read over it
+    (the energy over the window's elapsed time, start-up of a processes run included)."""
     out = [[] for _ in agents]
     for _ in range(WINDOWS):
         for i, agent in enumerate(agents):
             if agent is not None:
-                out[i].append(_window(agent, seconds / WINDOWS, time_tasks))
+                snapshot, started = (sensors.read(), time.perf_counter()) if sensors else (None, 0.0)
+                window = _window(agent, seconds / WINDOWS, time_tasks)
+                if sensors:
+                    window["watts"] = sensors.joules_since(snapshot) / (time.perf_counter() - started)
+                out[i].append(window)
     return out
 
 
-def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None = None) -> list[dict]:
+def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None = None, sensors=None) -> list[dict]:
     """Measured env steps/s of each candidate on this machine: warm-up past learning_starts, then
     `seconds` of training with no task timers (the plain runtime's speed) in windows taken in
-    turns; `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's. A plan the
-    runtime refuses gets {"error": one line} instead."""
+    turns; `steps_per_s` is the fastest window's, `mean_steps_per_s` the whole time's. Where this
+    machine has a power sensor (pearl.power: RAPL, NVML; `sensors` default: the ones here) a
+    result also has the fastest window's measured `watts`, `samples_per_j` and `power_source`
+    (the counters' names); with none, no watt is reported (only the model has them, labelled so).
+    A plan the runtime refuses gets {"error": one line} instead."""
     from pearl.errors import PearlError
+    from pearl.power import Sensors
 
+    sensors = Sensors.here() if sensors is None else sensors
     warmup = warmup_steps if warmup_steps is not None else default_warmup(config)
     agents, errors = [], {}
     for i, cand in enumerate(cands):
@@ -124,13 +135,17 @@ def measure_many(config, cands, seconds: float = 3.0, warmup_steps: int | None =
             agents.append(None)
             errors[i] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
     out = []
-    for i, windows in enumerate(_in_turns(agents, seconds, time_tasks=False)):
+    for i, windows in enumerate(_in_turns(agents, seconds, time_tasks=False, sensors=sensors or None)):
         if i in errors:
             out.append({"error": errors[i]})
             continue
         steps, wall = sum(w["steps"] for w in windows), sum(w["wall_s"] for w in windows)
-        out.append({"steps_per_s": max(w["steps_per_s"] for w in windows), "mean_steps_per_s": steps / wall,
-                    "steps": steps, "wall_s": wall})
+        fastest = max(windows, key=lambda w: w["steps_per_s"])
+        out.append({"steps_per_s": fastest["steps_per_s"], "mean_steps_per_s": steps / wall,
+                    "steps": steps, "wall_s": wall,
+                    **({"watts": fastest["watts"], "power_source": sensors.source,
+                        "samples_per_j": fastest["steps_per_s"] / fastest["watts"] if fastest["watts"] > 0 else 0.0}
+                       if "watts" in fastest else {})})
     return out
 
 

@@ -6,6 +6,7 @@ file and the field.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -106,8 +107,12 @@ def _number(data: dict, key: str, at: str, positive: bool = True, default=None) 
             return default
         raise ConfigError(f"{at}.{key}: missing (expected a number)")
     value = data[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0) or value < 0:
-        raise ConfigError(f"{at}.{key}: expected a {'positive' if positive else 'non-negative'} number, got {value!r}")
+    # NaN compares false with everything, so it is refused by name, as infinity is: no figure of a
+    # device is unbounded, and either would make every plan's prediction NaN or 0
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (positive and value <= 0) or value < 0):
+        raise ConfigError(f"{at}.{key}: expected a {'positive' if positive else 'non-negative'} number, got {value!r}"
+                          + (" (not finite)" if isinstance(value, float) and not math.isfinite(value) else ""))
     return float(value)
 
 

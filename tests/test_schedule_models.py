@@ -44,6 +44,7 @@ def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
     run, pass_envs = model.insert_run(CAND, 0.25)
     assert run == allowance(0.25, 2, 1) and pass_envs == 2 * run
     costs = SimpleNamespace(ring_write_seconds=lambda cand: 2e-6, processes_factor=lambda cand: 1.5,
+                            processes_overlap=lambda cand: (1.0, "unmeasured"),
                             platform=SimpleNamespace(host=SimpleNamespace(cores=2)))
     f = figures()
     step = model.step(f, CAND, costs)
@@ -53,3 +54,28 @@ def test_processes_model_runs_actors_beside_the_learner_on_the_hosts_cores():
     # three processes on two cores: time-shared, c = 1.5
     assert step.total_us == pytest.approx(1.5 * learner) and step.bottleneck == "learn"
     assert step.host_busy_cores == pytest.approx((actors + learner) / learner)
+    # the measured one-actor overlap f multiplies every processes plan's step, alone or time-shared
+    costs.processes_overlap = lambda cand: (1.3, "measured")
+    assert model.step(figures(), CAND, costs).total_us == pytest.approx(1.3 * 1.5 * learner)
+    one = SimpleNamespace(**{**vars(CAND), "actors": 1})
+    bound = max(model.step(figures(), one, costs).sides.values())
+    step = model.step(figures(), one, costs)
+    assert step.total_us == pytest.approx(1.3 * bound) and step.factor_source == "measured"
+
+
+def test_processes_plans_wait_for_the_host_cores_a_pocl_replay_takes():
+    from pearl.platforms import load_platform
+
+    model = MODELS["processes"]
+    platform = load_platform("ci_2core")  # opencl:0 is PoCL on the same 2 cores
+    costs = SimpleNamespace(ring_write_seconds=lambda cand: 2e-6, processes_factor=lambda cand: 1.0,
+                            processes_overlap=lambda cand: (1.0, "unmeasured"), platform=platform)
+    on_cpu = SimpleNamespace(**{**vars(CAND), "actors": 1})
+    on_pocl = SimpleNamespace(**{**vars(on_cpu), "replay_device": "opencl:0",
+                                 "device_of": lambda task: "opencl:0" if task in ("insert", "sample", "update_priorities")
+                                 else "cpu"})
+    f = figures()
+    replay_us = f.step_us["insert"] + f.step_us["sample"]
+    cores = model.step(figures(), on_cpu, costs).sides["cores"]
+    # its kernels take both cores while they run: the replay's time counts twice on the cores' side
+    assert model.step(figures(), on_pocl, costs).sides["cores"] == pytest.approx(cores + replay_us / 2)

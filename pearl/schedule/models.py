@@ -38,6 +38,9 @@ class Step:
     bottleneck: str
     sides: dict[str, float] = field(default_factory=dict)
     host_busy_cores: float = 1.0  # the runtime's thread runs the whole step (it waits on devices by spinning)
+    # where a runtime-specific factor applied to the step came from ("" when the model has none):
+    # measured / interpolated / extrapolated by `pearl profile`, or "unmeasured" (taken as 1)
+    factor_source: str = ""
 
 
 class ScheduleModel(ABC):
@@ -94,9 +97,11 @@ class Threaded(ScheduleModel):
             elif key.startswith("transfer"):
                 threads["learner"] += us
         limiting = max(threads, key=threads.get)
-        sides = {**threads, "contention": costs.threaded_factor(cand) * (threads["actor"] + threads["learner"])}
+        factor = costs.threaded_factor(cand)
+        sides = {**threads, "contention": factor * (threads["actor"] + threads["learner"])}
         on_lane = [t for t in figures.call_us if (t in self.lanes["actor"]) == (limiting == "actor")]
-        return Step(max(sides.values()), _largest_task(figures, on_lane), sides)
+        return Step(max(sides.values()), _largest_task(figures, on_lane), sides,
+                    factor_source="measured" if factor else "unmeasured")
 
 
 class Processes(ScheduleModel):
@@ -115,11 +120,15 @@ class Processes(ScheduleModel):
             + updates_per_step / sync_interval x sync_weights (+ transfers)
     and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
     parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
-    wait once ahead by their allowance, leaving the cores to the learner). When the N + 1
-    processes outnumber the cores, the step is c times that: c the time-sharing overhead (context
-    switches, waiters yielding the core) `pearl profile --processes` measures with N = C actors
-    against one actor, 1 when not measured. The host's busy cores are (A + L) over the step before
-    c (c's overhead burns the cores too)."""
+    wait once ahead by their allowance, leaving the cores to the learner; a task on an OpenCL
+    device of the host's own cores, PoCL, counts once per core its kernels take). Two measured factors
+    multiply that bound. f, the runtime's overlap on this machine: a 1-actor run's measured step /
+    this bound, per learner kernel and envs per actor (`pearl profile`; what the bound leaves out:
+    the learner polling and draining the rings, the actor's interpreter beside the learner's, a
+    shared machine's other load); 1 when not measured. And when the N + 1 processes outnumber the
+    cores, c: the time-sharing overhead (context switches, waiters yielding the core) `pearl
+    profile --processes` measures with N = C actors against one actor, 1 when not measured. The
+    host's busy cores are (A + L) over the step before f and c (their overhead burns the cores too)."""
 
     name = "processes"
     lanes = {"actors": ("act", "ring_write", "weight_loads"),
@@ -139,12 +148,21 @@ class Processes(ScheduleModel):
         actors_us = sum(step_us[key] for key in actors if key in step_us)
         learner_us = sum(us for key, us in step_us.items() if key not in actors)  # the loop's too
         cores = costs.platform.host.cores
+        # a device on the host's own cores (PoCL) runs each kernel on up to all of them, and the
+        # processes wait for those cores meanwhile: its time counts once per core it takes
+        shared = 0.0
+        for task in figures.call_us:
+            device = cand.device_of(task)
+            if device != "cpu" and costs.platform.device(device).host == "cpu":
+                shared += (min(costs.platform.device(device).compute_units, cores) - 1) * step_us.get(task, 0.0)
         sides = {"actors": actors_us / min(cand.actors, cores), "learner": learner_us,
-                 "cores": (actors_us + learner_us) / cores}
+                 "cores": (actors_us + learner_us + shared) / cores}
         limiting = max(sides, key=sides.get)
-        total = (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
+        overlap, source = costs.processes_overlap(cand)
+        total = overlap * (costs.processes_factor(cand) if cand.actors + 1 > cores else 1.0) * sides[limiting]
         on_lane = [t for t in figures.call_us if limiting == "cores" or (t in actors) == (limiting == "actors")]
-        return Step(total, _largest_task(figures, on_lane), sides, (actors_us + learner_us) / sides[limiting])
+        return Step(total, _largest_task(figures, on_lane), sides, (actors_us + learner_us) / sides[limiting],
+                    factor_source=source)
 
 
 class Overlapped(ScheduleModel):
