@@ -215,13 +215,14 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     policy.load(learner.policy_weights())
     cfg = config.algo_config
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
-                                cfg.n_step, plan.envs_per_actor, plan.actors)
+                                cfg.n_step, plan.envs_per_actor, plan.actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     replay = make_replay(config.replay, family.obs_dim, action_dtype=action_dtype, action_shape=action_shape,
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform))
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
-                                     plan.sync_interval, getattr(cfg, "target_update_interval", None))
+                                     plan.sync_interval, getattr(cfg, "target_update_interval", None),
+                                     cfg.train_freq, cfg.gradient_steps or 1)
     # what an actor process imports before it makes the env: the config's modules, and the one
     # that registered the env id with a class (Gymnasium imports 'module:...' strings itself)
     modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))
