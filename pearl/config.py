@@ -197,6 +197,8 @@ class LogConfig:
     checkpoint_interval: int = 20_000
     # and every this many seconds of wall time (0: by env steps only), so a slow run loses little
     checkpoint_seconds: float = 600.0
+    # TensorBoard scalars under Stable-Baselines3's names in the run directory (the tensorboard extra)
+    tensorboard: bool = False
 
     def check(self, at: str) -> None:
         if not self.run_dir:
