@@ -66,6 +66,7 @@ class Agent:
         self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
         self.counters = Counters()
         self.logger = Logger()  # what callbacks record for the next metric row
+        self._policy_version = None  # (updates, learner) whose weights the numpy policy holds
         self._warned_schedules = False  # train() past config.total_steps says so once
 
     config, plan, algo, learner, replay, policy, rng = (
@@ -232,12 +233,20 @@ class Agent:
         algorithm's action in the env's bounds; with the policy's exploration if not deterministic
         (DQN: epsilon_final)."""
         obs = np.asarray(obs, dtype=np.float32)
-        self.policy.load(self.learner.policy_weights())
+        self._current_policy()
         actions = self.parts.family.act(self.policy, obs.reshape(-1, self.parts.family.obs_dim), self.rng,
                                         deterministic, self.config)
         if obs.ndim != 1:
             return actions
         return int(actions[0]) if self.parts.family.action_field[1] == () else actions[0]
+
+    def _current_policy(self) -> None:
+        """Loads the learner's weights into the numpy policy if an update or a load may have
+        changed them since (a predict loop would otherwise copy the weights every call)."""
+        version = (self.counters.updates, id(self.parts.learner))
+        if self._policy_version != version:
+            self.policy.load(self.learner.policy_weights())
+            self._policy_version = version
 
     def save(self, path: str | Path) -> None:
         """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz
@@ -284,7 +293,7 @@ class Agent:
         if obs.shape[-1:] != (family.obs_dim,) or obs.ndim > 2:
             raise ConfigError(f"observation: expected shape ({family.obs_dim},) or (n, {family.obs_dim}), "
                               f"got {obs.shape}")
-        self.policy.load(self.learner.policy_weights())
+        self._current_policy()
         actions = family.act(self.policy, obs.reshape(-1, family.obs_dim), self.rng, deterministic, self.config)
         if family.action_field[1] == ():
             actions = actions + family.action_start

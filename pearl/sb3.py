@@ -56,7 +56,7 @@ class NormalActionNoise:
     in [-1, 1] units (half the action range), as SB3 adds it."""
 
     def __init__(self, mean, sigma, dtype=np.float32):
-        self._mu, self._sigma = np.asarray(mean, dtype), np.asarray(sigma, dtype)
+        self._mu, self._sigma = np.asarray(mean), np.asarray(sigma)
         self.dtype = dtype
 
     def __call__(self) -> np.ndarray:
@@ -231,7 +231,8 @@ def vector_env(env):
 
     if isinstance(env, gym.vector.VectorEnv):
         spec = getattr(env, "spec", None)
-        if spec is not None and spec.id in gym.registry and not spec.kwargs:
+        vector_only = {"num_envs", "vectorization_mode", "vector_kwargs", "max_episode_steps"}
+        if spec is not None and spec.id in gym.registry and not spec.kwargs.keys() - vector_only:
             return spec.id, env.num_envs
         fns = getattr(env, "env_fns", None)
         if fns:
