@@ -272,7 +272,8 @@ class Agent:
         (episodes between SB3's console tables) is not used: a metric row comes every
         `log.interval` env steps. `progress_bar`: a tqdm bar (a line per row outside a terminal);
         verbose >= 1 prints the lines."""
-        if isinstance(total_timesteps, bool) or not float(total_timesteps).is_integer() or total_timesteps < 1:
+        if (isinstance(total_timesteps, bool) or not isinstance(total_timesteps, (int, float, np.integer))
+                or not float(total_timesteps).is_integer() or total_timesteps < 1):
             raise ConfigError(f"total_timesteps: expected a positive integer, got {total_timesteps!r}")
         total = int(total_timesteps)
         if self.env_steps == 0 and total != self.config.total_steps:
@@ -303,14 +304,15 @@ class Agent:
     def load(cls, path: str | Path, env=None, device: str = "auto", **kwargs) -> "Agent":
         """SB3's `DQN.load(path, env=None)`: pearl.load, checking the checkpoint is this class's
         algorithm; `env` (an id, instance or factory with the same spaces) replaces the saved one."""
-        if kwargs.keys() - {"custom_objects", "print_system_info", "force_reset"}:
-            raise ConfigError(f"{sorted(kwargs.keys() - {'custom_objects', 'print_system_info', 'force_reset'})[0]}: "
-                              f"not a load option PEARL has")
+        unknown = sorted(kwargs.keys() - {"custom_objects", "print_system_info", "force_reset"})
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a load option PEARL has (it takes path, env, device)")
         agent = load(path, env=env, device=None if device == "auto" else device)
         if cls.algo_name and agent.algo_name != cls.algo_name:
             raise ConfigError(f"{path}: a {agent.algo_name.upper()} checkpoint, not {cls.algo_name.upper()} "
                               f"(pearl.load loads either)")
         return agent
+
 
 class DQN(Agent):
     """DQN (pearl/algos/dqn.py: double DQN, n-step returns, dueling head) on discrete actions.

@@ -47,8 +47,6 @@ _SECTION_NAMES = {
 _ONLY_DEFAULT = {"optimize_memory_usage": False, "replay_buffer_class": None, "replay_buffer_kwargs": None,
                  "use_sde": False, "sde_sample_freq": -1, "use_sde_at_warmup": False, "stats_window_size": 100,
                  "_init_setup_model": True, "create_eval_env": False}
-# what the agent keeps for itself rather than the config
-AGENT_ARGUMENTS = ("verbose", "tensorboard_log")
 
 
 class NormalActionNoise:
