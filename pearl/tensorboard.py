@@ -74,8 +74,8 @@ class TensorBoardLog:
             scalars["rollout/exploration_rate"] = row["epsilon"]
         scalars.update(recorded or {})
         for key, value in scalars.items():
-            if value != "" and value is not None:
-                self.writer.add_scalar(key, float(value), step)
+            if isinstance(value, (int, float)) or hasattr(value, "__float__") and not isinstance(value, str):
+                self.writer.add_scalar(key, float(value), step)  # a scalar; SB3's console-only text is not one
         self.writer.flush()
 
     def close(self) -> None:
