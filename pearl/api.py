@@ -1,5 +1,7 @@
 """The Python API: `pearl.DQN(env=...)` (and DDPG, TD3, SAC), `.train()`, `.evaluate()`, `.act()`,
-`.save()`, `pearl.load()`, `pearl.resume()`.
+`.save()`, `pearl.load()`, `pearl.resume()`; and Stable-Baselines3's: `pearl.DQN("MlpPolicy", env,
+learning_rate=...)`, `.learn()`, `.predict()`, `DQN.load()`, `.num_timesteps` (pearl/sb3.py,
+pearl/callbacks.py).
 
 An agent is the user's verbs over the parts the builder made (pearl/build.py) and the counters a
 runtime advances (pearl/runtime/counters.py); it keeps the run directory.
@@ -16,9 +18,12 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
+from pearl.callbacks import as_callback, needs_pause
 from pearl.checkpoint import agent_state, read_checkpoint, restore_state, save_checkpoint
-from pearl.config import ExperimentConfig, resolve_config
-from pearl.envs import episode_returns
+from pearl.config import ExperimentConfig, apply_overrides, resolve_config
+from pearl.envs import episode_returns, register_source
+from pearl.sb3 import check_policy, is_policy, sb3_overrides, vector_env
+from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
@@ -39,10 +44,29 @@ class Agent:
 
     algo_name, default_env = "", ""
 
-    def __init__(self, env: str | None = None, *, config: ExperimentConfig | None = None,
-                 plan: Plan | None = None, **options):
+    def __init__(self, *args, config: ExperimentConfig | None = None, plan: Plan | None = None, **options):
+        """PEARL's form `DQN(env, **options)` or Stable-Baselines3's `DQN("MlpPolicy", env,
+        learning_rate=..., ...)`: built SB3's way, the agent starts from SB3's defaults
+        (pearl/sb3.py); SB3's names work in either form, beside PEARL's own."""
+        policy, env = _policy_and_env(type(self).__name__, args, options)
+        self.verbose = options.pop("verbose", 0)
+        self.tensorboard_log = options.pop("tensorboard_log", None)
+        if self.tensorboard_log is not None:
+            check_available("tensorboard_log")
+        n_envs = 1
+        if env is not None:
+            env, n_envs = vector_env(env)
+            if n_envs > 1:
+                options.setdefault("envs_per_actor", n_envs)
+        if policy is not None:
+            check_policy(policy)
+        dotted = sb3_overrides(self.algo_name, options, policy is not None, n_envs)
+        if dotted:
+            config = apply_overrides(config or ExperimentConfig(algo=self.algo_name, env=self.default_env), dotted)
         self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
         self.counters = Counters()
+        self.logger = Logger()  # what callbacks record for the next metric row
+        self._policy_version = None  # (updates, learner) whose weights the numpy policy holds
         self._warned_schedules = False  # train() past config.total_steps says so once
 
     config, plan, algo, learner, replay, policy, rng = (
@@ -57,9 +81,21 @@ class Agent:
     def actor(self):
         return self.parts.actor
 
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps taken (Stable-Baselines3's name for env_steps)."""
+        return self.counters.env_steps
+
+    @property
+    def n_envs(self) -> int:
+        """Envs stepped per round over all actors (SB3's vector env size)."""
+        actors = self.plan.actors if self.plan.runtime in MANY_ACTORS else 1
+        return actors * self.plan.envs_per_actor
+
     # -- the user's verbs ----------------------------------------------------------------------
-    def train(self, steps: int | None = None, *, progress: bool = False, run_dir: str | Path | None = None,
-              time_tasks: bool = False, resume: bool = False, on_round=None) -> dict:
+    def train(self, steps: int | None = None, *, progress: bool | str = False, run_dir: str | Path | None = None,
+              time_tasks: bool = False, resume: bool = False, on_round=None, callback=None,
+              tensorboard_dir: str | Path | None = None) -> dict:
         """Trains for `steps` env steps (default: what is left of config.total_steps).
 
         With `run_dir` (held for the call: a second run on it is refused, pearl.io.owned_run_dir),
@@ -70,8 +106,11 @@ class Agent:
         runs after each runtime round; setting `agent.stop_requested` there (or Ctrl-C) stops at
         the end of the round, writes the checkpoint and returns (`summary["interrupted"]`); a
         second Ctrl-C aborts at once, but not a checkpoint being written. Training past
-        config.total_steps warns once. Returns a summary (steps/s, updates, final training
-        return; `steps` and the rates count this call only).
+        config.total_steps warns once. `progress`: a bar on a terminal, a line per metric row
+        elsewhere ("lines": always lines; pearl/progress.py). `callback`: SB3's callbacks
+        (pearl/callbacks.py: when they are called). `tensorboard_dir` (or `log.tensorboard` with a
+        run_dir): TensorBoard scalars under SB3's names (pearl/tensorboard.py). Returns a summary
+        (steps/s, updates, final training return; `steps` and the rates count this call only).
         """
         counters, config = self.counters, self.config
         steps = config.total_steps - counters.env_steps if steps is None else steps
@@ -84,10 +123,10 @@ class Agent:
                           stacklevel=2)
         run_path = Path(run_dir) if run_dir is not None else None
         with owned_run_dir(run_path) if run_path is not None else contextlib.nullcontext():
-            return self._train(steps, progress, run_path, time_tasks, resume, on_round)
+            return self._train(steps, progress, run_path, time_tasks, resume, on_round, callback, tensorboard_dir)
 
-    def _train(self, steps: int, progress: bool, run_path: Path | None, time_tasks: bool, resume: bool,
-               on_round) -> dict:
+    def _train(self, steps: int, progress: bool | str, run_path: Path | None, time_tasks: bool, resume: bool,
+               on_round, callback, tensorboard_dir) -> dict:
         counters, config = self.counters, self.config
         if run_path is not None:
             atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -101,14 +140,32 @@ class Agent:
         checkpoint_seconds = config.log.checkpoint_seconds if run_path is not None else 0
         last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
         last_checkpoint = [time.monotonic()]
+        if tensorboard_dir is None and config.log.tensorboard and run_path is not None:
+            tensorboard_dir = run_path
+        board = (TensorBoardLog(Path(tensorboard_dir), config.algo, config.algo_config.lr)
+                 if tensorboard_dir is not None else None)
+        rows = [len(log.rows)]
+        callback = as_callback(callback) if callback is not None else None
+        train_freq, n_envs = self.parts.schedule.train_freq or 1, self.n_envs
 
         def after_round():
             previous, last[0] = last[0], counters.env_steps
             epsilon = self.algo.epsilon  # RunLog reads it only for a row it writes
+            if callback is not None:
+                rollout_ended = crossed(previous, counters.env_steps, train_freq)
+                if rollout_ended:
+                    callback.on_rollout_end()
+                if not callback.on_step(counters.env_steps // n_envs - previous // n_envs):
+                    counters.stop_requested = True
+                if rollout_ended:
+                    callback.on_rollout_start()
             if crossed(previous, counters.env_steps, eval_every):
                 log(counters, epsilon, eval_return=self.evaluate(config.eval.episodes)["mean"])
             else:
                 log(counters, epsilon)
+            if board is not None and len(log.rows) > rows[0]:
+                rows[0] = len(log.rows)
+                board.write(log.rows[-1], self.logger.take())
             if (crossed(previous, counters.env_steps, checkpoint_every)
                     or checkpoint_seconds and time.monotonic() - last_checkpoint[0] >= checkpoint_seconds):
                 self.checkpoint(run_path / "checkpoint.npz")
@@ -116,15 +173,27 @@ class Agent:
             if on_round is not None:
                 on_round(self)
 
-        hooks = Hooks(after_round, lambda a, b: crossed(a, b, log_every) or crossed(a, b, eval_every),
-                      counters.task_timer if time_tasks else None)
+        def quiet(a, b):  # rounds whose hook reads the weights see the threaded learner paused
+            return (crossed(a, b, log_every) or crossed(a, b, eval_every)
+                    or callback is not None and needs_pause(callback, a, b))
+
+        hooks = Hooks(after_round, quiet, counters.task_timer if time_tasks else None)
         start_steps, start_updates, started = counters.env_steps, counters.updates, time.perf_counter()
         counters.stop_requested = False
+        if callback is not None:
+            callback.init_callback(self)
+            callback.on_training_start({"self": self, "total_timesteps": counters.env_steps + steps,
+                                        "callback": callback}, {})
+            callback.on_rollout_start()
         try:
             with cpu_kernel_mode(), stop_on_interrupt(counters):
                 runtime.get(self.plan.runtime).run(self.parts, counters, steps, hooks)
         finally:
             log.close()
+            if board is not None:
+                board.close()
+        if callback is not None:
+            callback.on_training_end()
         wall = time.perf_counter() - started
         summary = {
             "env_steps": counters.env_steps, "updates": counters.updates, "episodes": counters.episodes,
@@ -164,16 +233,25 @@ class Agent:
         algorithm's action in the env's bounds; with the policy's exploration if not deterministic
         (DQN: epsilon_final)."""
         obs = np.asarray(obs, dtype=np.float32)
-        self.policy.load(self.learner.policy_weights())
+        self._current_policy()
         actions = self.parts.family.act(self.policy, obs.reshape(-1, self.parts.family.obs_dim), self.rng,
                                         deterministic, self.config)
         if obs.ndim != 1:
             return actions
         return int(actions[0]) if self.parts.family.action_field[1] == () else actions[0]
 
+    def _current_policy(self) -> None:
+        """Loads the learner's weights into the numpy policy if an update or a load may have
+        changed them since (a predict loop would otherwise copy the weights every call)."""
+        version = (self.counters.updates, id(self.parts.learner))
+        if self._policy_version != version:
+            self.policy.load(self.learner.policy_weights())
+            self._policy_version = version
+
     def save(self, path: str | Path) -> None:
-        """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz."""
-        save_checkpoint(path, *agent_state(self.parts, self.counters))
+        """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz
+        (".npz" added to a path without a suffix, as SB3 adds ".zip")."""
+        save_checkpoint(_with_suffix(path), *agent_state(self.parts, self.counters))
 
     def checkpoint(self, path: str | Path) -> bool:
         """save(path) unless the weights went non-finite (then the previous checkpoint stays, and
@@ -183,6 +261,58 @@ class Agent:
         with interrupts_deferred():  # a Ctrl-C while it is written acts once it is complete
             self.save(path)
         return True
+
+    # -- Stable-Baselines3's verbs (pearl/sb3.py) ------------------------------------------------
+    def learn(self, total_timesteps: int, callback=None, log_interval: int = 4, tb_log_name: str | None = None,
+              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "Agent":
+        """SB3's learn: trains `total_timesteps` env steps and returns the agent. On a fresh agent the
+        schedules (epsilon, beta) are sized for them, as SB3 sizes its own. On an agent that already
+        trained it trains on from its count whatever `reset_num_timesteps` says: PEARL's replay
+        ratio and target schedule run on that count (SB3 would restart exploration). `log_interval`
+        (episodes between SB3's console tables) is not used: a metric row comes every
+        `log.interval` env steps. `progress_bar`: a tqdm bar (a line per row outside a terminal);
+        verbose >= 1 prints the lines."""
+        if (isinstance(total_timesteps, bool) or not isinstance(total_timesteps, (int, float, np.integer))
+                or not float(total_timesteps).is_integer() or total_timesteps < 1):
+            raise ConfigError(f"total_timesteps: expected a positive integer, got {total_timesteps!r}")
+        total = int(total_timesteps)
+        if self.env_steps == 0 and total != self.config.total_steps:
+            self.parts = build(apply_overrides(self.config, {"total_steps": total}), self.plan)
+        board = None
+        if self.tensorboard_log is not None:
+            board = next_run_dir(Path(self.tensorboard_log), tb_log_name or type(self).__name__,
+                                 new=reset_num_timesteps or self.env_steps == 0)
+        self.train(total, progress=True if progress_bar else "lines" if self.verbose >= 1 else False,
+                   callback=callback, tensorboard_dir=board)
+        return self
+
+    def predict(self, observation, state=None, episode_start=None, deterministic: bool = False):
+        """SB3's predict: (action, None) for one observation or (actions, None) for a batch, as
+        numpy arrays in the env's action space (DQN with deterministic=False: epsilon_final)."""
+        family = self.parts.family
+        obs = np.asarray(observation, dtype=np.float32)
+        if obs.shape[-1:] != (family.obs_dim,) or obs.ndim > 2:
+            raise ConfigError(f"observation: expected shape ({family.obs_dim},) or (n, {family.obs_dim}), "
+                              f"got {obs.shape}")
+        self._current_policy()
+        actions = family.act(self.policy, obs.reshape(-1, family.obs_dim), self.rng, deterministic, self.config)
+        if family.action_field[1] == ():
+            actions = actions + family.action_start
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    @classmethod
+    def load(cls, path: str | Path, env=None, device: str = "auto", **kwargs) -> "Agent":
+        """SB3's `DQN.load(path, env=None)`: pearl.load, checking the checkpoint is this class's
+        algorithm; `env` (an id, instance or factory with the same spaces) replaces the saved one."""
+        unknown = sorted(kwargs.keys() - {"custom_objects", "print_system_info", "force_reset"})
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a load option PEARL has (it takes path, env, device)")
+        agent = load(path, env=env, device=None if device == "auto" else device)
+        if cls.algo_name and agent.algo_name != cls.algo_name:
+            raise ConfigError(f"{path}: a {agent.algo_name.upper()} checkpoint, not {cls.algo_name.upper()} "
+                              f"(pearl.load loads either)")
+        return agent
+
 
 class DQN(Agent):
     """DQN (pearl/algos/dqn.py: double DQN, n-step returns, dueling head) on discrete actions.
@@ -218,17 +348,46 @@ class SAC(Agent):
 AGENTS = {cls.algo_name: cls for cls in (DQN, DDPG, TD3, SAC)}
 
 
+def _policy_and_env(name: str, args: tuple, options: dict):
+    """(SB3's policy name or None, the env) from `Agent(*args, **options)`."""
+    policy = options.pop("policy", None)
+    if args and is_policy(args[0]) and policy is None:
+        policy, args = args[0], args[1:]
+    if len(args) > 1:
+        raise ConfigError(f"{name}: takes (env) or (policy, env) positionally, got {len(args) + (policy is not None)} "
+                          f"arguments; give the others by name")
+    if args and "env" in options:
+        raise ConfigError(f"env: given twice (positionally and as env=)")
+    return policy, args[0] if args else options.pop("env", None)
+
+
+def _with_suffix(path: str | Path) -> Path:
+    path = Path(path)
+    return path if path.suffix else path.with_suffix(".npz")
+
+
 def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
     """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config`."""
     return AGENTS[config.algo](config=config, plan=plan)
 
 
-def load(path: str | Path, plan: Plan | None = None) -> Agent:
-    """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz); `plan`
-    replaces the saved plan (its unset fields keep the saved ones). The checkpoint is checked
-    against the parts its config builds before anything is loaded (pearl/checkpoint.py)."""
+def load(path: str | Path, plan: Plan | None = None, env=None, device: str | None = None) -> Agent:
+    """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz; a path
+    saved without a suffix is found with ".npz"); `plan` replaces the saved plan (its unset fields
+    keep the saved ones); `env` (an id, env instance or factory) the saved env and `device` the
+    learner device. The checkpoint is checked against the parts its config builds before anything
+    is loaded (pearl/checkpoint.py)."""
+    path = Path(path)
+    if not path.exists() and _with_suffix(path).is_file():
+        path = _with_suffix(path)
     path, header, arrays, config, saved = read_checkpoint(path)
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
+    if env is not None or device is not None:
+        if env is not None:
+            env = vector_env(env)[0]
+            env = env if isinstance(env, str) else register_source(env)
+        config = apply_overrides(config, {k: v for k, v in (("env", env), ("runtime.device", device))
+                                          if v is not None})
     try:
         agent = make_agent(config, plan)
     except ConfigError as err:  # the saved env or devices are not there: say which file holds them

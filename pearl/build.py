@@ -273,7 +273,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     policy.load(learner.policy_weights())
     cfg = config.algo_config
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
-                                cfg.n_step, plan.envs_per_actor, plan.actors)
+                                cfg.n_step, plan.envs_per_actor, plan.actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
     replay = None if served.addressed else make_replay(
@@ -285,7 +285,8 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                          # the frame table (replay.frame_stack) keeps one stream per env and makes the n-step transitions
                          streams=plan.actors * plan.envs_per_actor, n_step=cfg.n_step, gamma=cfg.gamma)
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
-                                     plan.sync_interval, getattr(cfg, "target_update_interval", None))
+                                     plan.sync_interval, getattr(cfg, "target_update_interval", None),
+                                     cfg.train_freq, cfg.gradient_steps or 1)
     # what an actor process imports before it makes the env: the config's modules, and the one
     # that registered the env id with a class (Gymnasium imports 'module:...' strings itself)
     modules = tuple(dict.fromkeys([*config.imports, *filter(None, [env_module(config.env)])]))

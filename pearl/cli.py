@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                                          "(default: log.run_dir/<env>-<algo>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR",
                        help="continue a stopped, interrupted or crashed run from its checkpoint")
-    train.add_argument("--quiet", action="store_true", help="no progress lines")
+    train.add_argument("--quiet", action="store_true", help="no progress bar or lines")
+    train.add_argument("--tensorboard", action="store_true",
+                       help="also write TensorBoard scalars (SB3's names) to the run dir (log.tensorboard)")
 
     devices = sub.add_parser("devices", help="list the CPU, CUDA GPUs and OpenCL devices found")
     devices.add_argument("--json", action="store_true", help="machine-readable output")
@@ -223,10 +225,15 @@ def _train(args) -> int:
     overrides = {"algo": args.algo, "env": args.env, "total_steps": args.steps, "seed": args.seed,
                  "runtime.device": args.device, "replay.kind": args.replay,
                  "runtime.learner_kernel": args.learner_kernel,
-                 "imports": config.imports + args.imports if args.imports else None}
+                 "imports": config.imports + args.imports if args.imports else None,
+                 "log.tensorboard": True if args.tensorboard else None}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         config = apply_overrides(config, overrides)
+    if config.log.tensorboard:
+        from pearl.tensorboard import check_available
+
+        check_available("log.tensorboard")
     plan = load_plan(args.plan) if args.plan else None
     import_modules(config.imports)
     check_env_id(config.env)
@@ -278,7 +285,7 @@ def _resume(args) -> int:
                                       ("--steps", args.steps), ("--seed", args.seed), ("--device", args.device),
                                       ("--replay", args.replay), ("--learner-kernel", args.learner_kernel),
                                       ("--plan", args.plan), ("--run-dir", args.run_dir),
-                                      ("--import", args.imports)) if value]
+                                      ("--import", args.imports), ("--tensorboard", args.tensorboard)) if value]
     if given:
         raise PearlError(f"--resume: the run directory's config and plan are used; drop {', '.join(given)}")
     from pearl.io import check_run_dir

@@ -43,6 +43,10 @@ class DQNConfig:
     batch_size: int = 64
     learning_starts: int = 1000
     updates_per_step: float = 0.25  # the replay ratio: gradient updates per env step
+    # or Stable-Baselines3's bursts: gradient_steps updates every train_freq env steps (then
+    # updates_per_step is set to their ratio)
+    train_freq: int | None = None
+    gradient_steps: int | None = None
     target_update_interval: int = 500  # env steps between target updates
     tau: float = 1.0  # 1.0 = hard copy, < 1 = Polyak averaging at each target update
     double: bool = True
@@ -65,6 +69,7 @@ class DQNConfig:
         _at_least(at + ".batch_size", self.batch_size, 1)
         _at_least(at + ".learning_starts", self.learning_starts, 0)
         _positive(at + ".updates_per_step", self.updates_per_step)
+        _check_bursts(at, self)
         _at_least(at + ".target_update_interval", self.target_update_interval, 1)
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {self.tau}")
@@ -83,6 +88,8 @@ class ContinuousConfig:
     batch_size: int = 256
     learning_starts: int = 100  # env steps of uniformly random actions before learning starts
     updates_per_step: float = 1.0  # the replay ratio: gradient updates per env step
+    train_freq: int | None = None  # bursts, as dqn.train_freq / dqn.gradient_steps
+    gradient_steps: int | None = None
     n_step: int = 1
     # image observations: the conv layers [out channels, kernel, stride] of the encoder the actor
     # and critics share (pearl/nets.py); flat observations ignore it
@@ -101,6 +108,7 @@ class ContinuousConfig:
         _at_least(at + ".batch_size", self.batch_size, 1)
         _at_least(at + ".learning_starts", self.learning_starts, 0)
         _positive(at + ".updates_per_step", self.updates_per_step)
+        _check_bursts(at, self)
         _at_least(at + ".n_step", self.n_step, 1)
 
 
@@ -201,6 +209,8 @@ class LogConfig:
     checkpoint_interval: int = 20_000
     # and every this many seconds of wall time (0: by env steps only), so a slow run loses little
     checkpoint_seconds: float = 600.0
+    # TensorBoard scalars under Stable-Baselines3's names in the run directory (the tensorboard extra)
+    tensorboard: bool = False
 
     def check(self, at: str) -> None:
         if not self.run_dir:
@@ -269,6 +279,22 @@ def _check_conv(at: str, conv: list[list[int]]) -> None:
             raise ConfigError(f"{at}[{i}]: expected [channels, kernel, stride], got {layer}")
         for name, value in zip(("channels", "kernel", "stride"), layer):
             _at_least(f"{at}[{i}] {name}", value, 1, MAX_WIDTH)
+
+
+def _check_bursts(at: str, section) -> None:
+    """train_freq / gradient_steps (Stable-Baselines3's names): `gradient_steps` updates (default
+    1) every `train_freq` env steps; their ratio becomes the section's updates_per_step, which the
+    estimator and the rate limiter read (pearl.schedule.Schedule.due makes the bursts)."""
+    if section.train_freq is None:
+        if section.gradient_steps is not None:
+            raise ConfigError(f"{at}.gradient_steps: needs {at}.train_freq (gradient_steps updates every "
+                              f"train_freq env steps); without it use {at}.updates_per_step")
+        return
+    _at_least(at + ".train_freq", section.train_freq, 1, MAX_INT)
+    if section.gradient_steps is None:
+        section.gradient_steps = 1
+    _at_least(at + ".gradient_steps", section.gradient_steps, 1, MAX_INT)
+    section.updates_per_step = section.gradient_steps / section.train_freq
 
 
 def _join(at: str, name: str) -> str:
@@ -371,6 +397,13 @@ def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
         raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
     config = from_dict(ExperimentConfig, data)
     config.check()
+    for name in ("dqn", *CONTINUOUS_ALGOS):  # bursts set updates_per_step: a different one given beside them
+        section, given = getattr(config, name), data.get(name)
+        if (section.train_freq is not None and isinstance(given, dict) and "updates_per_step" in given
+                and not math.isclose(float(given["updates_per_step"]), section.updates_per_step)):
+            raise ConfigError(f"{name}.updates_per_step: {given['updates_per_step']} disagrees with "
+                              f"{name}.gradient_steps / {name}.train_freq = {section.gradient_steps} / "
+                              f"{section.train_freq}; give one or the other")
     return config
 
 
@@ -428,6 +461,9 @@ def apply_overrides(config: ExperimentConfig, overrides: dict[str, Any]) -> Expe
     """Returns a validated copy of `config` with dotted keys (e.g. 'dqn.lr') replaced."""
     data = config.to_dict()
     for dotted, value in overrides.items():
+        *section, leaf = dotted.split(".")
+        if leaf in ("train_freq", "gradient_steps") and f"{section[0]}.updates_per_step" not in overrides:
+            data[section[0]].pop("updates_per_step", None)  # the bursts given now set it afresh
         node = data
         *parents, leaf = dotted.split(".")
         for part in parents:

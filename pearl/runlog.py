@@ -1,10 +1,12 @@
-"""What a training run leaves behind: a progress line, metrics.csv, and a learning-curve PNG."""
+"""What a training run leaves behind: progress on stderr (pearl/progress.py), metrics.csv, and a
+learning-curve PNG."""
 from __future__ import annotations
 
 import csv
-import sys
 import time
 from pathlib import Path
+
+from pearl.progress import Progress
 
 METRIC_COLUMNS = ("env_steps", "updates", "episodes", "mean_return_100", "eval_return",
                   "loss", "epsilon", "steps_per_s", "wall_s")
@@ -25,7 +27,7 @@ class RunLog:
         self.start = time.perf_counter()
         self.start_steps = start_steps
         self.next_row = start_steps - start_steps % interval + interval
-        self.tty = sys.stderr.isatty()
+        self.display = Progress(start_steps, total, label, bar=progress is True) if progress else None
         self._csv = None
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -50,6 +52,8 @@ class RunLog:
         """A row of `counters` (pearl.runtime.counters.Counters) if one is due or an eval is given;
         `epsilon(env_steps)`: the act schedule (called only for a row: it costs as much as the
         rest of a round's bookkeeping)."""
+        if self.display is not None:
+            self.display.tick(counters.env_steps)
         if counters.env_steps < self.next_row and eval_return is None:
             return
         self.next_row = counters.env_steps - counters.env_steps % self.interval + self.interval
@@ -68,32 +72,12 @@ class RunLog:
         if self._csv is not None:
             self._csv.writerow(row)
             self._file.flush()
-        if self.progress:
-            self._print(row)
-
-    def _print(self, row: dict) -> None:
-        width = len(f"{self.total:,}")
-        parts = [f"{row['env_steps']:>{width},}/{self.total:,} steps",
-                 f"{row['steps_per_s']:>8,.0f} steps/s",
-                 f"return {_fmt(row['mean_return_100'])}",
-                 f"loss {_fmt(row['loss'], 4)}",
-                 f"eps {row['epsilon']:.2f}"]
-        if row["eval_return"] != "":
-            parts.append(f"eval {row['eval_return']:.1f}")
-        line = " | ".join(parts)
-        if self.label is not None:
-            line = f"[{self.label}] {line}"
-        if self.tty:
-            sys.stderr.write("\r" + line + "\033[K")
-            if row["eval_return"] != "" or row["env_steps"] >= self.total:
-                sys.stderr.write("\n")
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        if self.display is not None:
+            self.display.row(row)
 
     def close(self) -> None:
-        if self.tty and self.progress:
-            sys.stderr.write("\n")
+        if self.display is not None:
+            self.display.close()
         if self._csv is not None:
             self._file.close()
 
@@ -109,10 +93,6 @@ def _read_rows(path: Path) -> list[dict]:
 
 def _round(value, digits: int = 2):
     return "" if value is None else round(float(value), digits)
-
-
-def _fmt(value, digits: int = 1) -> str:
-    return "-" if value == "" else f"{value:.{digits}f}"
 
 
 def plot_learning_curve(rows: list[dict], path: Path, title: str) -> None:

@@ -195,8 +195,8 @@ def test_plans_the_runtime_would_refuse_are_not_ranked(cache, monkeypatch):
     config = small_config()
     band = schedule.rate_limit
 
-    def strict_for_many_envs(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors=1):
-        limit = band(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors)
+    def strict_for_many_envs(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors=1, burst=1):
+        limit = band(runtime, batch, updates_per_step, learning_starts, n_step, envs, actors, burst)
         return schedule.RateLimit(limit.samples_per_insert, 10**9, limit.error_buffer) if envs >= 4 else limit
 
     monkeypatch.setattr(schedule, "rate_limit", strict_for_many_envs)

@@ -106,8 +106,9 @@ def test_dueling_runs_on_torch_learner():
 
 
 def test_unknown_api_option():
-    with pytest.raises(ConfigError, match="learning_rate: unknown DQN option"):
-        pearl.DQN("CartPole-v1", learning_rate=1e-3)
+    # learning_rate (SB3's name) is known since the SB3 surface (tests/test_sb3_api.py); a typo is not
+    with pytest.raises(ConfigError, match="learnig_rate: unknown DQN option"):
+        pearl.DQN("CartPole-v1", learnig_rate=1e-3)
 
 
 def test_run_directory(tmp_path):

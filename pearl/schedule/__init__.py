@@ -4,7 +4,8 @@ room the replay's rate limiter leaves for it. Imported by every runtime, by the 
 (rate limiter sizing) and by the estimator; it imports nothing of pearl's.
 
 The reference semantics (the sequential runtime, docs/ARCHITECTURE.md): after each act round,
-exactly `updates_due(env_steps)` updates have been made; a target update follows the updates due
+exactly `Schedule.due(env_steps)` updates have been made (spread evenly at `updates_per_step`, or
+in Stable-Baselines3's bursts of `gradient_steps` updates every `train_freq` env steps); a target update follows the updates due
 at each env step that is a multiple of `target_update_interval`; weights go to the actors every
 `sync_interval` updates.
 """
@@ -24,15 +25,21 @@ RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime
 class Schedule:
     """One run's schedule: the replay ratio from learning_starts on, the batch, how often weights
     go to the actors and, for algorithms with one (DQN), the target network's interval in env
-    steps (None: the algorithm moves its targets inside each update, as DDPG, TD3 and SAC do)."""
+    steps (None: the algorithm moves its targets inside each update, as DDPG, TD3 and SAC do).
+    With `train_freq`, the updates come in bursts of `gradient_steps` (then `updates_per_step` is
+    their average, gradient_steps / train_freq, which the estimator and rate limiter use)."""
 
     learning_starts: int
     updates_per_step: float
     batch_size: int
     sync_interval: int = 1
     target_interval: int | None = None
+    train_freq: int | None = None
+    gradient_steps: int = 1
 
     def due(self, env_steps: int) -> int:
+        if self.train_freq:
+            return burst_updates_due(env_steps, self.learning_starts, self.train_freq, self.gradient_steps)
         return updates_due(env_steps, self.learning_starts, self.updates_per_step)
 
 
@@ -40,6 +47,13 @@ def updates_due(env_steps: int, learning_starts: int, updates_per_step: float) -
     """Updates made once `env_steps` env steps were taken: floor((env_steps - learning_starts) x
     updates_per_step), never negative."""
     return int(max(0, env_steps - learning_starts) * updates_per_step)
+
+
+def burst_updates_due(env_steps: int, learning_starts: int, train_freq: int, gradient_steps: int) -> int:
+    """Updates made once `env_steps` env steps were taken, in bursts: `gradient_steps` at each
+    multiple of `train_freq` past `learning_starts` (Stable-Baselines3 trains after each rollout of
+    train_freq steps once num_timesteps > learning_starts). train_freq 1 is the even schedule."""
+    return max(0, env_steps // train_freq - learning_starts // train_freq) * gradient_steps
 
 
 def crossed(previous: int, current: int, interval: int) -> bool:
@@ -78,13 +92,15 @@ class RateLimit:
 
 
 def rate_limit(runtime: str, batch: int, updates_per_step: float, learning_starts: int, n_step: int,
-               envs: int, actors: int = 1) -> RateLimit:
+               envs: int, actors: int = 1, burst: int = 1) -> RateLimit:
     """Samples per insert = updates per step x batch, with slack for what the runtime may have in
     flight: one act round's inserts, which with n-step returns is up to envs x n_step transitions
     (every env ending its episode at once flushes its pending steps), the updates one round makes
-    due, and the runtime's lag bound (a parallel runtime's actors run ahead by their allowances)."""
+    due (a `burst` of train_freq / gradient_steps makes gradient_steps due at once, up to that many
+    ahead of the even ratio), and the runtime's lag bound (a parallel runtime's actors run ahead by
+    their allowances)."""
     ratio = updates_per_step * batch
-    per_round = max(1.0, updates_per_step)
+    per_round = max(1.0, updates_per_step, burst)
     # before a round's insert the table may be ahead by the (n_step - 1) x envs pending steps, and
     # the insert adds up to envs x n_step more: ratio x envs x (2 n_step - 1) in all
     slack = batch * per_round * (n_step + envs) + ratio * envs * (2 * n_step - 1)

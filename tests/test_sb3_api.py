@@ -1,0 +1,230 @@
+"""Stable-Baselines3's surface: the README's SB3 script (fast: few steps; slow: as written, and it
+learns), SB3's constructor names and defaults, env forms, learn / predict / save / load, the
+callbacks and when they are called, one-line errors for what PEARL does not do."""
+import re
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import pearl
+from pearl.callbacks import (BaseCallback, CallbackList, CheckpointCallback, EvalCallback, EveryNTimesteps,
+                             StopTrainingOnMaxEpisodes, StopTrainingOnRewardThreshold)
+from pearl.errors import ConfigError
+from pearl.plan import Plan
+from pearl.sb3 import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SMALL = dict(learning_starts=100, buffer_size=5000, policy_kwargs=dict(net_arch=[32, 32]), seed=0)
+
+
+def readme_script() -> str:
+    text = README.read_text()
+    section = text.split("## Coming from Stable-Baselines3", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_script_imports_only_pearl_in_place_of_sb3():
+    script = readme_script()
+    imports = [line for line in script.splitlines() if line.startswith(("import ", "from "))]
+    assert imports and all("stable_baselines3" not in line.split("#")[0] for line in imports)
+    assert "from pearl import DQN, SAC" in script
+
+
+def test_readme_script_runs_with_few_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = readme_script().replace("total_timesteps=50_000", "total_timesteps=1_500")
+    script = script.replace("total_timesteps=20_000", "total_timesteps=150").replace("eval_freq=5_000", "eval_freq=500")
+    namespace = {}
+    exec(compile(script, "README.md", "exec"), namespace)
+    assert (tmp_path / "dqn_cartpole.npz").is_file() and (tmp_path / "sac_pendulum.npz").is_file()
+    assert isinstance(namespace["model"], pearl.SAC) and namespace["model"].num_timesteps == 150
+    assert namespace["action"] in (0, 1) and namespace["_state"] is None
+    assert np.isfinite(namespace["cartpole_mean"]) and np.isfinite(namespace["pendulum_mean"])
+
+
+@pytest.mark.slow
+def test_readme_script_learns_cartpole_and_pendulum_as_sb3(tmp_path, monkeypatch):
+    """As written: the RL Zoo's settings; SB3's own figures: CartPole 500 (Zoo), Pendulum about -150."""
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(readme_script(), "README.md", "exec"), namespace)
+    assert namespace["cartpole_mean"] >= 450  # training stopped at an evaluation of >= 475
+    assert namespace["pendulum_mean"] > -300
+
+
+def test_sb3_style_starts_from_sb3_defaults_and_pearl_style_keeps_pearls():
+    sb3 = pearl.DQN("MlpPolicy", "CartPole-v1")
+    dqn = sb3.config.dqn
+    assert (dqn.lr, dqn.batch_size, dqn.learning_starts, dqn.train_freq, dqn.gradient_steps) == (1e-4, 32, 100, 4, 1)
+    assert (dqn.target_update_interval, dqn.double, dqn.hidden, sb3.config.replay.capacity) == (10_000, False, [64, 64], 1_000_000)
+    assert dqn.exploration.final == 0.05 and dqn.exploration.fraction == 0.1
+    own = pearl.DQN("CartPole-v1", learning_rate=5e-4, exploration_final_eps=0.02)
+    assert own.config.dqn.lr == 5e-4 and own.config.dqn.exploration.final == 0.02
+    assert own.config.dqn.double and own.config.dqn.train_freq is None  # PEARL's defaults otherwise
+    assert pearl.DQN(env="CartPole-v1", lr=3e-4).config.dqn.lr == 3e-4  # PEARL's names keep working
+    sac = pearl.SAC("MlpPolicy", "Pendulum-v1", ent_coef="auto_0.1", target_entropy=-0.5, buffer_size=1e4)
+    assert (sac.config.sac.autotune, sac.config.sac.init_ent_coef, sac.config.sac.target_entropy) == (True, 0.1, -0.5)
+    assert sac.config.replay.capacity == 10_000 and sac.config.sac.hidden == [256, 256]
+    td3 = pearl.TD3("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.zeros(1), 0.2 * np.ones(1)),
+                    policy_kwargs=dict(net_arch=dict(pi=[64, 64], qf=[64, 64])), policy_delay=3, train_freq=(2, "step"),
+                    gradient_steps=-1)
+    t = td3.config.td3
+    assert (t.action_noise, t.hidden, t.policy_delay, t.train_freq, t.gradient_steps) == (0.2, [64, 64], 3, 2, 2)
+
+
+def test_env_forms(tmp_path):
+    instance = pearl.DQN("MlpPolicy", gym.make("CartPole-v1"), **SMALL)
+    assert instance.parts.family.n_actions == 2
+    vec = pearl.DQN("MlpPolicy", gym.make_vec("CartPole-v1", num_envs=3), train_freq=4, **SMALL)
+    assert vec.plan.envs_per_actor == 3 and vec.config.dqn.train_freq == 12 and vec.n_envs == 3
+    fns = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    assert pearl.DQN("MlpPolicy", fns, **SMALL).plan.envs_per_actor == 2
+    vec.learn(300)
+    assert vec.num_timesteps == 300
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: pearl.DQN("CnnPolicy", "CartPole-v1"), "policy: PEARL's agents take flat observations"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", learning_rate=lambda p: 1e-3), "learning_rate: PEARL takes a constant"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", train_freq=(1, "episode")), "train_freq: PEARL trains every N env steps"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", train_freq=0), "train_freq: expected an integer >= 1"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", gradient_steps=0), "dqn.gradient_steps: expected an integer >= 1"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", optimize_memory_usage=True), "optimize_memory_usage: PEARL supports only"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(features_extractor_class=1)),
+     "policy_kwargs.features_extractor_class: not supported"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(activation_fn=__import__("torch").nn.Tanh)),
+     "policy_kwargs.activation_fn: PEARL's networks use ReLU"),
+    (lambda: pearl.TD3("MlpPolicy", "Pendulum-v1", action_noise=OrnsteinUhlenbeckActionNoise(np.zeros(1), np.ones(1))),
+     "action_noise: PEARL's actors add independent Gaussian noise"),
+    (lambda: pearl.TD3("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net_arch=dict(pi=[64], qf=[400, 300]))),
+     "policy_kwargs.net_arch: PEARL's actor and critics share their widths"),
+    (lambda: pearl.SAC("MlpPolicy", "Pendulum-v1", ent_coef="automatic"), "ent_coef: expected 'auto'"),
+    (lambda: pearl.SAC("MlpPolicy", "Pendulum-v1", use_sde=True), "use_sde: PEARL supports only"),
+    (lambda: pearl.SAC("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.zeros(1), np.ones(1))),
+     "action_noise: PEARL's SAC explores with its own policy"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", no_such_argument=1), "no_such_argument: unknown DQN option"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", "extra"), "DQN: takes (env) or (policy, env) positionally"),
+    (lambda: pearl.DQN("MlpPolicy", gym.make("Pendulum-v1")), "env: "),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1").learn(0), "total_timesteps: expected a positive integer"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1").predict(np.zeros(3)), "observation: expected shape (4,) or (n, 4)"),
+])
+def test_what_pearl_does_not_do_is_one_line(build, message):
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_learn_sizes_the_schedules_returns_self_and_continues():
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", exploration_fraction=0.5, **SMALL)
+    assert model.learn(total_timesteps=800) is model
+    assert model.num_timesteps == 800 and model.config.total_steps == 800
+    assert model.algo.epsilon(400) == pytest.approx(0.05)  # decayed over half of the 800 steps, as SB3 does
+    updates = model.updates
+    model.learn(200, reset_num_timesteps=False)
+    assert model.num_timesteps == 1000 and model.updates == updates + 200 // 4 * 1
+
+
+def test_predict_single_and_batched():
+    dqn = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL)
+    obs = np.zeros(4, dtype=np.float32)
+    action, state = dqn.predict(obs, deterministic=True)
+    assert state is None and np.shape(action) == () and action in (0, 1)
+    actions, _ = dqn.predict(np.zeros((5, 4)), deterministic=True)
+    assert actions.shape == (5,) and set(actions) <= {0, 1}
+    sac = pearl.SAC("MlpPolicy", "Pendulum-v1", seed=0)
+    action, _ = sac.predict(np.zeros(3))
+    assert action.shape == (1,) and -2.0 <= action[0] <= 2.0
+    actions, _ = sac.predict(np.zeros((4, 3)), deterministic=True)
+    assert actions.shape == (4, 1) and np.all(np.abs(actions) <= 2.0)
+
+
+def test_save_and_load_the_sb3_way(tmp_path):
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(300)
+    model.save(tmp_path / "m")
+    assert (tmp_path / "m.npz").is_file()
+    loaded = pearl.DQN.load(tmp_path / "m", env=gym.make("CartPole-v1"))
+    obs = np.linspace(-0.1, 0.1, 4)
+    assert loaded.num_timesteps == 300 and loaded.predict(obs, deterministic=True)[0] == \
+        model.predict(obs, deterministic=True)[0]
+    with pytest.raises(ConfigError, match="a DQN checkpoint, not SAC"):
+        pearl.SAC.load(tmp_path / "m")
+
+
+class Recorder(BaseCallback):
+    def __init__(self):
+        super().__init__()
+        self.events, self.steps = [], []
+
+    def _on_training_start(self):
+        self.events.append("start")
+
+    def _on_rollout_end(self):
+        self.events.append("rollout_end")
+
+    def _on_step(self):
+        self.steps.append((self.n_calls, self.num_timesteps))
+        return True
+
+    def _on_training_end(self):
+        self.events.append("end")
+
+
+def test_callbacks_are_called_per_vector_step_in_the_sequential_runtime():
+    recorder = Recorder()
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", train_freq=16, gradient_steps=8, **SMALL)
+    model.learn(480, callback=recorder)
+    assert recorder.steps == [(i, i) for i in range(1, 481)]  # SB3's: one call per env step
+    assert recorder.events[0] == "start" and recorder.events[-1] == "end"
+    assert recorder.events.count("rollout_end") == 480 // 16
+    assert recorder.model is model
+
+
+def test_callbacks_run_once_per_round_in_the_processes_runtime(tmp_path):
+    recorder = Recorder()
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", plan=Plan(runtime="processes", actors=2), **SMALL)
+    evaluation = EvalCallback(gym.make("CartPole-v1"), eval_freq=600, n_eval_episodes=2, log_path=str(tmp_path),
+                              verbose=0)
+    model.learn(3000, callback=CallbackList([recorder, evaluation]))
+    assert model.n_envs == 2
+    calls = [n for n, _ in recorder.steps]
+    assert calls == sorted(calls) and calls[-1] == model.num_timesteps // 2  # vector steps of 2 envs
+    assert len(recorder.steps) < model.num_timesteps  # rounds, not env steps
+    # an evaluation at each crossing of 600 vector steps (1200 env steps), at round granularity
+    assert len(evaluation.evaluations_timesteps) == model.num_timesteps // 1200
+    saved = np.load(tmp_path / "evaluations.npz")
+    assert saved["results"].shape == (model.num_timesteps // 1200, 2)
+
+
+def test_stopping_callbacks_and_plain_functions(tmp_path):
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL)
+    model.learn(5000, callback=StopTrainingOnMaxEpisodes(max_episodes=3))
+    assert model.episodes == 3 and model.num_timesteps < 5000
+    seen = []
+
+    def stop_at_100(locals_, globals_):
+        seen.append(locals_["self"].num_timesteps)
+        return locals_["self"].num_timesteps < 100
+
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(1000, callback=stop_at_100)
+    assert model.num_timesteps == 100 and seen[-1] == 100
+    saver = CheckpointCallback(save_freq=250, save_path=str(tmp_path / "ck"), name_prefix="dqn")
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(
+        1000, callback=[saver, EveryNTimesteps(400, StopTrainingOnMaxEpisodes(10**6))])
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == \
+        [f"dqn_{n}_steps.npz" for n in (1000, 250, 500, 750)]
+    assert pearl.DQN.load(tmp_path / "ck" / "dqn_500_steps.npz").num_timesteps == 500
+    threshold = StopTrainingOnRewardThreshold(reward_threshold=-1e9)  # any evaluation reaches it
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(
+        2000, callback=EvalCallback("CartPole-v1", callback_on_new_best=threshold, eval_freq=300,
+                                    n_eval_episodes=1, verbose=0))
+    assert model.num_timesteps == 300
+
+
+def test_threaded_runtime_pauses_the_learner_for_an_evaluation():
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", plan=Plan(runtime="threaded"), **SMALL)
+    evaluation = EvalCallback(gym.make("CartPole-v1"), eval_freq=250, n_eval_episodes=1, verbose=0)
+    model.learn(1000, callback=evaluation)
+    assert evaluation.evaluations_timesteps == [250, 500, 750, 1000]
+    assert model.updates == model.parts.schedule.due(1000)
