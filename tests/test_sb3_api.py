@@ -183,7 +183,10 @@ def test_callbacks_are_called_per_vector_step_in_the_sequential_runtime():
 
 def test_callbacks_run_once_per_round_in_the_processes_runtime(tmp_path):
     recorder = Recorder()
-    model = pearl.DQN("MlpPolicy", "CartPole-v1", plan=Plan(runtime="processes", actors=2), **SMALL)
+    # the actor processes' rounds (not the learner's own actor, which may act the whole short run
+    # while the processes start)
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", plan=Plan(runtime="processes", actors=2, act_while_actors_start=False),
+                      **SMALL)
     evaluation = EvalCallback(gym.make("CartPole-v1"), eval_freq=600, n_eval_episodes=2, log_path=str(tmp_path),
                               verbose=0)
     model.learn(3000, callback=CallbackList([recorder, evaluation]))
