@@ -23,13 +23,12 @@ import os
 import statistics
 import time
 
+from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as info:
-        return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
 
 
 def pearl_run(plan, steps: int, seed: int, n_step: int) -> tuple[float, float, dict]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_us  # noqa: E402  (benchmarks/ is the script's own directory)
+from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
 FRAME_BYTES = FRAME[0] * FRAME[1]
@@ -284,14 +284,6 @@ def run_one(system, capacity, batches, repeats, seed) -> dict:
     return {"unavailable": (done.stderr.strip().splitlines() or ["no result"])[-1][:200]}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def report(capacity, batches, rounds: list[dict]) -> dict:

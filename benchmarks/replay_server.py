@@ -30,20 +30,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
 WINDOW = 16
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def header() -> None:

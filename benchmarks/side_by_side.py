@@ -29,6 +29,7 @@ import sys
 import time
 
 import gymnasium as gym  # noqa: F401  (imported before timing: both sides use it)
+from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs' seeds: apart from every training seed
 EVAL_EPISODES = 20
@@ -72,15 +73,6 @@ def check_common_arguments(p: argparse.ArgumentParser, args, learning_starts: in
             p.error(f"--device: expected cpu or cuda[:N] with a CUDA GPU torch can see, got {args.device!r}")
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_average() -> str:

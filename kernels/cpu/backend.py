@@ -10,7 +10,8 @@ from pearl.errors import ConfigError
 from pearl.kernels.registry import Backend, register
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (also what the benchmarks print in their headers)."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
@@ -50,7 +51,7 @@ class CPUBackend(Backend):
 
     def detect(self) -> list[dict]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return [{"id": "cpu", "kind": "cpu", "name": _cpu_model(), "cores": cores, "memory_gib": _memory_gib()}]
+        return [{"id": "cpu", "kind": "cpu", "name": cpu_model(), "cores": cores, "memory_gib": _memory_gib()}]
 
     def check(self, device, platform=None, field: str = "device") -> None:
         if device.index != 0:
