@@ -1,6 +1,7 @@
 """An actor that fails on purpose, importable by the actor processes the tests start (the learner
 hands them its sys.path, which holds this directory under pytest)."""
 from pearl.runtime.actor import Actor
+from pearl.runtime.processes import ActorRecipe
 
 
 class ActorThatRaises(Actor):
@@ -22,3 +23,15 @@ class ActorThatCannotStart(Actor):
         if sys.flags.isolated:
             raise RuntimeError("the environment's simulator found no licence server")
         super().__init__(*args, **kwargs)
+
+
+class SecondActorSlowToStart(ActorRecipe):
+    """In an actor process, actor 1 takes a second longer than actor 0 to start."""
+
+    def build(self, seed: int, policy=None, index: int = 0):
+        import sys
+        import time
+
+        if sys.flags.isolated and index == 1:
+            time.sleep(1.0)
+        return super().build(seed, policy, index)

@@ -260,3 +260,31 @@ def test_an_actor_that_fails_while_the_learner_acts_still_fails_the_run(fault, m
         expected = "actor 0 exited with code 1 before it could report"
     with pytest.raises(PearlError, match=expected):
         agent.train(200)  # over before the actor could have started
+
+
+def test_actors_up_while_a_slow_learner_actor_steps_end_the_run_at_the_same_count():
+    """One actor process is up and could run ahead while the other still starts and the learner's
+    own actor steps (slowed here): the run still ends at the count it would without the learner's
+    actor."""
+    import time
+
+    import dataclasses
+
+    from actor_faults import SecondActorSlowToStart
+
+    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime="processes", actors=2), **{**FAST, "updates_per_step": 0.5})
+    recipe = agent.parts.actor_recipe
+    agent.parts.actor_recipe = SecondActorSlowToStart(**{f.name: getattr(recipe, f.name)
+                                                         for f in dataclasses.fields(recipe)})
+    local = agent.parts.actor
+    step = local.step
+
+    def slow_step(epsilon):
+        time.sleep(0.002)
+        return step(epsilon)
+
+    local.step = slow_step
+    agent.train(2001)
+    assert agent.env_steps == 2002  # the first multiple of 2 actors x 1 env at or past 2001
+    assert agent.updates == due(agent, 0.5)
+    assert agent.replay.inserted == agent.env_steps

@@ -393,11 +393,17 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
     # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
-    # it hands over at a multiple of n x envs steps, so the run ends where it would without it
+    # it hands over at a multiple of n x envs steps, so the run ends where it would without it.
+    # Meanwhile each actor may commit one round only (its sign that it is up): a later, smaller
+    # quota (the learner's own steps count against it) is never below what an actor committed.
     local = parts.actor if plan.act_while_actors_start else None
     local_steps = 0
+
+    def allowed(index: int) -> int:
+        return min(quota, envs if local is not None else taken[index] + ahead)
+
     for index, channel in enumerate(channels):
-        channel.counters[ALLOWED] = min(quota, ahead)
+        channel.counters[ALLOWED] = allowed(index)
     counters.actor_processes = actors  # while the run lasts: its actors' processes and rings
     lead = 0  # the most env steps the actors were ahead of what the learner had taken in
 
@@ -469,8 +475,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         while True:
             previous = counters.env_steps
             if local is not None:
+                # handing over with at most one round per actor left keeps every quota >= envs
                 if local_steps % (n * envs) == 0 and (all(c.counters[ROUNDS] for c in channels)
-                                                      or local_steps >= steps):
+                                                      or steps - local_steps <= n * envs):
                     local = None  # every actor is up (or the run is done): they take over
                     quota = quota_left(local_steps)
                 else:
@@ -492,7 +499,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if local is not None:
                 quota = quota_left(local_steps)
             for index, channel in enumerate(channels):
-                channel.counters[ALLOWED] = min(quota, taken[index] + ahead)
+                channel.counters[ALLOWED] = allowed(index)
             lead = max(lead, sum(c.totals()[2] for c in channels) - sum(taken))
             finished_all = local is None and all(t >= quota for t in taken)
             if counters.env_steps > previous:
