@@ -144,6 +144,14 @@ def _stack(frames, base, pos, back_of, length, stack, out):
         _copy(out[f], frames[base + p])
 
 
+@njit(inline="always")
+def _first_out_of_range(indices, capacity):
+    for i in range(indices.shape[0]):
+        if indices[i] < 0 or indices[i] >= capacity:
+            return i
+    return -1
+
+
 @njit(**_NJIT)
 def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, powers, indices,
                        obs_out, next_out, actions_out, returns_out, discounts_out):
@@ -152,10 +160,9 @@ def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, p
     at u + k, with k = n or the number of steps to the episode's end if that comes first;
     discounts_out[i] = 0 if the episode terminated within them, else powers[k]. Returns the first
     position whose index is out of range, or -1."""
-    capacity = frames.shape[0]
-    for i in range(indices.shape[0]):
-        if indices[i] < 0 or indices[i] >= capacity:
-            return i
+    bad = _first_out_of_range(indices, frames.shape[0])
+    if bad >= 0:
+        return bad
     for i in range(indices.shape[0]):
         g = indices[i]
         s = g // length
@@ -193,10 +200,9 @@ def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, 
     before it), so obs = windows_out[:, :stack] and next obs = windows_out[:, 1:] (stack + 1
     frames copied instead of 2 x stack; the next record is in u's episode, so both stacks clamp
     at the same first frame). Returns the first position whose index is out of range, or -1."""
-    capacity = frames.shape[0]
-    for i in range(indices.shape[0]):
-        if indices[i] < 0 or indices[i] >= capacity:
-            return i
+    bad = _first_out_of_range(indices, frames.shape[0])
+    if bad >= 0:
+        return bad
     for i in range(indices.shape[0]):
         g = indices[i]
         s = g // length
