@@ -147,3 +147,12 @@ def test_state_dict_round_trip_samples_the_same():
     for name in ("obs", "next_obs", "actions", "rewards", "discounts", "indices", "weights"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert copy.size == table.size and copy.inserted == table.inserted
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_an_index_out_of_range_is_refused_by_both_gather_kernels(n_step):
+    table = FrameReplay(16, (1,), 4, n_step=n_step, gamma=0.5)
+    with pytest.raises(IndexError, match="gather index 16 out of range for capacity 16"):
+        table.gather(np.array([0, 16]))
+    with pytest.raises(IndexError, match="gather index -1 out of range"):
+        table.gather(np.array([-1]))
