@@ -6,6 +6,7 @@ loaded CI machine would decide it (a run under load average 2.4 measured 21%).""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,6 @@ def test_the_held_out_set_is_profiled_ranked_measured_and_reported_apart(tmp_pat
     assert all(r["low"] < r["predicted"] < r["high"] and r["analytic"] > 0 for r in rows)
     assert 0.0 < report["pick_vs_best_of_top"]["TD3 Pendulum-v1 32x32 B32"] <= 1.0
     assert "analytic model alone: median |error|" in table and report["profile_s"]
+    # --reprice: the same model prices a saved report's analytic column as the run did
+    again = bench.reprice_analytic(json.loads(json.dumps(report)), workloads)
+    assert [r["analytic"] for r in again["rows"] if "error" in r] == pytest.approx([r["analytic"] for r in rows])
