@@ -9,15 +9,11 @@ hyperparams/dqn.yml), side by side in one run.
         gamma 0.99, target update every 250 env steps, SB3 train_freq 4 with gradient_steps -1 (4 per
         4 steps), epsilon 1 -> 0.1 over the first 12% of 100k steps.
 
-PEARL takes the same replay ratio (CartPole 0.5 updates per env step, Acrobot 1), spread evenly over
-the steps rather than in SB3's bursts of 128 updates every 256 steps (the nearest setting PEARL has;
-a burst schedule is another issue's work). SB3 copies the target network in its per-env-step
-callback, between bursts: on CartPole (a copy every 10 env steps, a burst every 256) the target is
-therefore refreshed once per burst of 128 updates, and PEARL, whose updates are spread evenly,
-gets the same: a copy every 256 env steps (`pearl_target_update`; a copy every 10 steps, i.e.
-every 5 updates, is a different algorithm that does not learn CartPole here). On Acrobot (bursts of
-4) the zoo's 250 steps are kept. Every `--eval-every` env steps (default 2000) training
-pauses and both sides are evaluated by the same function (benchmarks/side_by_side.py:
+PEARL takes the same schedule, expressed exactly: `train_freq` and `gradient_steps` (bursts of 128
+updates at each multiple of 256 env steps past learning_starts on CartPole, 4 every 4 on
+Acrobot) and the target copied on the same env-step crossings (every 10 env steps on CartPole,
+which between bursts means once per burst, as in SB3's per-env-step callback). Every
+`--eval-every` env steps (default 2000) training pauses and both sides are evaluated by the same function (benchmarks/side_by_side.py:
 `greedy_returns`, the same initial states) over `--eval-episodes` greedy episodes; the clock
 counts training only (construction and evaluations excluded). The time to solve is the training
 time at the first evaluation whose mean reaches the level; a run that does not reach it within
@@ -43,10 +39,10 @@ from side_by_side import (greedy_returns, load_average, machine_header, machine_
 
 ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml
     "CartPole-v1": dict(solved=475.0, n_timesteps=50_000, lr=2.3e-3, batch=64, buffer=100_000, learning_starts=1000,
-                        gamma=0.99, target_update=10, pearl_target_update=256, train_freq=256, gradient_steps=128,
+                        gamma=0.99, target_update=10, train_freq=256, gradient_steps=128,
                         exploration_fraction=0.16, exploration_final_eps=0.04, hidden=[256, 256]),
     "Acrobot-v1": dict(solved=-100.0, n_timesteps=100_000, lr=6.3e-4, batch=128, buffer=50_000, learning_starts=0,
-                       gamma=0.99, target_update=250, pearl_target_update=250, train_freq=4, gradient_steps=4,  # -1: as many as env steps
+                       gamma=0.99, target_update=250, train_freq=4, gradient_steps=4,  # -1: as many as env steps
                        exploration_fraction=0.12, exploration_final_eps=0.1, hidden=[256, 256]),
 }
 TARGET_RATIO = 5.0
@@ -112,7 +108,7 @@ def run_pearl(env_id: str, seed: int, args, max_steps: int) -> dict:
         env=env_id, seed=seed, total_steps=zoo["n_timesteps"], hidden=list(zoo["hidden"]), lr=zoo["lr"],
         # (PEARL samples only once a batch is stored; SB3 with learning_starts 0 samples with repeats)
         gamma=zoo["gamma"], batch_size=zoo["batch"], learning_starts=max(zoo["learning_starts"], zoo["batch"]),
-        updates_per_step=zoo["gradient_steps"] / zoo["train_freq"], target_update_interval=zoo["pearl_target_update"],
+        train_freq=zoo["train_freq"], gradient_steps=zoo["gradient_steps"], target_update_interval=zoo["target_update"],
         tau=1.0, double=False, dueling=False, n_step=1, max_grad_norm=10.0,
         exploration={"initial": 1.0, "final": zoo["exploration_final_eps"], "fraction": zoo["exploration_fraction"]},
         replay="uniform", capacity=zoo["buffer"], envs_per_actor=1, torch_threads=args.threads,
@@ -196,9 +192,9 @@ def main(argv=None) -> int:
     print(machine_header())
     zoo = ZOO[args.env]
     print(f"time to solve {args.env} (greedy mean of {args.eval_episodes} episodes >= {zoo['solved']:g}, evaluated "
-          f"every {args.eval_every} steps, at most {args.max_steps} steps): PEARL ({args.runtime}, updates_per_step "
-          f"{zoo['gradient_steps'] / zoo['train_freq']:g}) vs SB3 {found['sb3']} (train_freq {zoo['train_freq']}, "
-          f"gradient_steps {zoo['gradient_steps']}; torch threads {args.sb3_threads}), seeds {args.seeds}")
+          f"every {args.eval_every} steps, at most {args.max_steps} steps): both with train_freq "
+          f"{zoo['train_freq']}, gradient_steps {zoo['gradient_steps']}, target copy every {zoo['target_update']} "
+          f"env steps: PEARL ({args.runtime}) vs SB3 {found['sb3']} (torch threads {args.sb3_threads}), seeds {args.seeds}")
     sides = {"pearl": lambda seed, steps: run_pearl(args.env, seed, args, steps)}
     for threads in args.sb3_threads:
         sides[sb3_name(threads)] = lambda seed, steps, t=threads: run_sb3(args.env, seed, args, t, steps)
