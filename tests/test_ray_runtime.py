@@ -139,6 +139,48 @@ def test_two_nodes_store_every_transition_once_and_keep_the_ratio(cluster):
     assert addresses and all(ip.is_loopback for ip in addresses), addresses
 
 
+@pytest.mark.parametrize("replay, shards, kind", [("server", 1, "uniform"), ("server", 2, "prioritized"),
+                                                  ("node", 1, "uniform")])
+def test_replay_placements_store_every_transition_once_and_keep_the_ratio(cluster, replay, shards, kind):
+    """The replay in a process of its own on the learner's node (server, 1 or 2 shards) or on a node
+    of its own (node: the cluster gets a third node for it): exact ratio at the end, bounded during
+    the run by the driver's grants, every transition of both actor nodes stored once, loopback only."""
+    extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=STORE) \
+        if replay == "node" else None
+    try:
+        if extra is not None:
+            cluster.wait_for_nodes()
+        plan = on_ray(replay=replay, shards=shards)
+        agent = pearl.DQN("CartPole-v1", plan=plan, **FAST, replay=kind)
+        bound = lag_bound(plan, 0.25, 1)
+        seen, placed = [], {}
+
+        def round_(a):
+            seen.append((a.env_steps, a.updates))
+            if not placed and a.counters.ray_shards:
+                placed["shards"] = ray.get([s.where.remote() for s in a.counters.ray_shards])
+                placed["agents"] = ray.get([x.where.remote() for x in a.counters.ray_agents])
+
+        agent.train(3000, on_round=round_)
+        assert agent.env_steps >= 3000 and agent.updates == due(agent)
+        assert_stored_once(agent)  # the shards' tables came back into the run's table
+        assert len(placed["shards"]) == shards and all(pid != os.getpid() for _, pid in placed["shards"])
+        shard_nodes = {node for node, _ in placed["shards"]}
+        if replay == "server":  # beside the learner, in processes of their own
+            assert shard_nodes == {ray.get_runtime_context().get_node_id()}
+        else:  # a node of its own
+            assert not shard_nodes & set(placed["agents"]) and len(set(placed["agents"])) == 2
+        lags = [int(max(0, steps - 300) * 0.25) - updates for steps, updates in seen]
+        assert len(seen) > 10 and max(lags) <= bound, (max(lags), bound)
+        assert [n["node"] for n in agent.counters.node_rates] == [0, 1]
+        assert all(n["env_steps"] > 500 for n in agent.counters.node_rates)
+        addresses = listening_addresses(descendants(os.getpid()) | {os.getpid()})
+        assert addresses and all(ip.is_loopback for ip in addresses), addresses
+    finally:
+        if extra is not None:
+            cluster.remove_node(extra)
+
+
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
     agent = pearl.DQN("CartPole-v1", plan=on_ray(chunk=32), **FAST)
     killed = []
