@@ -77,6 +77,20 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def ray_session(pid: int) -> set[int]:
+    """`pid`'s descendants and the processes of the Ray instance it started: Ray's workers (node
+    agents, replay servers) and what they start carry RAY_RAYLET_PID of a raylet among them."""
+    tree = descendants(pid)
+    keys = {f"RAY_RAYLET_PID={p}".encode() for p in tree}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if keys & set(environ.read_bytes().split(b"\0")):
+                tree.add(int(environ.parent.name))
+        except OSError:
+            continue
+    return tree
+
+
 def listening_addresses(pids: set[int]) -> set:
     """The local addresses of TCP sockets in LISTEN state owned by `pids` (from /proc)."""
     inodes = set()
@@ -286,3 +300,76 @@ def test_a_stopped_ray_run_resumes_to_its_total_with_the_exact_ratio(cluster, tm
     resumed, summary = pearl.resume(tmp_path / "run")
     assert resumed.env_steps >= 2400 and resumed.updates == due(resumed)
     assert_stored_once(resumed)  # the checkpoint's replay contents went on, nothing stored twice
+
+
+@pytest.mark.parametrize("replay", ["learner", "server"])
+def test_kill_9_of_the_driver_then_resume_completes_with_exact_counters(tmp_path, replay):
+    """`pearl train --plan ray.yaml` on its own local Ray, checkpointing every 500 env steps, is
+    killed with SIGKILL after its second checkpoint: Ray's processes, the node agents, the replay
+    server and the actor processes die with it (Ray's fate sharing; actors see their parent go),
+    no ring is left; `pearl train --resume` then finishes the run from the last checkpoint with the
+    exact replay ratio and every transition stored once."""
+    import subprocess
+    import sys
+
+    from pearl.checkpoint import read_checkpoint
+
+    on_ray(nodes=2, replay=replay).save(tmp_path / "ray.yaml")
+    config = tmp_path / "cartpole.yaml"
+    config.write_text("env: CartPole-v1\ntotal_steps: 12000\ndqn: {learning_starts: 300, hidden: [16, 16], "
+                      "batch_size: 32, target_update_interval: 200}\n"
+                      "log: {plot: false, interval: 250, checkpoint_interval: 500}\n")
+    before = set(os.listdir("/dev/shm"))
+    run_dir, env = tmp_path / "run", {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "pearl.cli", "train", str(config), "--plan", str(tmp_path / "ray.yaml"),
+                            "--run-dir", str(run_dir), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=env, start_new_session=True)
+    try:
+        deadline, steps = time.monotonic() + 120, 0
+        while time.monotonic() < deadline and run.poll() is None and steps < 1000:
+            time.sleep(0.1)
+            if (run_dir / "checkpoint.npz").exists():
+                try:
+                    steps = read_checkpoint(run_dir)[1]["counters"]["env_steps"]
+                except Exception:  # being replaced: look again
+                    pass
+        tree = ray_session(run.pid)
+        assert run.poll() is None and 1000 <= steps < 12000, (steps, run.poll())
+        assert any(b"NodeAgent" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree if Path(f"/proc/{pid}").exists())
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        output = run.stdout.read().decode()
+    killed = time.monotonic()
+
+    def left() -> dict[int, bytes]:
+        found = {}
+        for pid in tree:
+            try:
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                pass
+        return found
+
+    # Ray's per-node agents wait up to 60 s to report the raylet's death to the dead GCS (Ray 2.60:
+    # ray/_private/utils.py publish_error_to_driver) before they exit; everything else goes at once
+    ray_agents = {b"ray::DashboardAgent", b"ray::RuntimeEnvAgent"}
+    while time.monotonic() < killed + 30 and set(left().values()) - ray_agents:
+        time.sleep(0.2)
+    assert not set(left().values()) - ray_agents, (left(), output[-2000:])
+    assert not leaked_segments(before)  # the node agents' resource trackers unlinked their rings
+    killed_at = pearl.load(run_dir)
+    assert killed_at.env_steps >= 1000
+    assert_stored_once(killed_at)  # the checkpoint's table and counters agree
+    resumed = subprocess.run([sys.executable, "-m", "pearl.cli", "train", "--resume", str(run_dir), "--quiet"],
+                             capture_output=True, text=True, env=env, timeout=180)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    done = pearl.load(run_dir)
+    assert done.env_steps >= 12000 and done.updates == due(done)
+    assert_stored_once(done)
+    if replay == "learner":  # once is enough to see Ray's agents go too (~60 s after the kill)
+        while time.monotonic() < killed + 90 and left():
+            time.sleep(0.5)
+        assert not left()

@@ -30,7 +30,17 @@ from types import SimpleNamespace
 import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
-from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS
+from pearl.runtime.shared import _CREATED, ACT_NS, ALLOWED, ROUNDS
+
+# Unlinks the shared-memory blocks named on its stdin once that closes: the agent's ring janitor.
+# Ray kills a dead worker's process group and children, Python's resource tracker with them, so a
+# killed agent (or its node's raylet gone with a killed driver) would leave its rings behind; this
+# process leaves the group and the agent's children (a session of its own, then a fork whose parent
+# exits) and exits as soon as the agent's end of the pipe closes.
+JANITOR = ("import os, sys\nif os.fork():\n    os._exit(0)\n"
+           "names = {line.strip() for line in sys.stdin if line.strip()}\n"
+           "for name in names:\n    try:\n        os.unlink('/dev/shm/' + name)\n"
+           "    except OSError:\n        pass\n")
 
 
 class NodeAgent:
@@ -65,6 +75,7 @@ class NodeAgent:
         self.episodes: list[tuple[float, int]] = []
         self.stopping = threading.Event()
         self.actors = None
+        self.janitor = None  # the ring janitor (JANITOR), started with the first rings
         self.act_ns = self.rounds = 0
         self.started = time.perf_counter()
 
@@ -130,6 +141,7 @@ class NodeAgent:
                 return self.report()
         with self.lock:
             actors = _ActorProcesses(parts, start, spec["n_weights"], quota)
+            self._janitor(set(_CREATED))
             actors.board.publish(self.weights)
             actors.board.epsilon = self.epsilon
             self.actors = actors
@@ -200,5 +212,18 @@ class NodeAgent:
             self.client.add(*(c[first:last] for c in columns), env_steps=share)
         self.committed += steps
 
+    def _janitor(self, names: set[str]) -> None:
+        import subprocess
+        import sys
+
+        if self.janitor is None:
+            self.janitor = subprocess.Popen([sys.executable, "-I", "-c", JANITOR], stdin=subprocess.PIPE,
+                                            start_new_session=True)
+            self.janitor.wait(30)  # the forking parent; the janitor reads on
+        self.janitor.stdin.write("".join(f"{name}\n" for name in names).encode())
+        self.janitor.stdin.flush()
+
     def close(self) -> None:
         self.client.close()
+        if self.janitor is not None:  # the rings are unlinked already: it finds nothing left
+            self.janitor.stdin.close()

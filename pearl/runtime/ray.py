@@ -359,8 +359,16 @@ class _InProcess:
     def env_steps(self, age: float | None = None) -> int:
         return self.service.env_steps
 
+    @contextlib.contextmanager
     def consistent(self):
-        return self.server.lock  # no insert between reading the count and the round's hook
+        """No insert between reading the count and the round's hook; a checkpoint in the hook sees
+        the table as the run's (its rate limiter too, whose state it holds)."""
+        with self.server.lock:
+            self.replay.rate_limiter = self.limiter
+            try:
+                yield
+            finally:
+                self.replay.rate_limiter = None
 
     def sample(self, batch_size: int):
         with self.server.lock:  # the server thread handles the agents' inserts between our samples
