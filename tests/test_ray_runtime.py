@@ -212,20 +212,25 @@ def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
     assert_stored_once(agent)  # nothing acknowledged stored twice after the restart
 
 
-def test_a_stopped_run_leaves_no_agent_process_or_ring(cluster):
+@pytest.mark.parametrize("replay", ["learner", "server"])
+def test_a_stopped_run_leaves_no_agent_process_or_ring(cluster, replay):
     before = set(os.listdir("/dev/shm"))
-    agent = pearl.DQN("CartPole-v1", plan=on_ray(), **{**FAST, "total_steps": 50_000})
+    agent = pearl.DQN("CartPole-v1", plan=on_ray(replay=replay), **{**FAST, "total_steps": 50_000})
     pids = []
 
     def stop(a):
         agents = a.counters.ray_agents
         if agents and not pids and a.env_steps > 600:
             pids.extend(ray.get([x.pid.remote() for x in agents]))
+            if replay != "learner":  # the replay servers' processes too
+                pids.extend(pid for _, pid in ray.get([x.where.remote() for x in a.counters.ray_shards]))
             a.counters.stop_requested = True  # what Ctrl-C does (pearl.runtime.counters.stop_on_interrupt)
 
     started = time.perf_counter()
     agent.train(50_000, on_round=stop)
     assert pids and agent.env_steps < 50_000 and time.perf_counter() - started < 60
+    assert agent.updates == due(agent)
+    assert_stored_once(agent)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
         time.sleep(0.1)
