@@ -15,6 +15,13 @@ and after.
 
     RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 \
         python benchmarks/ray_runtime.py --steps 20000 --seeds 3 --actors 2 --envs 8 [--rllib]
+
+`--learning`: learning quality instead. The shipped config as it is (100k env steps, n_step 3)
+trained by the ray runtime alone on the same cluster for each seed (`--replay`, `--shards`: the
+replay placement), then the final greedy return over 20 fresh episodes (`agent.evaluate`; solved:
+a mean >= 475), the best periodic evaluation of the run (eval.interval) and the run's env steps/s.
+
+    python benchmarks/ray_runtime.py --learning --seeds 3 [--replay server --shards 2]
 """
 from __future__ import annotations
 
@@ -49,6 +56,25 @@ def pearl_run(plan, steps: int, seed: int, n_step: int) -> tuple[float, float, d
     assert agent.updates == int(max(0, agent.env_steps - 1000) * 0.25), "the replay ratio is not exact"
     del pearl
     return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates}
+
+
+def learning_run(plan, seed: int) -> dict:
+    """The shipped config trained to its total by `plan`; its greedy return at the end."""
+    from pearl.api import make_agent
+    from pearl.config import apply_overrides, default_config_path, load_config
+
+    agent = make_agent(apply_overrides(load_config(default_config_path()), {"seed": seed}), plan)
+    evals = []
+
+    def watch(a):
+        if a.counters.env_steps // a.config.eval.interval > len(evals):
+            evals.append(a.evaluate()["mean"])  # the periodic greedy evaluation (config eval.interval)
+
+    summary = agent.train(on_round=watch)
+    final = agent.evaluate(episodes=20)["mean"]
+    return {"final": final, "best": max(evals, default=float("nan")), "steps_per_s": summary["steps_per_s"],
+            "env_steps": agent.env_steps, "updates": agent.updates,
+            "exact": agent.updates == agent.parts.schedule.due(agent.env_steps)}
 
 
 def rllib_run(steps: int, seed: int, runners: int, envs: int, n_step: int) -> tuple[float, float, dict]:
@@ -90,6 +116,9 @@ def main() -> None:
     # 1, not the shipped 3: with n_step 3 and 8 envs per actor the processes runtime's replay rate
     # limiter refuses a sample now and then on the loaded machine (RateLimitExceeded; also on main)
     parser.add_argument("--n-step", type=int, default=1)
+    parser.add_argument("--learning", action="store_true", help="learning quality: the shipped config, ray only")
+    parser.add_argument("--replay", default="learner", help="plan.ray.replay: learner, server or node")
+    parser.add_argument("--shards", type=int, default=1)
     args = parser.parse_args()
 
     import ray
@@ -98,14 +127,33 @@ def main() -> None:
     from pearl.plan import Plan, RayPlan
 
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
-    print(f"# DQN CartPole-v1 (shipped config, n_step {args.n_step}), {args.steps} env steps per run, "
-          f"{args.actors} actors x {args.envs} envs")
     store = 150 * 2**20
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                             "object_store_memory": store, "include_dashboard": False})
-    for _ in range(args.nodes - 1):
+    for _ in range(args.nodes - 1 + (args.shards if args.replay == "node" else 0)):
         cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=store)
     ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+    if args.learning:
+        plan = Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
+                    ray=RayPlan(nodes=args.nodes, chunk=args.chunk, replay=args.replay, shards=args.shards))
+        print(f"# learning: shipped config (100k env steps, n_step 3), ray runtime, {args.nodes} nodes x "
+              f"{plan.actors} actors x {args.envs} envs, replay {args.replay} x {args.shards}", flush=True)
+        finals = []
+        try:
+            for seed in range(args.seeds):
+                row = learning_run(plan, seed)
+                finals.append(row["final"])
+                print(f"seed {seed}: final greedy return {row['final']:6.1f} (20 episodes), best periodic "
+                      f"{row['best']:6.1f}, {row['steps_per_s']:6.0f} env steps/s, {row['env_steps']} env steps, "
+                      f"{row['updates']} updates (ratio exact: {row['exact']}); load {os.getloadavg()}", flush=True)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        print(f"# solved (final >= 475): {sum(f >= 475 for f in finals)} of {len(finals)}; "
+              f"load average after: {os.getloadavg()}")
+        return
+    print(f"# DQN CartPole-v1 (shipped config, n_step {args.n_step}), {args.steps} env steps per run, "
+          f"{args.actors} actors x {args.envs} envs")
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}

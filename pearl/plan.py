@@ -52,23 +52,29 @@ class RayPlan:
     """`runtime: ray` (pearl/runtime/ray.py, docs/RAY.md): `nodes` node agents, one per Ray node
     (a STRICT_SPREAD placement group), each running the plan's `actors` actor processes of
     `envs_per_actor` envs and streaming their transitions to the replay server in chunks of at most
-    `chunk` transitions, `window` chunks in flight; the replay server runs in the learner's process
-    (`replay: learner`). `address`: "" starts a local Ray instance, "auto" or HOST:PORT joins a
+    `chunk` transitions, `window` chunks in flight. `replay`: where the replay server runs - in the
+    learner's process (learner), in a process of its own on the learner's node (server), or on a Ray
+    node of its own placed by the placement group (node); `shards` servers with exact prioritized
+    sampling across them (pearl/server/shards.py; server and node only). `address`: "" starts a local Ray instance, "auto" or HOST:PORT joins a
     cluster (`pearl train --address`). A node agent that dies is restarted up to `max_restarts` times."""
 
     nodes: int = 1
-    replay: Literal["learner"] = "learner"
+    replay: Literal["learner", "server", "node"] = "learner"
+    shards: int = 1
     chunk: int = 256
     window: int = 16
     address: str = ""
     max_restarts: int = 3
 
     def check(self) -> None:
-        for name in ("nodes", "chunk", "window"):
+        for name in ("nodes", "shards", "chunk", "window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"plan.ray.{name}: expected an integer >= 1, got {getattr(self, name)}")
         if self.max_restarts < 0:
             raise ConfigError(f"plan.ray.max_restarts: expected an integer >= 0, got {self.max_restarts}")
+        if self.shards > 1 and self.replay == "learner":
+            raise ConfigError(f"plan.ray.shards: {self.shards} shards need replay: server or node (the learner "
+                              f"placement holds the run's one table)")
 
 
 @dataclass

@@ -77,6 +77,20 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def ray_session(pid: int) -> set[int]:
+    """`pid`'s descendants and the processes of the Ray instance it started: Ray's workers (node
+    agents, replay servers) and what they start carry RAY_RAYLET_PID of a raylet among them."""
+    tree = descendants(pid)
+    keys = {f"RAY_RAYLET_PID={p}".encode() for p in tree}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if keys & set(environ.read_bytes().split(b"\0")):
+                tree.add(int(environ.parent.name))
+        except OSError:
+            continue
+    return tree
+
+
 def listening_addresses(pids: set[int]) -> set:
     """The local addresses of TCP sockets in LISTEN state owned by `pids` (from /proc)."""
     inodes = set()
@@ -139,6 +153,48 @@ def test_two_nodes_store_every_transition_once_and_keep_the_ratio(cluster):
     assert addresses and all(ip.is_loopback for ip in addresses), addresses
 
 
+@pytest.mark.parametrize("replay, shards, kind", [("server", 1, "uniform"), ("server", 2, "prioritized"),
+                                                  ("node", 1, "uniform")])
+def test_replay_placements_store_every_transition_once_and_keep_the_ratio(cluster, replay, shards, kind):
+    """The replay in a process of its own on the learner's node (server, 1 or 2 shards) or on a node
+    of its own (node: the cluster gets a third node for it): exact ratio at the end, bounded during
+    the run by the driver's grants, every transition of both actor nodes stored once, loopback only."""
+    extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=STORE) \
+        if replay == "node" else None
+    try:
+        if extra is not None:
+            cluster.wait_for_nodes()
+        plan = on_ray(replay=replay, shards=shards)
+        agent = pearl.DQN("CartPole-v1", plan=plan, **FAST, replay=kind)
+        bound = lag_bound(plan, 0.25, 1)
+        seen, placed = [], {}
+
+        def round_(a):
+            seen.append((a.env_steps, a.updates))
+            if not placed and a.counters.ray_shards:
+                placed["shards"] = ray.get([s.where.remote() for s in a.counters.ray_shards])
+                placed["agents"] = ray.get([x.where.remote() for x in a.counters.ray_agents])
+
+        agent.train(3000, on_round=round_)
+        assert agent.env_steps >= 3000 and agent.updates == due(agent)
+        assert_stored_once(agent)  # the shards' tables came back into the run's table
+        assert len(placed["shards"]) == shards and all(pid != os.getpid() for _, pid in placed["shards"])
+        shard_nodes = {node for node, _ in placed["shards"]}
+        if replay == "server":  # beside the learner, in processes of their own
+            assert shard_nodes == {ray.get_runtime_context().get_node_id()}
+        else:  # a node of its own
+            assert not shard_nodes & set(placed["agents"]) and len(set(placed["agents"])) == 2
+        lags = [int(max(0, steps - 300) * 0.25) - updates for steps, updates in seen]
+        assert len(seen) > 10 and max(lags) <= bound, (max(lags), bound)
+        assert [n["node"] for n in agent.counters.node_rates] == [0, 1]
+        assert all(n["env_steps"] > 500 for n in agent.counters.node_rates)
+        addresses = listening_addresses(descendants(os.getpid()) | {os.getpid()})
+        assert addresses and all(ip.is_loopback for ip in addresses), addresses
+    finally:
+        if extra is not None:
+            cluster.remove_node(extra)
+
+
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
     agent = pearl.DQN("CartPole-v1", plan=on_ray(chunk=32), **FAST)
     killed = []
@@ -156,20 +212,25 @@ def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
     assert_stored_once(agent)  # nothing acknowledged stored twice after the restart
 
 
-def test_a_stopped_run_leaves_no_agent_process_or_ring(cluster):
+@pytest.mark.parametrize("replay", ["learner", "server"])
+def test_a_stopped_run_leaves_no_agent_process_or_ring(cluster, replay):
     before = set(os.listdir("/dev/shm"))
-    agent = pearl.DQN("CartPole-v1", plan=on_ray(), **{**FAST, "total_steps": 50_000})
+    agent = pearl.DQN("CartPole-v1", plan=on_ray(replay=replay), **{**FAST, "total_steps": 50_000})
     pids = []
 
     def stop(a):
         agents = a.counters.ray_agents
         if agents and not pids and a.env_steps > 600:
             pids.extend(ray.get([x.pid.remote() for x in agents]))
+            if replay != "learner":  # the replay servers' processes too
+                pids.extend(pid for _, pid in ray.get([x.where.remote() for x in a.counters.ray_shards]))
             a.counters.stop_requested = True  # what Ctrl-C does (pearl.runtime.counters.stop_on_interrupt)
 
     started = time.perf_counter()
     agent.train(50_000, on_round=stop)
     assert pids and agent.env_steps < 50_000 and time.perf_counter() - started < 60
+    assert agent.updates == due(agent)
+    assert_stored_once(agent)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
         time.sleep(0.1)
@@ -244,3 +305,76 @@ def test_a_stopped_ray_run_resumes_to_its_total_with_the_exact_ratio(cluster, tm
     resumed, summary = pearl.resume(tmp_path / "run")
     assert resumed.env_steps >= 2400 and resumed.updates == due(resumed)
     assert_stored_once(resumed)  # the checkpoint's replay contents went on, nothing stored twice
+
+
+@pytest.mark.parametrize("replay", ["learner", "server"])
+def test_kill_9_of_the_driver_then_resume_completes_with_exact_counters(tmp_path, replay):
+    """`pearl train --plan ray.yaml` on its own local Ray, checkpointing every 500 env steps, is
+    killed with SIGKILL after its second checkpoint: Ray's processes, the node agents, the replay
+    server and the actor processes die with it (Ray's fate sharing; actors see their parent go),
+    no ring is left; `pearl train --resume` then finishes the run from the last checkpoint with the
+    exact replay ratio and every transition stored once."""
+    import subprocess
+    import sys
+
+    from pearl.checkpoint import read_checkpoint
+
+    on_ray(nodes=2, replay=replay).save(tmp_path / "ray.yaml")
+    config = tmp_path / "cartpole.yaml"
+    config.write_text("env: CartPole-v1\ntotal_steps: 12000\ndqn: {learning_starts: 300, hidden: [16, 16], "
+                      "batch_size: 32, target_update_interval: 200}\n"
+                      "log: {plot: false, interval: 250, checkpoint_interval: 500}\n")
+    before = set(os.listdir("/dev/shm"))
+    run_dir, env = tmp_path / "run", {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "pearl.cli", "train", str(config), "--plan", str(tmp_path / "ray.yaml"),
+                            "--run-dir", str(run_dir), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=env, start_new_session=True)
+    try:
+        deadline, steps = time.monotonic() + 120, 0
+        while time.monotonic() < deadline and run.poll() is None and steps < 1000:
+            time.sleep(0.1)
+            if (run_dir / "checkpoint.npz").exists():
+                try:
+                    steps = read_checkpoint(run_dir)[1]["counters"]["env_steps"]
+                except Exception:  # being replaced: look again
+                    pass
+        tree = ray_session(run.pid)
+        assert run.poll() is None and 1000 <= steps < 12000, (steps, run.poll())
+        assert any(b"NodeAgent" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in tree if Path(f"/proc/{pid}").exists())
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        output = run.stdout.read().decode()
+    killed = time.monotonic()
+
+    def left() -> dict[int, bytes]:
+        found = {}
+        for pid in tree:
+            try:
+                found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                pass
+        return found
+
+    # Ray's per-node agents wait up to 60 s to report the raylet's death to the dead GCS (Ray 2.60:
+    # ray/_private/utils.py publish_error_to_driver) before they exit; everything else goes at once
+    ray_agents = {b"ray::DashboardAgent", b"ray::RuntimeEnvAgent"}
+    while time.monotonic() < killed + 30 and set(left().values()) - ray_agents:
+        time.sleep(0.2)
+    assert not set(left().values()) - ray_agents, (left(), output[-2000:])
+    assert not leaked_segments(before)  # the node agents' resource trackers unlinked their rings
+    killed_at = pearl.load(run_dir)
+    assert killed_at.env_steps >= 1000
+    assert_stored_once(killed_at)  # the checkpoint's table and counters agree
+    resumed = subprocess.run([sys.executable, "-m", "pearl.cli", "train", "--resume", str(run_dir), "--quiet"],
+                             capture_output=True, text=True, env=env, timeout=180)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    done = pearl.load(run_dir)
+    assert done.env_steps >= 12000 and done.updates == due(done)
+    assert_stored_once(done)
+    if replay == "learner":  # once is enough to see Ray's agents go too (~60 s after the kill)
+        while time.monotonic() < killed + 90 and left():
+            time.sleep(0.5)
+        assert not left()

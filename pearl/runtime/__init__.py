@@ -10,7 +10,7 @@ from pearl.schedule import RUNTIMES  # noqa: F401  (a runtime has its lag bound 
 
 # Runtimes beyond one machine (`ray`: pearl/runtime/ray.py): a Plan may name them, the contract
 # suite's one-machine runs and the estimator's schedule models do not cover them (their replay
-# ratio is the replay server's, tested in tests/test_ray_runtime.py).
+# ratio is kept by the replay server or the driver, tested in tests/test_ray_runtime.py).
 CLUSTER_RUNTIMES = ("ray",)
 
 

@@ -5,9 +5,11 @@ isolated interpreters, one shared-memory ring each, the weight board, restarts o
 their allowance), and is the learner of those rings: it drains them, packs the committed
 transitions into chunks of at most `chunk` rows and streams them to the replay server as one
 writer (pearl.server.client.ReplayClient: sequence numbers, `window` chunks in flight, env steps
-committed only against the server's credit). So no transition travels through a Ray call; Ray
+committed only against the server's credit). With the replay off the learner's process the
+servers keep no ratio (one, or several shards written round-robin by the ShardedReplayClient)
+and the driver's grant (`allow`) bounds the env steps it commits instead. So no transition travels through a Ray call; Ray
 carries control only: `run` (until the node's quota), `publish` (weights from one object-store put
-+ epsilon), `report` (finished episodes and rates), `stop`.
++ epsilon), `allow` (the driver's grant), `report` (finished episodes and rates), `stop`.
 
 Exactly-once across a restart of the agent (Ray restarts a dead one, `max_restarts`): its writer id
 is the node's, so the new agent asks the server where its stream is (the acknowledged sequence
@@ -28,7 +30,17 @@ from types import SimpleNamespace
 import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
-from pearl.runtime.shared import ACT_NS, ALLOWED, ROUNDS
+from pearl.runtime.shared import _CREATED, ACT_NS, ALLOWED, ROUNDS
+
+# Unlinks the shared-memory blocks named on its stdin once that closes: the agent's ring janitor.
+# Ray kills a dead worker's process group and children, Python's resource tracker with them, so a
+# killed agent (or its node's raylet gone with a killed driver) would leave its rings behind; this
+# process leaves the group and the agent's children (a session of its own, then a fork whose parent
+# exits) and exits as soon as the agent's end of the pipe closes.
+JANITOR = ("import os, sys\nif os.fork():\n    os._exit(0)\n"
+           "names = {line.strip() for line in sys.stdin if line.strip()}\n"
+           "for name in names:\n    try:\n        os.unlink('/dev/shm/' + name)\n"
+           "    except OSError:\n        pass\n")
 
 
 class NodeAgent:
@@ -36,27 +48,45 @@ class NodeAgent:
     the run the actor processes need (no torch module travels): actor recipe, seed, transition
     fields, n_step, actors and envs per actor, env id."""
 
-    def __init__(self, node: int, spec: dict, address: str, keys: dict, node_quota: int, ahead: int,
-                 chunk: int, window: int, start_steps: int):
+    def __init__(self, node: int, spec: dict, addresses: list[str], keys: dict, node_quota: int, ahead: int,
+                 chunk: int, window: int, start_steps: int, gated: bool = False):
         from pearl.server.client import ClientAuth, ReplayClient
+        from pearl.server.shards import ShardedReplayClient
 
         self.node, self.spec, self.chunk = node, spec, chunk
         self.node_quota, self.ahead, self.start_steps = node_quota, ahead, start_steps
         auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
-        # the writer id is the node's: a restarted agent continues the same stream
-        self.client = ReplayClient(address, auth, writer=node + 1, window=window, timeout=60.0)
-        self.committed = int(self.client.stats()["writer_steps"].get(str(node + 1), 0))
+        # the writer id is the node's: a restarted agent continues the same stream(s); several
+        # servers (shards) take its chunks round-robin
+        writer = node + 1
+        if len(addresses) == 1:
+            self.client = ReplayClient(addresses[0], auth, writer=writer, window=window, timeout=60.0)
+            stats = [self.client.stats()]
+        else:
+            self.client = ShardedReplayClient(addresses, auth, writer=writer, window=window, timeout=60.0)
+            stats = self.client.stats()
+        self.committed = sum(int(s["writer_steps"].get(str(writer), 0)) for s in stats)
+        # gated: the servers keep no replay ratio, the driver does; this node commits env steps
+        # only up to the limit it grants (`allow`), counted like `committed`
+        self.limit = 0 if gated else None
         self.lock = threading.Lock()
         self.weights, self.epsilon = None, 1.0
         self.have_weights = threading.Event()
         self.episodes: list[tuple[float, int]] = []
         self.stopping = threading.Event()
         self.actors = None
+        self.janitor = None  # the ring janitor (JANITOR), started with the first rings
         self.act_ns = self.rounds = 0
         self.started = time.perf_counter()
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> str:
+        """The Ray node this agent runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def publish(self, weights: np.ndarray, epsilon: float) -> None:
         """The learner's weights (one object-store put, read here) and epsilon, onto the board."""
@@ -66,6 +96,10 @@ class NodeAgent:
                 self.actors.board.publish(weights)
                 self.actors.board.epsilon = epsilon
         self.have_weights.set()
+
+    def allow(self, limit: int) -> None:
+        """The env steps this node may have committed in all (the driver's grant; it only grows)."""
+        self.limit = max(self.limit, limit)
 
     def report(self) -> dict:
         """Episodes finished since the last report, env steps committed, the actors' act time."""
@@ -107,6 +141,7 @@ class NodeAgent:
                 return self.report()
         with self.lock:
             actors = _ActorProcesses(parts, start, spec["n_weights"], quota)
+            self._janitor(set(_CREATED))
             actors.board.publish(self.weights)
             actors.board.epsilon = self.epsilon
             self.actors = actors
@@ -123,6 +158,8 @@ class NodeAgent:
             while not self.stopping.is_set():
                 moved = False
                 for index, channel in enumerate(channels):
+                    if self.limit is not None and self.committed + steps >= self.limit:
+                        break  # over the driver's grant: the actors wait at their allowance
                     actor_steps, runs, finished = channel.take()
                     for run in runs:
                         pending.append(tuple(np.array(column) for column in run))
@@ -175,5 +212,18 @@ class NodeAgent:
             self.client.add(*(c[first:last] for c in columns), env_steps=share)
         self.committed += steps
 
+    def _janitor(self, names: set[str]) -> None:
+        import subprocess
+        import sys
+
+        if self.janitor is None:
+            self.janitor = subprocess.Popen([sys.executable, "-I", "-c", JANITOR], stdin=subprocess.PIPE,
+                                            start_new_session=True)
+            self.janitor.wait(30)  # the forking parent; the janitor reads on
+        self.janitor.stdin.write("".join(f"{name}\n" for name in names).encode())
+        self.janitor.stdin.flush()
+
     def close(self) -> None:
         self.client.close()
+        if self.janitor is not None:  # the rings are unlinked already: it finds nothing left
+            self.janitor.stdin.close()

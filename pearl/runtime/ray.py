@@ -1,30 +1,39 @@
-"""The ray runtime: actor nodes on a Ray cluster, the replay server and the learner on the driver.
+"""The ray runtime: actor nodes on a Ray cluster, the replay server(s) placed by the plan, the learner on the driver.
 
 Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md):
 - one node agent per node (pearl/runtime/node_agent.py, a Ray actor in a STRICT_SPREAD placement
   group: one bundle per node) runs the plan's `actors` actor processes there exactly as the
   processes runtime does (shared-memory rings, weight board) and streams their committed
-  transitions to the replay server in chunks (pearl/server: sequence numbers, credits);
-- the replay server runs in this (the learner's) process around the run's own replay table, bound
-  to this node's address, CURVE-authenticated with keys made for the run (the agents receive the
-  client key pair through Ray's control plane); the learner, in the same process, samples the table
-  directly under the server's lock with the server's ratio bookkeeping (ReplayService.sample_here:
-  no socket), the previous batch's priority update applied before each draw;
+  transitions to the replay server(s) in chunks (pearl/server: sequence numbers, credits);
+- `plan.ray.replay: learner` (_InProcess): the replay server runs in this (the learner's) process
+  around the run's own replay table, bound to this node's address, CURVE-authenticated with keys
+  made for the run (the agents receive the client key pair through Ray's control plane); the
+  learner samples the table directly under the server's lock with the server's ratio bookkeeping
+  (ReplayService.sample_here: no socket), the previous batch's priority update applied before each draw;
+- `server` / `node` (_Remote): `shards` replay servers in Ray actors of their own
+  (pearl/runtime/ray_replay.py) on this node or on nodes of their own (bundles of the placement
+  group); the agents write to them round-robin, the learner samples them through the sharded
+  client (exact prioritized sampling across shards), and the run's table is gathered back from
+  them for each checkpoint and at the end;
 - weights go out once per sync as one object-store put (`ray.put`) that every node agent reads; a
   sync due while the previous one is still being delivered is folded into the next one.
-No transition travels through a Ray call.
+No transition travels through a Ray call (a checkpoint's pull of remote shards aside).
 
-The replay ratio is the server's (pearl/server/service.py): it counts the env steps the agents
-commit, serves a sample only while updates < floor((env_steps - learning_starts) x
-updates_per_step) and grants the agents credit so that the updates trail that count by at most
-`lag_bound` updates during the run; at the end the learner takes exactly the updates due. Target
-updates follow the update that completes the count due at each crossing of the interval, as in
-the processes runtime. A node agent that dies is restarted by Ray (`plan.ray.max_restarts`) and
-its actors resume from what the server acknowledged (node_agent.py). Ctrl-C (counters.stop_requested)
-stops the agents, their actor processes and rings, the server and, if this run started it, Ray.
+The replay ratio: with `learner` the server keeps it (pearl/server/service.py): it counts the env
+steps the agents commit, serves a sample only while updates < floor((env_steps - learning_starts)
+x updates_per_step) and grants the agents credit so that the updates trail that count by at most
+`credit_lag` updates. Remote servers keep none (each shard sees only its share): the driver grants
+each node agent the env steps it may commit (`NodeAgent.allow`) from the same bound. Either way the
+updates trail the count due by at most `lag_bound` during the run and at the end the learner takes
+exactly the updates due. Target updates follow the update that completes the count due at each
+crossing of the interval, as in the processes runtime. A node agent that dies is restarted by Ray
+(`plan.ray.max_restarts`) and its actors resume from what the server(s) acknowledged
+(node_agent.py). Ctrl-C (counters.stop_requested) stops the agents, their actor processes and
+rings, the servers and, if this run started it, Ray.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -41,18 +50,31 @@ from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 IDLE_S = 0.0005  # the learner's nap when nothing is due (it reads the server's count in this process)
+REFRESH_S = 0.002  # how often the driver asks remote replay servers their count when it has nothing to learn
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
 # after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
 # stop) before they are killed
 STOP_WAIT_S = 10.0
 
 
-def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
-    """Updates the learner may trail the count due during a ray run: the processes runtime's bound,
-    plus room for each node agent to hold the credit of one chunk (at most `chunk` rows, each with
-    the env steps it commits; n-step heads add up to n_step x envs per actor)."""
+def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
+    """Updates the credit lets the learner trail the count due: the processes runtime's bound, plus
+    room for each node agent to hold the credit of one chunk (at most `chunk` rows, each with the
+    env steps it commits; n-step heads add up to n_step x envs per actor)."""
     per_chunk = plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
     return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * per_chunk)
+
+
+def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
+    """Updates the learner may trail the count due during a ray run. With the replay off the
+    learner's process the driver grants the credit (`_Remote.grant`) and an agent may take one
+    actor's allowance (and n-step heads) past its grant before it stops taking."""
+    bound = credit_lag(plan, updates_per_step, n_step)
+    if plan.ray.replay != "learner":
+        ahead = allowance(updates_per_step, plan.ray.nodes * plan.actors, plan.envs_per_actor)
+        over = ahead + n_step * plan.envs_per_actor * plan.actors + 1
+        bound += math.ceil(updates_per_step * plan.ray.nodes * over) + 1
+    return bound
 
 
 def connect(address: str) -> bool:
@@ -72,17 +94,16 @@ def connect(address: str) -> bool:
     return True
 
 
-def _keys(directory: str) -> dict:
-    """A CURVE key pair for the server (its secret in a private file) and one for the run's clients."""
-    import zmq
-
-    server_public, server_secret = zmq.curve_keypair()
-    path = os.path.join(directory, "server.key_secret")
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:  # zmq's certificate format (zmq.auth.load_certificate)
-        out.write(f'metadata\ncurve\n    public-key = "{server_public.decode()}"\n'
-                  f'    secret-key = "{server_secret.decode()}"\n')
-    return {"server_secret_file": path, "server_public": server_public, "client": zmq.curve_keypair()}
+def ceiling(schedule, allowed: int, start: int) -> int:
+    """The most env steps (>= start) whose updates due are at most `allowed` (the schedule's own
+    count, bursts included; it never falls as env steps grow)."""
+    lo, hi = start, start + 1
+    while schedule.due(hi) <= allowed:
+        lo, hi = hi, hi + 2 * (hi - lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if schedule.due(mid) <= allowed else (lo, mid)
+    return lo
 
 
 @implements(Runtime)
@@ -116,8 +137,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from pearl.runtime.node_agent import NodeAgent
-    from pearl.server.config import AuthConfig, RatioConfig, ServerConfig, TableConfig
-    from pearl.server.server import ReplayServer
+    from pearl.runtime.ray_replay import server_keys
 
     plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
     nodes, n, envs = plan.ray.nodes, plan.actors, plan.envs_per_actor
@@ -126,55 +146,46 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     start = counters.env_steps
     fields = parts.transition_fields
     _, obs_shape = fields["obs"]
-    action_dtype, action_shape = fields["actions"]
-    table = TableConfig(kind=parts.config.replay.kind, capacity=replay.capacity, obs_dim=int(obs_shape[0]),
-                        action_dtype=str(action_dtype), action_shape=tuple(action_shape))
+    if len(obs_shape) != 1 or fields["obs"][0] != np.float32:
+        raise PearlError(f"runtime: ray serves float32 vector observations; this env's are "
+                         f"{fields['obs'][0]}{list(obs_shape)}")
+    remote_replay = plan.ray.replay != "learner"
     keydir = tempfile.TemporaryDirectory(prefix="pearl-ray-keys-")
-    keys = _keys(keydir.name)
-    host = ray.util.get_node_ip_address()
-    ratio = RatioConfig(updates_per_step=u, learning_starts=schedule.learning_starts,
-                        max_lag=lag_bound(plan, u, parts.n_step))
-    server = ReplayServer(ServerConfig(table=table, bind=f"tcp://{host}:0", ratio=ratio, max_chunk_rows=plan.ray.chunk,
-                                       auth=AuthConfig(server_secret=keys["server_secret_file"],
-                                                       allow=[keys["client"][0].decode()])), table=replay)
-    # the server's table is the run's own (the agent's checkpoint holds it); its counts go on from the run's
-    server.service.env_steps, server.service.updates = counters.env_steps, counters.updates
-    limiter, replay.rate_limiter = replay.rate_limiter, None  # the server's credits keep the band
-    agents, runs, restarts, finished, group = [], {}, 0, {}, None
+    keys = server_keys(keydir.name)
+    agents, runs, restarts, finished, group, side = [], {}, 0, {}, None, None
     rates = _Rates(plan.ray.nodes)
-    try:
-        server.start()
-    except BaseException:
-        replay.rate_limiter = limiter
-        keydir.cleanup()
-        raise
-    agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
-    service, pending = server.service, None  # pending: the last batch's (indices, |td|), not applied yet
     weights = learner.policy_weights()
     spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
     ahead = allowance(u, nodes * n, envs)
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
+    stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
     try:
         alive = [node for node in ray.nodes() if node["Alive"]]
-        group = placement_group([{"CPU": 1}] * nodes, strategy="STRICT_SPREAD" if len(alive) >= nodes else "SPREAD")
+        bundles = nodes + (plan.ray.shards if plan.ray.replay == "node" else 0)
+        group = placement_group([{"CPU": 1}] * bundles, strategy="STRICT_SPREAD" if len(alive) >= bundles else "SPREAD")
         if not group.wait(timeout_seconds=120):
-            raise PearlError(f"plan.ray.nodes: {nodes} nodes with 1 free CPU each were not available within 120 s "
+            raise PearlError(f"plan.ray.nodes: {bundles} nodes with 1 free CPU each were not available within 120 s "
                              f"(the cluster has {len(alive)} alive nodes)")
+        if remote_replay:
+            side = _Remote(parts, counters, keys, group, nodes)
+        else:
+            side = _InProcess(parts, counters, keys)
+        agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
         remote = ray.remote(NodeAgent)
         for node in range(nodes):
             strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=node)
             agents.append(remote.options(num_cpus=1, max_restarts=plan.ray.max_restarts, max_concurrency=4,
                                          scheduling_strategy=strategy).remote(
-                node, spec, server.address, agent_keys, per_node, ahead, plan.ray.chunk, plan.ray.window, start))
+                node, spec, side.addresses, agent_keys, per_node, ahead, plan.ray.chunk, plan.ray.window, start,
+                remote_replay))
+        side.grant(agents, counters.updates)
         published = _Publisher(agents)
         published.send(weights, parts.algo.epsilon(counters.env_steps))
         runs = {agents[node].run.remote(): node for node in range(nodes)}
-        targets: list[int] = []  # env steps crossed whose target updates are owed
-        known = start  # the server's env steps as last heard
+        loop = _Learning(parts, counters, hooks, side, published)
         clock = time.perf_counter
         last_poll = last_report = clock()
-        stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
         while True:
             if counters.stop_requested and stop_by is None:
                 # the agents stop taking from their rings and flush what they sent; the learner goes
@@ -182,33 +193,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 for agent in agents:
                     agent.stop.remote()
                 stop_by = clock() + STOP_WAIT_S
-            # learn what is due over the env steps the server has counted
-            while counters.updates < schedule.due(known):
-                t0 = clock()
-                with server.lock:  # the server thread handles the agents' inserts between our samples
-                    batch = service.sample_here(schedule.batch_size, pending)
-                pending = None
-                if service.outbox:  # credit the agents waited for: the server thread sends it
-                    server.wake()
-                t1 = clock()
-                loss, abs_td = learner.update(batch)
-                if replay.prioritized:  # applied before the next draw, as a piggybacked update
-                    pending = (batch.indices.copy(), np.abs(abs_td, dtype=np.float32))
-                if hooks.timer:
-                    hooks.timer.add("sample", t1 - t0)
-                    hooks.timer.add("learn", clock() - t1)
-                counters.updates += 1
-                counters.record_loss(loss)
-                while targets and counters.updates >= schedule.due(targets[0]):
-                    learner.update_target()
-                    targets.pop(0)
-                if sync_due(counters.updates, schedule.sync_interval):
-                    published.due = True
-                if published.due:
-                    published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
-                previous, known = known, service.env_steps
-                targets += crossings(previous, known, schedule.target_interval)
-                _advance(counters, known, hooks)
+            loop.learn_due()
             if clock() - last_poll > POLL_S or len(finished) == nodes:
                 last_poll = clock()
                 _collect(agents, counters, rates)
@@ -230,45 +215,327 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                               f"(restart {restarts})", file=sys.stderr, flush=True)
                         published.sent[node] = None  # the restarted agent needs the weights again
                         published.due = True
+                        side.regrant(node)
                         runs[agents[node].run.remote()] = node
+                side.grant(agents, counters.updates)
                 if published.due:
                     published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
             if clock() - last_report > REPORT_S:
                 last_report = clock()
                 print(rates.line(), file=sys.stderr, flush=True)
-            previous, known = known, service.env_steps
-            targets += crossings(previous, known, schedule.target_interval)
-            _advance(counters, known, hooks)
-            if len(finished) == nodes and counters.updates >= schedule.due(known):
+            moved = loop.advance(REFRESH_S)
+            if len(finished) == nodes and counters.updates >= schedule.due(counters.env_steps):
                 break
-            if stop_by is not None and clock() > stop_by and counters.updates >= schedule.due(known):
+            if stop_by is not None and clock() > stop_by and counters.updates >= schedule.due(counters.env_steps):
                 break  # an agent that did not finish in time is killed below; its unacknowledged chunks are lost
-            if known == previous and counters.updates >= schedule.due(known):
+            if not moved and counters.updates >= schedule.due(counters.env_steps):
                 time.sleep(IDLE_S)
+        _stop_agents(agents, runs, STOP_WAIT_S if stop_by is None else 1)
+        # what reached the replay before the agents were gone: its updates too, so the count is exact
+        loop.advance(0.0)
+        loop.learn_due()
+        side.finish(counters)
     finally:
         with interrupts_deferred():
             counters.ray_agents = None
-            for agent in agents:
-                agent.stop.remote()  # the agent stops its actor processes and unlinks their rings
-            if runs:
-                ray.wait(list(runs), num_returns=len(runs), timeout=STOP_WAIT_S if stop_by is None else 1)
-            for agent in agents:
-                try:
-                    ray.get(agent.close.remote(), timeout=5)
-                except Exception:  # a dead or stuck agent: killing it ends its actors (they see their parent go)
-                    pass
-                ray.kill(agent, no_restart=True)
+            _stop_agents(agents, runs, 1)
+            if side is not None:
+                side.close()
             if group is not None:
                 remove_placement_group(group)
-            if pending is not None:
-                with server.lock:
-                    service.update_priorities_here(*pending)
-            server.stop()
-            replay.rate_limiter = limiter
             keydir.cleanup()
     counters.actor_restarts = restarts + sum(r.get("actor_restarts", 0) for r in finished.values())
     counters.node_rates = rates.summary()
     parts.policy.load(learner.policy_weights())
+
+
+def _stop_agents(agents, runs, wait_s: float) -> None:
+    """Stops every node agent (its actor processes, their rings) and kills it; `runs` empties."""
+    import ray
+
+    for agent in agents:
+        agent.stop.remote()
+    if runs:
+        ray.wait(list(runs), num_returns=len(runs), timeout=wait_s)
+        runs.clear()
+    for agent in agents:
+        try:
+            ray.get(agent.close.remote(), timeout=5)
+        except Exception:  # a dead or stuck agent: killing it ends its actors (they see their parent go)
+            pass
+        ray.kill(agent, no_restart=True)
+    agents.clear()
+
+
+class _Learning:
+    """The learner's side of the loop: the updates due over the env steps the replay has counted,
+    target updates after the update completing the count due at each crossing of the interval,
+    weights published every sync_interval updates."""
+
+    def __init__(self, parts, counters, hooks, side, published):
+        self.parts, self.counters, self.hooks, self.side, self.published = parts, counters, hooks, side, published
+        self.targets: list[int] = []  # env steps crossed whose target updates are owed
+        self.seen = counters.env_steps  # env steps whose crossings are in `targets`
+
+    def advance(self, age: float | None = None) -> bool:
+        """Takes in the env steps the replay has counted (asked of remote servers if their count is
+        over `age` s old; the round's hook sees the table as they left it); whether they moved."""
+        counters, side = self.counters, self.side
+        with side.consistent():
+            now = side.env_steps(age)
+            moved = now > counters.env_steps
+            if moved:
+                counters.env_steps = now
+                if self.hooks.on_round is not None:
+                    self.hooks.on_round()  # may checkpoint: _Remote's view raises env_steps to what it holds
+        if counters.env_steps > self.seen:
+            self.targets += crossings(self.seen, counters.env_steps, self.parts.schedule.target_interval)
+            self.seen = counters.env_steps
+        return moved
+
+    def learn_due(self) -> None:
+        parts, counters, side, timer = self.parts, self.counters, self.side, self.hooks.timer
+        schedule, learner, clock = parts.schedule, parts.learner, time.perf_counter
+        while counters.updates < schedule.due(counters.env_steps):
+            t0 = clock()
+            batch = side.sample(schedule.batch_size)
+            t1 = clock()
+            loss, abs_td = learner.update(batch)
+            if parts.replay.prioritized:  # applied before the next draw, as a piggybacked update
+                side.update_priorities(batch.indices, abs_td)
+            if timer:
+                timer.add("sample", t1 - t0)
+                timer.add("learn", clock() - t1)
+            counters.updates += 1
+            counters.record_loss(loss)
+            while self.targets and counters.updates >= schedule.due(self.targets[0]):
+                learner.update_target()
+                self.targets.pop(0)
+            if sync_due(counters.updates, schedule.sync_interval):
+                self.published.due = True
+            if self.published.due:
+                self.published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
+            side.grant(self.published.agents, counters.updates)
+            self.advance()
+
+
+class _InProcess:
+    """`replay: learner`: the replay server runs in this process around the run's own table and
+    keeps the ratio with its credits; the learner samples it under the server's lock."""
+
+    def __init__(self, parts, counters, keys):
+        import ray
+
+        from pearl.server.config import AuthConfig, RatioConfig, ServerConfig, TableConfig
+        from pearl.server.server import ReplayServer
+
+        plan, schedule, replay = parts.plan, parts.schedule, parts.replay
+        fields = parts.transition_fields
+        action_dtype, action_shape = fields["actions"]
+        u = schedule.updates_per_step
+        table = TableConfig(kind=parts.config.replay.kind, capacity=replay.capacity,
+                            obs_dim=int(fields["obs"][1][0]), action_dtype=str(action_dtype),
+                            action_shape=tuple(action_shape))
+        ratio = RatioConfig(updates_per_step=u, learning_starts=schedule.learning_starts,
+                            max_lag=credit_lag(plan, u, parts.n_step))
+        host = ray.util.get_node_ip_address()
+        self.server = ReplayServer(ServerConfig(table=table, bind=f"tcp://{host}:0", ratio=ratio,
+                                                max_chunk_rows=plan.ray.chunk,
+                                                auth=AuthConfig(server_secret=keys["server_secret_file"],
+                                                                allow=[keys["client"][0].decode()])), table=replay)
+        # the server's table is the run's own (the agent's checkpoint holds it); its counts go on from the run's
+        self.service = self.server.service
+        self.service.env_steps, self.service.updates = counters.env_steps, counters.updates
+        self.replay = replay
+        self.limiter, replay.rate_limiter = replay.rate_limiter, None  # the server's credits keep the band
+        self.pending = None  # the last batch's (indices, |td|), applied before the next draw
+        try:
+            self.server.start()
+        except BaseException:
+            replay.rate_limiter = self.limiter
+            raise
+        self.addresses = [self.server.address]
+
+    def env_steps(self, age: float | None = None) -> int:
+        return self.service.env_steps
+
+    @contextlib.contextmanager
+    def consistent(self):
+        """No insert between reading the count and the round's hook; a checkpoint in the hook sees
+        the table as the run's (its rate limiter too, whose state it holds)."""
+        with self.server.lock:
+            self.replay.rate_limiter = self.limiter
+            try:
+                yield
+            finally:
+                self.replay.rate_limiter = None
+
+    def sample(self, batch_size: int):
+        with self.server.lock:  # the server thread handles the agents' inserts between our samples
+            batch = self.service.sample_here(batch_size, self.pending)
+        self.pending = None
+        if self.service.outbox:  # credit the agents waited for: the server thread sends it
+            self.server.wake()
+        return batch
+
+    def update_priorities(self, indices, abs_td) -> None:
+        self.pending = (indices.copy(), np.abs(abs_td, dtype=np.float32))
+
+    def grant(self, agents, updates: int) -> None:
+        """The server grants credit itself."""
+
+    def regrant(self, node: int) -> None:
+        """A restarted agent asks the server for credit itself."""
+
+    def finish(self, counters) -> None:
+        if self.pending is not None:
+            with self.server.lock:
+                self.service.update_priorities_here(*self.pending)
+            self.pending = None
+
+    def close(self) -> None:
+        self.server.stop()
+        self.replay.rate_limiter = self.limiter
+
+
+class _Remote:
+    """`replay: server | node`: `shards` replay servers in Ray actors of their own
+    (pearl/runtime/ray_replay.py), sampled through the sharded client. They keep no ratio: the
+    driver grants each node agent the env steps it may commit, so that the updates due over them
+    stay within `credit_lag` of the updates taken (plus what an agent takes past its grant)."""
+
+    def __init__(self, parts, counters, keys, group, nodes: int):
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        from pearl.runtime.ray_replay import ReplayShard, shard_capacities, split_states
+        from pearl.server.client import ClientAuth
+        from pearl.server.config import TableConfig
+        from pearl.server.shards import ShardedReplayClient
+
+        plan, schedule, replay, config = parts.plan, parts.schedule, parts.replay, parts.config
+        self.parts, self.counters, self.replay, self.nodes = parts, counters, replay, nodes
+        self.start = counters.env_steps
+        shards = plan.ray.shards
+        self.capacities = shard_capacities(replay.capacity, shards)
+        fields = parts.transition_fields
+        action_dtype, action_shape = fields["actions"]
+        r = config.replay
+        remote = ray.remote(ReplayShard)
+        self.shards, self.client = [], None
+        try:
+            here = ray.get_runtime_context().get_node_id()
+            for k, capacity in enumerate(self.capacities):
+                table = TableConfig(kind=r.kind, capacity=capacity, obs_dim=int(fields["obs"][1][0]),
+                                    action_dtype=str(action_dtype), action_shape=tuple(action_shape), alpha=r.alpha,
+                                    beta=r.beta, beta_final=r.beta_final, beta_steps=max(1, config.total_steps),
+                                    priority_eps=r.priority_eps, fanout=r.fanout, backend=r.backend)
+                if plan.ray.replay == "node":  # a bundle of its own, after the agents'
+                    options = dict(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=nodes + k))
+                else:  # on the learner's node, beside it (its CPU is the learner node's)
+                    options = dict(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+                self.shards.append(remote.options(max_restarts=0, **options).remote(
+                    table, plan.ray.chunk, keys["server"], keys["client"][0]))
+            addresses = ray.get([shard.address.remote() for shard in self.shards], timeout=120)
+            # the run's table (empty, or a run that goes on) and env steps dealt out to the shards
+            parts_of = split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps)
+            ray.get([shard.load.remote(*part) for shard, part in zip(self.shards, parts_of)], timeout=120)
+            auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
+            self.client = ShardedReplayClient(addresses, auth, timeout=60.0)
+            self.client.refresh()
+            self.refreshed = time.perf_counter()
+            self.addresses = addresses
+            u = schedule.updates_per_step
+            self.lag = credit_lag(plan, u, parts.n_step)
+            self.step = max(1, math.ceil(self.lag / u) // 4)  # grants move by at least this many env steps
+            self.granted = [None] * nodes  # the last limit sent to each node agent
+            self.ceiling = self.start
+            self.rng = np.random.default_rng([parts.seed, counters.env_steps])
+        except BaseException:
+            self.close()  # the shards started so far
+            raise
+        parts.replay = _CheckpointView(self, replay)  # the api's checkpoints pull the shards' tables
+        counters.ray_shards = self.shards  # while the run lasts (tests look where they run)
+
+    def env_steps(self, age: float | None = None) -> int:
+        """The shards' count: from their last sample replies, or asked if that was over `age` s ago."""
+        if age is not None and time.perf_counter() - self.refreshed >= age:
+            self.client.refresh()
+            self.refreshed = time.perf_counter()
+        return self.client.progress
+
+    def consistent(self):
+        return contextlib.nullcontext()
+
+    def sample(self, batch_size: int):
+        return self.client.sample(batch_size, self.rng)
+
+    def update_priorities(self, indices, abs_td) -> None:
+        self.client.update_priorities(indices, abs_td)
+
+    def grant(self, agents, updates: int) -> None:
+        """Each node may commit its share of the env steps whose updates due stay within the lag."""
+        self.ceiling = ceiling(self.parts.schedule, updates + self.lag, self.ceiling)
+        limit = math.ceil((self.ceiling - self.start) / self.nodes)
+        for node, agent in enumerate(agents):
+            if self.granted[node] is None or limit - self.granted[node] >= self.step:
+                agent.allow.remote(limit)
+                self.granted[node] = limit
+
+    def regrant(self, node: int) -> None:
+        self.granted[node] = None  # a restarted agent starts with no grant
+
+    def pull(self) -> tuple[dict, int]:
+        """The shards' tables as the run's one table, and the env steps their chunks committed."""
+        import ray
+
+        from pearl.runtime.ray_replay import merge_states
+
+        states = ray.get([shard.state.remote() for shard in self.shards], timeout=300)
+        env_steps = sum(steps for _, steps in states)
+        limiter = self.replay.rate_limiter
+        extra = {"rate_limiter": limiter.state_dict()} if limiter is not None else {}
+        return merge_states([state for state, _ in states], self.capacities, self.replay.capacity, env_steps,
+                            extra), env_steps
+
+    def finish(self, counters) -> None:
+        self.client.flush_updates()
+        state, env_steps = self.pull()
+        self.replay.load_state_dict(state)
+        counters.env_steps = env_steps
+
+    def close(self) -> None:
+        import ray
+
+        self.parts.replay = self.replay
+        self.counters.ray_shards = None
+        if self.client is not None:
+            self.client.close()
+        for shard in self.shards:
+            try:
+                ray.get(shard.close.remote(), timeout=10)
+            except Exception:
+                pass
+            ray.kill(shard, no_restart=True)
+
+
+class _CheckpointView:
+    """The run's table while its rows live on the shards: a checkpoint taken during the run
+    (`state_dict`, read before the counters by pearl.checkpoint.agent_state) holds the shards'
+    tables and counts the env steps their chunks committed, so the two agree."""
+
+    def __init__(self, remote: _Remote, table):
+        self._remote, self._table = remote, table
+
+    def state_dict(self) -> dict:
+        state, env_steps = self._remote.pull()
+        counters = self._remote.counters
+        counters.env_steps = max(counters.env_steps, env_steps)
+        return state
+
+    def __getattr__(self, name):
+        return getattr(self._table, name)
 
 
 def _collect(agents, counters: Counters, rates) -> None:
@@ -283,13 +550,6 @@ def _collect(agents, counters: Counters, rates) -> None:
             continue
         counters.record_episodes(report["episodes"])
         rates.add(report)
-
-
-def _advance(counters: Counters, env_steps: int, hooks: Hooks) -> None:
-    if env_steps > counters.env_steps:
-        counters.env_steps = env_steps
-        if hooks.on_round is not None:
-            hooks.on_round()
 
 
 class _Publisher:

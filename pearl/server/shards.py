@@ -88,6 +88,13 @@ class ShardedReplayClient:
                     self.shards[s]._send_update(*self._pending[s])
                 self._pending[s] = part
 
+    def flush_updates(self) -> None:
+        """Sends the priority updates still waiting for a sample request (a learner's last batch)."""
+        for s, pending in enumerate(self._pending):
+            if pending is not None:
+                self._pending[s] = None
+                self.shards[s]._send_update(*pending)
+
     def sample(self, batch_size: int, rng: np.random.Generator, timeout: float | None = None) -> Batch:
         if not self.totals.sum() > 0:
             self.refresh()

@@ -1,0 +1,126 @@
+"""The replay of a ray run placed off the learner's process (`plan.ray.replay: server | node`).
+
+`ReplayShard` is the body of a Ray actor that hosts one replay server (pearl.server.ReplayServer,
+as `pearl replay-server` runs it) in its own process: on the learner's node (`server`: node
+affinity) or on a node of its own (`node`: a bundle of the run's placement group). `shards`
+such servers split the table's capacity; the node agents write to them round-robin and the
+learner samples them through pearl.server.shards.ShardedReplayClient (exact prioritized sampling
+across the shards). The servers keep no replay ratio of their own: the driver keeps it
+(pearl/runtime/ray.py grants each node agent the env steps it may commit).
+
+The run's checkpoint holds the replay as with every runtime: `merge_states` gathers the shards'
+tables into the run's one table (oldest rows first), `split_states` deals it back out to fresh
+shards when a run continues (row j to shard j mod S, so each shard's share fits its capacity).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+
+def server_keys(directory: str) -> dict:
+    """A CURVE key pair for the replay server(s) (the secret in a private file of `directory`, and
+    as z85 for servers on other nodes) and one for the run's clients."""
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    return {"server_secret_file": write_secret(directory, public, secret), "server": (public, secret),
+            "server_public": public, "client": zmq.curve_keypair()}
+
+
+def write_secret(directory: str, public: bytes, secret: bytes) -> str:
+    """A 0600 file in zmq's certificate format (zmq.auth.load_certificate) holding the key pair."""
+    path = os.path.join(directory, "server.key_secret")
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(f'metadata\ncurve\n    public-key = "{public.decode()}"\n    secret-key = "{secret.decode()}"\n')
+    return path
+
+
+def shard_capacities(capacity: int, shards: int) -> list[int]:
+    return [capacity // shards + (k < capacity % shards) for k in range(shards)]
+
+
+def _oldest_first(state: dict, capacity: int) -> np.ndarray:
+    size, cursor = int(state["size"]), int(state["cursor"])
+    return (cursor + np.arange(size)) % capacity if size == capacity else np.arange(size)
+
+
+def merge_states(states: list[dict], capacities: list[int], capacity: int, env_steps: int, extra: dict) -> dict:
+    """One table's state (pearl.replay state_dict) from the shards' states, oldest rows first.
+    `extra`: keys of the run's own table that the shards do not have (its rate limiter's state)."""
+    orders = [_oldest_first(s, c) for s, c in zip(states, capacities)]
+    size = sum(len(o) for o in orders)
+    merged = {"storage": {name: np.concatenate([s["storage"][name][o] for s, o in zip(states, orders)])
+                          for name in states[0]["storage"]},
+              "cursor": size % capacity, "size": size, "inserted": sum(int(s["inserted"]) for s in states), **extra}
+    if "priorities" in states[0]:
+        merged.update(priorities=np.concatenate([np.asarray(s["priorities"])[o] for s, o in zip(states, orders)]),
+                      max_priority=max(float(s["max_priority"]) for s in states), progress=env_steps)
+    return merged
+
+
+def split_states(state: dict, capacity: int, capacities: list[int], env_steps: int) -> list[tuple[dict, int]]:
+    """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]."""
+    shards = len(capacities)
+    order = _oldest_first(state, capacity)
+    older = int(state["inserted"]) - len(order)  # rows inserted and since overwritten
+    parts = []
+    for k, cap in enumerate(capacities):
+        rows = order[k::shards]
+        steps = env_steps // shards + (k < env_steps % shards)
+        part = {"storage": {name: np.ascontiguousarray(values[rows]) for name, values in state["storage"].items()},
+                "cursor": len(rows) % cap, "size": len(rows),
+                "inserted": len(rows) + older // shards + (k < older % shards)}
+        if "priorities" in state:
+            part.update(priorities=np.asarray(state["priorities"])[rows], max_priority=state["max_priority"],
+                        progress=steps)
+        parts.append((part, steps))
+    return parts
+
+
+class ReplayShard:
+    """The body of a Ray actor (ray.py wraps it with `ray.remote`): one replay server bound to this
+    node's address, CURVE-authenticated with the run's server key pair (reaching it through Ray's
+    control plane, as the clients' keys reach the node agents), allowing the run's client key."""
+
+    def __init__(self, table, max_chunk_rows: int, server_keys: tuple[bytes, bytes], client_public: bytes):
+        import ray
+
+        from pearl.server.config import AuthConfig, ServerConfig
+        from pearl.server.server import ReplayServer
+
+        self.keydir = tempfile.TemporaryDirectory(prefix="pearl-ray-shard-")
+        secret = write_secret(self.keydir.name, *server_keys)
+        host = ray.util.get_node_ip_address()
+        self.server = ReplayServer(ServerConfig(table=table, bind=f"tcp://{host}:0", max_chunk_rows=max_chunk_rows,
+                                                auth=AuthConfig(server_secret=secret, allow=[client_public.decode()])))
+        self.server.start()
+
+    def address(self) -> str:
+        return self.server.address
+
+    def where(self) -> tuple[str, int]:
+        """(Ray node id, process id) of this server."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def load(self, state: dict, env_steps: int) -> None:
+        """A run that goes on: its share of the table and of the env steps (the count the sharded
+        client's beta annealing reads)."""
+        with self.server.lock:
+            service = self.server.service
+            service.table.load_state_dict(state)
+            service.env_steps = service.table.progress = env_steps
+
+    def state(self) -> tuple[dict, int]:
+        """The table's state and the env steps its chunks committed, taken between two requests."""
+        with self.server.lock:
+            return self.server.service.table.state_dict(), self.server.service.env_steps
+
+    def close(self) -> None:
+        self.server.stop()
+        self.keydir.cleanup()
