@@ -65,12 +65,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu"):
+    import numpy as np
+
     import pearl
+    from pearl.sb3 import NormalActionNoise
 
     return pearl.DDPG(
         env=ENV_ID, seed=seed, total_steps=steps, hidden=list(HIDDEN), lr=LR, gamma=GAMMA, tau=TAU,
         batch_size=BATCH, learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1,
-        action_noise=ACTION_NOISE, replay="uniform", capacity=BUFFER, device=device,
+        action_noise=NormalActionNoise(np.zeros(1), ACTION_NOISE * np.ones(1)), replay="uniform", capacity=BUFFER, device=device,
         learner_kernel=learner_kernel, envs_per_actor=1, torch_threads=threads)
 
 

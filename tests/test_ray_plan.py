@@ -14,6 +14,7 @@ from pearl.schedule import MAX_LAG
 
 @pytest.mark.parametrize("ray_plan,field", [(RayPlan(nodes=0), "plan.ray.nodes"), (RayPlan(chunk=0), "plan.ray.chunk"),
                                             (RayPlan(window=0), "plan.ray.window"),
+                                            (RayPlan(shards=0), "plan.ray.shards"),
                                             (RayPlan(max_restarts=-1), "plan.ray.max_restarts")])
 def test_bad_ray_plans_are_one_line(ray_plan, field):
     with pytest.raises(ConfigError) as err:
@@ -24,8 +25,12 @@ def test_bad_ray_plans_are_one_line(ray_plan, field):
 def test_ray_plans_run_several_actors_and_read_from_yaml(tmp_path):
     plan = Plan.from_yaml("plan: {runtime: ray, actors: 3, ray: {nodes: 2, chunk: 128, address: auto}}")
     assert (plan.actors, plan.ray.nodes, plan.ray.chunk, plan.ray.address) == (3, 2, 128, "auto")
-    with pytest.raises(ConfigError, match=r"plan.ray.shards: unknown key"):
-        Plan.from_yaml("plan: {runtime: ray, ray: {shards: 2}}")
+    with pytest.raises(ConfigError, match=r"plan.ray.replicas: unknown key"):
+        Plan.from_yaml("plan: {runtime: ray, ray: {replicas: 2}}")
+    with pytest.raises(ConfigError, match=r"plan.ray.shards: 2 shards need replay: server or node"):
+        Plan.from_yaml("plan: {runtime: ray, ray: {shards: 2}}").check()
+    sharded = Plan.from_yaml("plan: {runtime: ray, ray: {replay: node, shards: 2}}")
+    assert (sharded.ray.replay, sharded.ray.shards) == ("node", 2)
 
 
 def test_address_needs_a_ray_plan(capsys):
