@@ -98,6 +98,7 @@ def cpu_by_role() -> dict[str, float]:
     """CPU seconds so far of this process (the driver: learner and, with `learner`, the replay
     server's thread) and of its descendants by role: node agents, replay shards, actor processes,
     and Ray's own (raylets, GCS, agents, idle workers)."""
+    import ray  # noqa: F401  (Ray's thirdparty_files carry psutil)
     import psutil
 
     me = psutil.Process()
@@ -275,6 +276,9 @@ class Echo:
     def take(self, value):
         return None
 
+    def hold(self, seconds: float):
+        time.sleep(seconds)
+
 
 def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
     """The local cluster's Ray figures: the driver's CPU time per actor call submitted (`.remote()`
@@ -282,8 +286,8 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
     its result got, one at a time; the median), and the CPU the Ray processes of the cluster burn
     per node while idle."""
     import numpy as np
-    import psutil
     import ray
+    import psutil  # after ray: Ray's thirdparty_files carry it
 
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
     with local_cluster(nodes):
@@ -305,10 +309,16 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
                 t0 = time.perf_counter()
                 ray.get(echo.take.remote(0))
                 trips.append(time.perf_counter() - t0)
-            results.append((submit, put, statistics.median(trips)))
+            held = [echo.hold.remote(1.0), echo.hold.remote(1.0)]  # in flight: what the publisher polls
+            cpu0 = time.process_time()
+            for _ in range(rounds):
+                ray.wait(held, num_returns=len(held), timeout=0)
+            wait = (time.process_time() - cpu0) / rounds
+            results.append((submit, put, statistics.median(trips), wait))
             print(f"call submitted: {1e6 * submit:.0f} us of the driver's CPU, ray.put of the weights "
-                  f"{1e6 * put:.0f} us, a call's round trip {1e6 * results[-1][2]:.0f} us (median); "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"{1e6 * put:.0f} us, a call's round trip {1e6 * results[-1][2]:.0f} us (median), ray.wait on "
+                  f"2 calls in flight {1e6 * wait:.0f} us; load {os.getloadavg()[0]:.1f}", flush=True)
+            ray.get(held)
         ray.kill(echo)
         time.sleep(2.0)
         ours = psutil.Process()
@@ -317,9 +327,9 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
         time.sleep(idle_s)
         after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
         print(f"Ray's processes while idle ({len(procs)}): {(after - before) / idle_s / nodes:.3f} cores per node")
-    best = min(results)
-    print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip "
-          f"{1e6 * min(r[2] for r in results):.0f} us; load average after: {os.getloadavg()}")
+    best = [min(r[i] for r in results) for i in range(4)]
+    print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip {1e6 * best[2]:.0f} us, "
+          f"wait {1e6 * best[3]:.0f} us; load average after: {os.getloadavg()}")
 
 
 def scaling(platform: str, counts=(1, 2, 4, 8, 16, 32, 64)) -> None:
@@ -341,8 +351,8 @@ def scaling(platform: str, counts=(1, 2, 4, 8, 16, 32, 64)) -> None:
         costs = Costs(profile_, workload, cached["tables"] if cached else None)
         print(f"\n{name} on {profile_.name} ({'this machine' + chr(39) + 's profile' if cached else 'analytic'} "
               f"task costs), {profile_.nodes.cores} actors per node x {envs} envs, chunk 256:")
-        print("| nodes | placement | predicted env steps/s | limiting side | learner us/step | wire us/step | "
-              "server us/step |\n| ---: | --- | ---: | --- | ---: | ---: | ---: |")
+        print("| nodes | placement | predicted env steps/s | limiting side (task) | publishes per s | ceilings "
+              "(env steps/s): learner / actors / agents / server / wire |\n| ---: | --- | ---: | --- | ---: | --- |")
         for n in counts:
             for placement, shards in (("learner", 1), ("server", 4), ("node", 4)):
                 if n + (shards if placement == "node" else 0) > profile_.nodes.count:
@@ -350,9 +360,11 @@ def scaling(platform: str, counts=(1, 2, 4, 8, 16, 32, 64)) -> None:
                 cand = ray_candidate(n, profile_.nodes.cores, envs, placement, shards, 256,
                                      config.algo_config.batch_size, kernel)
                 p = predict(cand, costs)
+                ceiling = lambda side: f"{1e6 / p.sides[side]:,.0f}" if p.sides.get(side) else "-"  # noqa: E731
+                publishes = p.steps_per_s * p.step_us["publish"] / p.call_us["publish"]
                 print(f"| {n} | {placement}{f' x{shards}' if shards > 1 else ''} | {p.steps_per_s:,.0f} | "
-                      f"{p.limiting_side} ({p.bottleneck}) | {p.sides['learner']:.1f} | {p.sides['wire']:.3f} | "
-                      f"{p.sides.get('server', 0.0):.2f} |")
+                      f"{p.limiting_side} ({p.bottleneck}) | {publishes:,.0f} | "
+                      + " / ".join(ceiling(side) for side in ("learner", "actors", "agents", "server", "wire")) + " |")
 
 
 def main() -> None:

@@ -193,7 +193,8 @@ class Ray(ScheduleModel):
         agents  G  = agent pass(c) / c + v x N Ray calls (the publishes they take)
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
-                     chunk + v x (sync_weights + (1 + N) Ray calls: one put, a publish per agent);
+                     chunk + v x (sync_weights + (1 + N) Ray calls: one put, a publish per agent)
+                     + (u / sync_interval - v) Ray calls (a sync due while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
                      `server` / `node`: the sample is a wait on the wire and the shards
     v = min(u / sync_interval, step / (a Ray call's round trip + the publish's 1 + N calls)): syncs
@@ -233,12 +234,12 @@ class Ray(ScheduleModel):
         factor = costs.processes_factor(cand) if oversubscribed else 1.0
         step_us = dict(figures.step_us)
         total = sum(step_us.values())  # a start: the sequential sum
-        rows = cand.chunk
+        rows, priced = cand.chunk, {}
         for _ in range(self.ITERATIONS):
-            parts = costs.ray_parts(cand, rows)
+            parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             arriving = parts["agent"] / (total * n)  # rows per node in one agent pass
             rows = int(min(cand.chunk, max(e, round(arriving))))
-            parts = costs.ray_parts(cand, rows)
+            parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             # a publish: one put and N calls, then its delivery's round trip before the next one
             versions = min(u / cand.sync_interval, total / (nodes.ray_round_trip_us + (1 + n) * nodes.ray_call_us))
             step_us["ring_write"] = ring_write
@@ -246,7 +247,10 @@ class Ray(ScheduleModel):
             step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
             step_us["insert"] = parts["insert"] / rows
             step_us["server_requests"] = parts["request"] / rows
-            step_us["publish"] = versions * (call.get("sync_weights", 0.0) + (1 + n) * nodes.ray_call_us)
+            # each sync due while a delivery is in flight asks Ray whether it landed (a ray.wait: a call)
+            polls = max(0.0, u / cand.sync_interval - versions)
+            step_us["publish"] = (versions * (call.get("sync_weights", 0.0) + (1 + n) * nodes.ray_call_us)
+                                  + polls * nodes.ray_call_us)
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
             step_us["overhead"] = per_update + parts["round"] / rows
             chunk_server = step_us["insert"] + step_us["server_requests"]
