@@ -41,8 +41,14 @@ class Candidate:
     batch: int
     sync_interval: int = 1
     act_device: str = "cpu"
-    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes
-    actors: int = 1  # actor processes (the processes runtime; the others run one actor)
+    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes | ray
+    actors: int = 1  # actor processes (the processes runtime; per node for ray; the others run one)
+    # the ray runtime's plan.ray (pearl/plan.py RayPlan, its defaults): node agents, where the
+    # replay server runs (learner | server | node), its shards, the rows per chunk at most
+    nodes: int = RayPlan.nodes
+    placement: str = RayPlan.replay
+    shards: int = RayPlan.shards
+    chunk: int = RayPlan.chunk
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:

@@ -30,7 +30,7 @@ devices:
      call_overhead_us: 5.0, power_w: {idle: 10, tdp: 100}}
 nodes:
   count: 64
-  cores: 1
+  cores: 2
   link: {kind: 25gbe, bandwidth_gb_s: 3.125, latency_us: 20}
   ray_call_us: 100
   ray_round_trip_us: 1000
@@ -118,7 +118,7 @@ def test_a_plan_the_cluster_cannot_hold_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("change,field", [
     (("count: 64", "count: 0"), "nodes.count: expected an integer >= 1"),
-    (("cores: 1\n", "cores: -2\n"), "nodes.cores: expected an integer >= 1"),
+    (("cores: 2\n", "cores: -2\n"), "nodes.cores: expected an integer >= 1"),
     (("count: 64", "count: 64\n  shared_cores: two"), "nodes.shared_cores: expected an integer >= 1"),
     (("count: 64", "count: 64\n  gpus: 1"), "nodes.gpus: unknown key"),
     (("bandwidth_gb_s: 3.125, ", ""), "nodes.link.bandwidth_gb_s: missing"),
