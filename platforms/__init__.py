@@ -71,15 +71,19 @@ class Nodes:
     platform's devices): node agents and replay servers on nodes of their own. `cores`: each
     node's cores (Ray's num_cpus); `shared_cores`: when every node runs on one host (a local
     cluster, ray.cluster_utils.Cluster), the host's cores they all share with the learner, else 0;
-    `link`: between two nodes (None: loopback, estimator/wire.py); `ray_call_us`: the caller's time
-    for one Ray actor call, `ray_round_trip_us`: a call until its result is ready (the weights'
-    delivery); `daemon_cores`: the cores each node's Ray daemons (raylet, agents) keep busy."""
+    `link`: between two nodes (None: loopback, estimator/wire.py); the driver's time for one Ray
+    actor call (`ray_call_us`), one `ray.put` of the weights (`ray_put_us`), one `ray.wait` on calls
+    in flight (`ray_wait_us`), and a call's round trip until its result is ready
+    (`ray_round_trip_us`: the weights' delivery); `daemon_cores`: the cores each node's Ray
+    daemons (raylet, agents) keep busy."""
 
     count: int
     cores: int
     shared_cores: int = 0
     link: Link | None = None
     ray_call_us: float = 1.0
+    ray_put_us: float = 1.0
+    ray_wait_us: float = 1.0
     ray_round_trip_us: float = 1.0
     daemon_cores: float = 0.0
 
@@ -292,7 +296,8 @@ def _link(link: dict, between: tuple, at: str) -> Link:
                 launch_us=_number(link, "launch_us", at, positive=False, default=0.0))
 
 
-_NODE_KEYS = ("count", "cores", "shared_cores", "link", "ray_call_us", "ray_round_trip_us", "daemon_cores", "notes")
+_NODE_KEYS = ("count", "cores", "shared_cores", "link", "ray_call_us", "ray_put_us", "ray_wait_us", "ray_round_trip_us",
+              "daemon_cores", "notes")
 
 
 def _nodes(data, at: str) -> Nodes:
@@ -310,7 +315,8 @@ def _nodes(data, at: str) -> Nodes:
     shared = data.get("shared_cores", 0)
     nodes = Nodes(count=_count(data, "count", at), cores=_count(data, "cores", at),
                   shared_cores=_count(data, "shared_cores", at) if shared else 0, link=link,
-                  ray_call_us=_number(data, "ray_call_us", at), ray_round_trip_us=_number(data, "ray_round_trip_us", at),
+                  **{key: _number(data, key, at) for key in ("ray_call_us", "ray_put_us", "ray_wait_us",
+                                                             "ray_round_trip_us")},
                   daemon_cores=_number(data, "daemon_cores", at, positive=False, default=0.0))
     if nodes.shared_cores and nodes.daemon_cores * nodes.count >= nodes.shared_cores:
         raise ConfigError(f"{at}.daemon_cores: {nodes.count} nodes x {nodes.daemon_cores:g} cores leave none of the "

@@ -33,6 +33,8 @@ nodes:
   cores: 2
   link: {kind: 25gbe, bandwidth_gb_s: 3.125, latency_us: 20}
   ray_call_us: 100
+  ray_put_us: 100
+  ray_wait_us: 20
   ray_round_trip_us: 1000
 """
 

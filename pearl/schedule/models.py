@@ -193,11 +193,11 @@ class Ray(ScheduleModel):
         agents  G  = agent pass(c) / c + v x N Ray calls (the publishes they take)
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
-                     chunk + v x (sync_weights + (1 + N) Ray calls: one put, a publish per agent)
-                     + (u / sync_interval - v) Ray calls (a sync due while one is in flight polls);
+                     chunk + v x (sync_weights + a ray.put + N Ray calls: a publish per agent)
+                     + (u / sync_interval - v) ray.waits (a sync due while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
                      `server` / `node`: the sample is a wait on the wire and the shards
-    v = min(u / sync_interval, step / (a Ray call's round trip + the publish's 1 + N calls)): syncs
+    v = min(u / sync_interval, step / (a Ray call's round trip + a publish's put and N calls)): syncs
     due while a delivery is in flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
     what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
     pile up. The step is the largest side: one actor process (As / N A), one agent (G / N), the
@@ -241,16 +241,16 @@ class Ray(ScheduleModel):
             rows = int(min(cand.chunk, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             # a publish: one put and N calls, then its delivery's round trip before the next one
-            versions = min(u / cand.sync_interval, total / (nodes.ray_round_trip_us + (1 + n) * nodes.ray_call_us))
+            publish = call.get("sync_weights", 0.0) + nodes.ray_put_us + n * nodes.ray_call_us
+            versions = min(u / cand.sync_interval, total / (nodes.ray_round_trip_us + publish))
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
             step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
             step_us["insert"] = parts["insert"] / rows
             step_us["server_requests"] = parts["request"] / rows
-            # each sync due while a delivery is in flight asks Ray whether it landed (a ray.wait: a call)
+            # each sync due while a delivery is in flight asks Ray whether it landed (a ray.wait)
             polls = max(0.0, u / cand.sync_interval - versions)
-            step_us["publish"] = (versions * (call.get("sync_weights", 0.0) + (1 + n) * nodes.ray_call_us)
-                                  + polls * nodes.ray_call_us)
+            step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
             step_us["overhead"] = per_update + parts["round"] / rows
             chunk_server = step_us["insert"] + step_us["server_requests"]
@@ -287,8 +287,7 @@ class Ray(ScheduleModel):
                 break
             total = (total + new) / 2
         # the model's own parts, per call: an agent's pass, a chunk's request, a publish
-        call.update(agent=parts["agent"], server_requests=parts["request"],
-                    publish=call.get("sync_weights", 0.0) + (1 + n) * nodes.ray_call_us)
+        call.update(agent=parts["agent"], server_requests=parts["request"], publish=publish)
         lane = {"actors": "actors", "agents": "agents", "server": "server", "wire": "server"}.get(limiting, "learner")
         bottleneck = max((t for t in self.lanes[lane] if step_us.get(t)), key=step_us.get)
         figures.step_us.clear()
