@@ -94,24 +94,61 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
 ROLES = (("agents", "ray::NodeAgent"), ("servers", "ray::ReplayShard"), ("actors", "actor_main"))
 
 
-def cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of this process (the driver: learner and, with `learner`, the replay
-    server's thread) and of its descendants by role: node agents, replay shards, actor processes,
-    and Ray's own (raylets, GCS, agents, idle workers)."""
+def cpu_by_role() -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds so far) of this process (the driver: learner and, with `learner`,
+    the replay server's thread) and of its descendants: node agents, replay shards, actor
+    processes, and Ray's own (raylets, GCS, agents, idle workers)."""
     import ray  # noqa: F401  (Ray's thirdparty_files carry psutil)
     import psutil
 
     me = psutil.Process()
-    out = {"driver": sum(me.cpu_times()[:2]), "agents": 0.0, "servers": 0.0, "actors": 0.0, "ray": 0.0}
+    out = {me.pid: ("driver", sum(me.cpu_times()[:2]))}
     for proc in me.children(recursive=True):
         try:
             line = " ".join(proc.cmdline())
-            seconds = sum(proc.cpu_times()[:2])
+            out[proc.pid] = (next((name for name, mark in ROLES if mark in line), "ray"), sum(proc.cpu_times()[:2]))
         except psutil.Error:
             continue  # gone meanwhile
-        role = next((name for name, mark in ROLES if mark in line), "ray")
-        out[role] += seconds
     return out
+
+
+PUBLISHED = {"sends": 0, "puts": 0, "cpu_s": 0.0}  # the driver's publisher, counted by `watch_publisher`
+
+
+def watch_publisher() -> None:
+    """Counts the ray runtime's weight publishes (pearl/runtime/ray.py `_Publisher.send`: the calls,
+    those that put and called the agents, the driver thread's CPU in them) into PUBLISHED: the
+    model's publish figures set against the runtime's own."""
+    from pearl.runtime import ray as ray_runtime
+
+    send = ray_runtime._Publisher.send
+
+    def counted(self, weights, epsilon):
+        started = time.thread_time()
+        send(self, weights, epsilon)
+        PUBLISHED["cpu_s"] += time.thread_time() - started
+        PUBLISHED["sends"] += 1
+        PUBLISHED["puts"] += not self.due
+
+    ray_runtime._Publisher.send = counted
+
+
+def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
+    """Per role, CPU us per env step between two probes (time, env steps, cpu_by_role()) of the
+    processes alive at both (an actor process that ended or started between them is left out)."""
+    (_, s0, (c0, p0)), (_, s1, (c1, p1)) = start, end
+    out = {role: 0.0 for role in ("driver", "agents", "servers", "actors", "ray")}
+    for pid, (role, seconds) in c1.items():
+        if pid in c0:
+            out[role] += 1e6 * (seconds - c0[pid][1]) / (s1 - s0)
+    puts = p1["puts"] - p0["puts"]
+    out.update(publishes_per_step=puts / (s1 - s0), us_per_publish=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / max(1, puts),
+               publisher_us=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / (s1 - s0))
+    return out
+
+
+def probe() -> tuple:
+    return cpu_by_role(), dict(PUBLISHED)
 
 
 def learning_run(plan, seed: int) -> dict:
@@ -210,18 +247,20 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
     rates: dict = {c: [] for c in cands + local}
     loads: dict = {c: [] for c in cands + local}
     cpu: dict = {}  # ray plan -> role -> CPU us per env step over its fastest run's steady window
+    watch_publisher()
     with local_cluster(CLUSTER_NODES):
         for _ in range(passes):  # in turns: a burst of load hits one run of several plans
             for cand in cands:
                 loads[cand].append(os.getloadavg()[0])
-                _, steady, info = pearl_run(cand.to_plan(), steps, 0, 1, until=0.9, probe=cpu_by_role)
+                _, steady, info = pearl_run(cand.to_plan(), steps, 0, 1, until=0.9, probe=probe)
                 if steady >= max(rates[cand], default=0.0):
-                    (_, s0, c0), (_, s1, c1) = info["probes"]["start"], info["probes"]["end"]
-                    cpu[cand] = {role: 1e6 * (c1[role] - c0[role]) / (s1 - s0) for role in c0}
+                    cpu[cand] = cpu_per_step(info["probes"]["start"], info["probes"]["end"])
                 rates[cand].append(steady)
                 log(f"{cand.label()}: measured {steady:,.0f} steps/s steady (predicted "
                     f"{predicted[cand].steps_per_s:,.0f}), load {os.getloadavg()[0]:.1f}, CPU us per env step "
-                    f"{', '.join(f'{k} {v:.1f}' for k, v in cpu[cand].items())}")
+                    f"{', '.join(f'{k} {v:.3g}' for k, v in cpu[cand].items())}; model: publishes per step "
+                    f"{predicted[cand].step_us['publish'] / predicted[cand].call_us['publish']:.3g}, "
+                    f"{predicted[cand].call_us['publish']:.0f} us each")
     for _ in range(passes):
         for cand, run in zip(local, measure_many(config, local, 3.0)):
             loads[cand].append(os.getloadavg()[0])
@@ -296,28 +335,41 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
         ray.get(echo.take.remote(ray.put(weights)))
         results = []
         for _ in range(3):
-            cpu0 = time.process_time()
+            cpu0 = time.thread_time()
             refs = [echo.take.remote(i) for i in range(rounds)]
-            submit = (time.process_time() - cpu0) / rounds
+            submit = (time.thread_time() - cpu0) / rounds
             ray.get(refs)
-            cpu0 = time.process_time()
-            refs = [ray.put(weights) for _ in range(rounds)]
-            put = (time.process_time() - cpu0) / rounds
-            del refs
+            cpu0 = time.thread_time()
+            for _ in range(rounds):  # one reference alive at a time, as the publisher holds them
+                ref = ray.put(weights)
+            put = (time.thread_time() - cpu0) / rounds
+            del ref
             trips = []
             for _ in range(rounds // 4):
                 t0 = time.perf_counter()
                 ray.get(echo.take.remote(0))
                 trips.append(time.perf_counter() - t0)
+            # a publish to one agent as pearl/runtime/ray.py _Publisher makes it: one put, a call
+            # taking the reference, the previous reference dropped; its wall time until the call
+            # is done (the delivery: the agent reads the object)
+            cycles = []
+            for _ in range(rounds // 4):
+                t0 = time.perf_counter()
+                ref = ray.put(weights)
+                ray.get(echo.take.remote(ref))
+                cycles.append(time.perf_counter() - t0)
+            del ref
+            publish = statistics.median(cycles)
             held = [echo.hold.remote(1.0), echo.hold.remote(1.0)]  # in flight: what the publisher polls
-            cpu0 = time.process_time()
+            cpu0 = time.thread_time()
             for _ in range(rounds):
                 ray.wait(held, num_returns=len(held), timeout=0)
-            wait = (time.process_time() - cpu0) / rounds
-            results.append((submit, put, statistics.median(trips), wait))
+            wait = (time.thread_time() - cpu0) / rounds
+            results.append((submit, put, statistics.median(trips), wait, publish))
             print(f"call submitted: {1e6 * submit:.0f} us of the driver's CPU, ray.put of the weights "
                   f"{1e6 * put:.0f} us, a call's round trip {1e6 * results[-1][2]:.0f} us (median), ray.wait on "
-                  f"2 calls in flight {1e6 * wait:.0f} us; load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"2 calls in flight {1e6 * wait:.0f} us, a publish (put + call) until delivered {1e6 * publish:.0f} "
+                  f"us (median); load {os.getloadavg()[0]:.1f}", flush=True)
             ray.get(held)
         ray.kill(echo)
         time.sleep(2.0)
@@ -327,9 +379,10 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
         time.sleep(idle_s)
         after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
         print(f"Ray's processes while idle ({len(procs)}): {(after - before) / idle_s / nodes:.3f} cores per node")
-    best = [min(r[i] for r in results) for i in range(4)]
+    best = [min(r[i] for r in results) for i in range(5)]
     print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip {1e6 * best[2]:.0f} us, "
-          f"wait {1e6 * best[3]:.0f} us; load average after: {os.getloadavg()}")
+          f"wait {1e6 * best[3]:.0f} us, publish delivered {1e6 * best[4]:.0f} us; load average after: "
+          f"{os.getloadavg()}")
 
 
 def scaling(platform: str, counts=(1, 2, 4, 8, 16, 32, 64)) -> None:

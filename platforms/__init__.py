@@ -73,8 +73,8 @@ class Nodes:
     cluster, ray.cluster_utils.Cluster), the host's cores they all share with the learner, else 0;
     `link`: between two nodes (None: loopback, estimator/wire.py); the driver's time for one Ray
     actor call (`ray_call_us`), one `ray.put` of the weights (`ray_put_us`), one `ray.wait` on calls
-    in flight (`ray_wait_us`), and a call's round trip until its result is ready
-    (`ray_round_trip_us`: the weights' delivery); `daemon_cores`: the cores each node's Ray
+    in flight (`ray_wait_us`), and a publish of the weights to one node agent until it has read
+    them (`ray_publish_us`: a put, a call, the object's fetch); `daemon_cores`: the cores each node's Ray
     daemons (raylet, agents) keep busy."""
 
     count: int
@@ -84,7 +84,7 @@ class Nodes:
     ray_call_us: float = 1.0
     ray_put_us: float = 1.0
     ray_wait_us: float = 1.0
-    ray_round_trip_us: float = 1.0
+    ray_publish_us: float = 1.0
     daemon_cores: float = 0.0
 
 
@@ -296,7 +296,7 @@ def _link(link: dict, between: tuple, at: str) -> Link:
                 launch_us=_number(link, "launch_us", at, positive=False, default=0.0))
 
 
-_NODE_KEYS = ("count", "cores", "shared_cores", "link", "ray_call_us", "ray_put_us", "ray_wait_us", "ray_round_trip_us",
+_NODE_KEYS = ("count", "cores", "shared_cores", "link", "ray_call_us", "ray_put_us", "ray_wait_us", "ray_publish_us",
               "daemon_cores", "notes")
 
 
@@ -316,7 +316,7 @@ def _nodes(data, at: str) -> Nodes:
     nodes = Nodes(count=_count(data, "count", at), cores=_count(data, "cores", at),
                   shared_cores=_count(data, "shared_cores", at) if shared else 0, link=link,
                   **{key: _number(data, key, at) for key in ("ray_call_us", "ray_put_us", "ray_wait_us",
-                                                             "ray_round_trip_us")},
+                                                             "ray_publish_us")},
                   daemon_cores=_number(data, "daemon_cores", at, positive=False, default=0.0))
     if nodes.shared_cores and nodes.daemon_cores * nodes.count >= nodes.shared_cores:
         raise ConfigError(f"{at}.daemon_cores: {nodes.count} nodes x {nodes.daemon_cores:g} cores leave none of the "

@@ -35,7 +35,7 @@ nodes:
   ray_call_us: 100
   ray_put_us: 100
   ray_wait_us: 20
-  ray_round_trip_us: 1000
+  ray_publish_us: 1000
 """
 
 
@@ -125,7 +125,7 @@ def test_a_plan_the_cluster_cannot_hold_is_one_line(tmp_path):
     (("count: 64", "count: 64\n  gpus: 1"), "nodes.gpus: unknown key"),
     (("bandwidth_gb_s: 3.125, ", ""), "nodes.link.bandwidth_gb_s: missing"),
     (("  ray_call_us: 100\n", ""), "nodes.ray_call_us: missing"),
-    (("ray_round_trip_us: 1000", "ray_round_trip_us: .nan"), "nodes.ray_round_trip_us: expected a positive number"),
+    (("ray_publish_us: 1000", "ray_publish_us: .nan"), "nodes.ray_publish_us: expected a positive number"),
 ])
 def test_bad_nodes_fields_are_one_line(tmp_path, change, field):
     with pytest.raises(ConfigError) as err:

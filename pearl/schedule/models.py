@@ -197,7 +197,7 @@ class Ray(ScheduleModel):
                      + (u / sync_interval - v) ray.waits (a sync due while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
                      `server` / `node`: the sample is a wait on the wire and the shards
-    v = min(u / sync_interval, step / (a Ray call's round trip + a publish's put and N calls)): syncs
+    v = min(u / sync_interval, step / a publish's delivery (to one agent, + N - 1 calls)): syncs
     due while a delivery is in flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
     what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
     pile up. The step is the largest side: one actor process (As / N A), one agent (G / N), the
@@ -240,9 +240,11 @@ class Ray(ScheduleModel):
             arriving = parts["agent"] / (total * n)  # rows per node in one agent pass
             rows = int(min(cand.chunk, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
-            # a publish: one put and N calls, then its delivery's round trip before the next one
+            # a publish: one put and N calls on the driver; the next one waits for its delivery
+            # (to one agent, and the further calls submitted before the last one goes out)
             publish = call.get("sync_weights", 0.0) + nodes.ray_put_us + n * nodes.ray_call_us
-            versions = min(u / cand.sync_interval, total / (nodes.ray_round_trip_us + publish))
+            delivery = nodes.ray_publish_us + (n - 1) * nodes.ray_call_us
+            versions = min(u / cand.sync_interval, total / delivery)
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
             step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
