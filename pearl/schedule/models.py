@@ -200,7 +200,7 @@ class Ray(ScheduleModel):
     v = min(u / sync_interval, step / a publish's delivery (to one agent, + N - 1 calls)): syncs
     due while a delivery is in flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
     what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
-    pile up. The step is the largest side: one actor process (As / N A), one agent (G / N), the
+    pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
     learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
     / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared host
     (a local cluster: `nodes.shared_cores`), all the work over the cores its Ray daemons leave,
@@ -234,11 +234,14 @@ class Ray(ScheduleModel):
         factor = costs.processes_factor(cand) if oversubscribed else 1.0
         step_us = dict(figures.step_us)
         total = sum(step_us.values())  # a start: the sequential sum
-        rows, priced = cand.chunk, {}
+        rows, priced, others = cand.chunk, {}, total
+        # rows an agent finds in its rings at most: its actors' allowances (pearl.schedule.allowance)
+        held = a * allowance(u, n * a, e)
         for _ in range(self.ITERATIONS):
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
-            arriving = parts["agent"] / (total * n)  # rows per node in one agent pass
-            rows = int(min(cand.chunk, max(e, round(arriving))))
+            # rows arriving at a node during one agent pass, at the rate the rest of the plan allows
+            arriving = parts["agent"] / (others * n)
+            rows = int(min(cand.chunk, held, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             # a publish: one put and N calls on the driver; the next one waits for its delivery
             # (to one agent, and the further calls submitted before the last one goes out)
@@ -283,6 +286,7 @@ class Ray(ScheduleModel):
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
             limiting = max(sides, key=sides.get)
+            others = factor * max(v for k, v in sides.items() if k != "agents")
             new = factor * sides[limiting]
             if abs(new - total) <= 1e-6 * total:
                 total = new
