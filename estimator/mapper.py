@@ -90,8 +90,8 @@ def _distinct(devices) -> list:
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
                sync_intervals=(1,), runtimes=("sequential",), actors=None) -> tuple[list[Candidate], int]:
     """(the plans to predict, how many were pruned as interchangeable). `actors`: the actor
-    counts of processes plans (default: actor_counts of the host's cores); the other runtimes
-    run one actor."""
+    counts of processes plans (default: actor_counts of the host's cores) and per node of ray
+    plans (default: actor_counts of a node's cores); the other runtimes run one actor."""
     kinds = list(replay_kinds or [workload.replay_kind])
     if "ray" in runtimes and platform.nodes is None:
         raise ConfigError(f"--runtimes: ray plans need a platform with a nodes: section ({platform.source} has "

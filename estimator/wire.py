@@ -11,6 +11,11 @@ work there (the same task on a cpu table, priced by `Costs` as for a local one):
 - sample: one round trip carrying the batch back (its rows, indices and weights);
 - update_priorities: rides on the next sample request (the piggybacked form): its bytes only.
 
+The ray runtime's model (pearl/schedule/models.py Ray, through estimator/costs.py `ray_parts`)
+prices its wire from the same parts (`client_s`, `messages_s`, `server_s`) over the cluster's
+link (`node_link`: a platform's `nodes.link`, or loopback), and its node agents, the wire's
+writers, with `agent_pass_s`.
+
 The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback): a ZeroMQ round trip
 of 0.13-0.28 ms, server-side UPDATE_SAMPLE 100-194 us p50 of which the table's own work was
 33-62 us. Imports nothing of the server (no pyzmq).
