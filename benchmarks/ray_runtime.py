@@ -22,10 +22,30 @@ replay placement), then the final greedy return over 20 fresh episodes (`agent.e
 a mean >= 475), the best periodic evaluation of the run (eval.interval) and the run's env steps/s.
 
     python benchmarks/ray_runtime.py --learning --seeds 3 [--replay server --shards 2]
+
+`--accuracy`: the estimator's ray model (pearl/schedule/models.py Ray) against measurement (issue
+15). `pearl profile` measures the config's task costs here (n_step 1, uniform replay, the fused
+learner, 1 / 8 / 16 envs, with the processes runtime's ring write and time-sharing factor; cached
+per machine), the model prices RAY_PLANS on platforms/local_cluster.yaml (1-3 nodes, the three
+replay placements, chunks of 32 and 256 rows), and each plan trains --steps env steps on a local
+3-node cluster, its steady rate taken after the first quarter (`pearl_run`); the processes plans
+of PROCESSES_PLANS are measured in the same turns (pearl.measure windows) beside them, the local
+runtimes' accuracy. Prints per plan predicted, measured and error, the median |error| of each set,
+the CPU model and the load average before each plan.
+
+    python benchmarks/ray_runtime.py --accuracy --steps 40000 [--passes 2]
+
+`--calls`: the Ray figures of platforms/local_cluster.yaml's `nodes:` (a driver's time per actor
+call, a call's round trip, the Ray daemons' idle CPU per node) on the same local cluster.
+
+`--scaling PLATFORM`: the model's figures for 1-64 node agents on a cluster profile (DQN CartPole
+and DDPG Pendulum; the costs this machine's profile measured, the topology the platform's),
+with the side that limits each: where the learner, the wire and the servers saturate.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -38,24 +58,97 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 
-def pearl_run(plan, steps: int, seed: int, n_step: int) -> tuple[float, float, dict]:
-    import pearl
-    from pearl.config import default_config_path, load_config
+def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = None,
+              probe=None) -> tuple[float, float, dict]:
+    """DQN CartPole (the shipped config at `n_step`) trained `steps` env steps by `plan`: (env steps/s
+    over the whole call, the steady rate from steps / 4 on, up to until x steps if given, info).
+    `probe`: called when the steady window starts and ends; info["probes"] holds (time, env steps,
+    its value) of each."""
     from pearl.api import make_agent
-    from pearl.config import apply_overrides
+    from pearl.config import apply_overrides, default_config_path, load_config
 
     config = apply_overrides(load_config(default_config_path()), {"total_steps": steps, "seed": seed,
                                                                   "dqn.n_step": n_step})
     agent = make_agent(config, plan)
-    marks = []
+    marks, probes = [], {}
+    last = steps if until is None else int(until * steps)
+
+    def on_round(a):
+        now = time.perf_counter()
+        marks.append((now, a.env_steps))
+        if probe is not None:
+            for name, at in (("start", steps // 4), ("end", last)):
+                if name not in probes and a.env_steps >= at:
+                    probes[name] = (now, a.env_steps, probe())
+
     started = time.perf_counter()
-    agent.train(steps, on_round=lambda a: marks.append((time.perf_counter(), a.env_steps)))
+    agent.train(steps, on_round=on_round)
     wall = time.perf_counter() - started
-    steady = [m for m in marks if m[1] >= steps // 4]
+    steady = [m for m in marks if m[1] >= steps // 4 and (until is None or m[1] <= last)]
     rate = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else float("nan")
     assert agent.updates == int(max(0, agent.env_steps - 1000) * 0.25), "the replay ratio is not exact"
-    del pearl
-    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates}
+    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes}
+
+
+# The processes of a ray run by role, from their command lines (Ray titles its workers ray::Class)
+ROLES = (("agents", "ray::NodeAgent"), ("servers", "ray::ReplayShard"), ("actors", "actor_main"))
+
+
+def cpu_by_role() -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds so far) of this process (the driver: learner and, with `learner`,
+    the replay server's thread) and of its descendants: node agents, replay shards, actor
+    processes, and Ray's own (raylets, GCS, agents, idle workers)."""
+    import ray  # noqa: F401  (Ray's thirdparty_files carry psutil)
+    import psutil
+
+    me = psutil.Process()
+    out = {me.pid: ("driver", sum(me.cpu_times()[:2]))}
+    for proc in me.children(recursive=True):
+        try:
+            line = " ".join(proc.cmdline())
+            out[proc.pid] = (next((name for name, mark in ROLES if mark in line), "ray"), sum(proc.cpu_times()[:2]))
+        except psutil.Error:
+            continue  # gone meanwhile
+    return out
+
+
+PUBLISHED = {"sends": 0, "puts": 0, "cpu_s": 0.0}  # the driver's publisher, counted by `watch_publisher`
+
+
+def watch_publisher() -> None:
+    """Counts the ray runtime's weight publishes (pearl/runtime/ray.py `_Publisher.send`: the calls,
+    those that put and called the agents, the driver thread's CPU in them) into PUBLISHED: the
+    model's publish figures set against the runtime's own."""
+    from pearl.runtime import ray as ray_runtime
+
+    send = ray_runtime._Publisher.send
+
+    def counted(self, weights, epsilon):
+        started = time.thread_time()
+        send(self, weights, epsilon)
+        PUBLISHED["cpu_s"] += time.thread_time() - started
+        PUBLISHED["sends"] += 1
+        PUBLISHED["puts"] += not self.due
+
+    ray_runtime._Publisher.send = counted
+
+
+def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
+    """Per role, CPU us per env step between two probes (time, env steps, cpu_by_role()) of the
+    processes alive at both (an actor process that ended or started between them is left out)."""
+    (_, s0, (c0, p0)), (_, s1, (c1, p1)) = start, end
+    out = {role: 0.0 for role in ("driver", "agents", "servers", "actors", "ray")}
+    for pid, (role, seconds) in c1.items():
+        if pid in c0:
+            out[role] += 1e6 * (seconds - c0[pid][1]) / (s1 - s0)
+    puts = p1["puts"] - p0["puts"]
+    out.update(publishes_per_step=puts / (s1 - s0), us_per_publish=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / max(1, puts),
+               publisher_us=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / (s1 - s0))
+    return out
+
+
+def probe() -> tuple:
+    return cpu_by_role(), dict(PUBLISHED)
 
 
 def learning_run(plan, seed: int) -> dict:
@@ -102,6 +195,231 @@ def rllib_run(steps: int, seed: int, runners: int, envs: int, n_step: int) -> tu
     return sampled / wall, rate, {"env_steps": sampled, "iterations": len(marks)}
 
 
+# The ray plans of --accuracy: (nodes, actors per node, envs, placement, shards, chunk)
+RAY_PLANS = [(1, 1, 8, "learner", 1, 256), (2, 1, 8, "learner", 1, 256), (3, 1, 8, "learner", 1, 256),
+             (2, 1, 8, "learner", 1, 32), (1, 2, 8, "learner", 1, 64), (2, 1, 8, "server", 1, 256),
+             (2, 1, 8, "server", 2, 256), (2, 1, 8, "node", 1, 256)]
+PROCESSES_PLANS = [(1, 8), (2, 8)]  # (actors, envs): the processes runtime beside them
+CLUSTER_NODES = 3
+
+
+def accuracy_config():
+    """The shipped DQN CartPole config at n_step 1 (benchmarks/autotune_accuracy.py's acceptance config)."""
+    from pearl.config import apply_overrides, default_config_path, load_config
+
+    return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
+
+
+def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None):
+    """Costs of the config's workload on `platform` from this machine's profile (measured if not cached)."""
+    from pearl import measure
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.profile import profile
+    from pearl.estimator.workload import workload_from_config
+    from pearl.platforms import load_platform
+
+    tables = profile(config, [("uniform", "cpu")], envs=(1, 8, 16), kernels=("fused",),
+                     seconds=profile_seconds, log=log, processes=True, runner=measure)
+    return Costs(load_platform(platform), workload_from_config(config), tables)
+
+
+def ray_candidate(nodes, actors, envs, placement, shards, chunk, batch=64, kernel="fused"):
+    from pearl.estimator.model import Candidate
+
+    return Candidate("uniform", "cpu", "cpu", kernel, envs, batch, runtime="ray", actors=actors, nodes=nodes,
+                     placement=placement, shards=shards, chunk=chunk)
+
+
+def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
+    import sys
+
+    from pearl.estimator.model import Candidate, predict
+    from pearl.measure import measure_many
+
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    config = accuracy_config()
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
+    costs = measured_costs(config, "local_cluster", profile_seconds, log)
+    cands = [ray_candidate(*plan) for plan in RAY_PLANS]
+    local = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=a)
+             for a, e in PROCESSES_PLANS]
+    predicted = {c: predict(c, costs) for c in cands + local}
+    rates: dict = {c: [] for c in cands + local}
+    loads: dict = {c: [] for c in cands + local}
+    cpu: dict = {}  # ray plan -> role -> CPU us per env step over its fastest run's steady window
+    watch_publisher()
+    with local_cluster(CLUSTER_NODES):
+        for _ in range(passes):  # in turns: a burst of load hits one run of several plans
+            for cand in cands:
+                loads[cand].append(os.getloadavg()[0])
+                _, steady, info = pearl_run(cand.to_plan(), steps, 0, 1, until=0.9, probe=probe)
+                if steady >= max(rates[cand], default=0.0):
+                    cpu[cand] = cpu_per_step(info["probes"]["start"], info["probes"]["end"])
+                rates[cand].append(steady)
+                log(f"{cand.label()}: measured {steady:,.0f} steps/s steady (predicted "
+                    f"{predicted[cand].steps_per_s:,.0f}), load {os.getloadavg()[0]:.1f}, CPU us per env step "
+                    f"{', '.join(f'{k} {v:.3g}' for k, v in cpu[cand].items())}; model: publishes per step "
+                    f"{predicted[cand].step_us['publish'] / predicted[cand].call_us['publish']:.3g}, "
+                    f"{predicted[cand].call_us['publish']:.0f} us each")
+    for _ in range(passes):
+        for cand, run in zip(local, measure_many(config, local, 3.0)):
+            loads[cand].append(os.getloadavg()[0])
+            rates[cand].append(run["steps_per_s"])
+    print("| runtime | plan | predicted steps/s | measured steps/s (runs) | error | limiting side (model) | "
+          "load average |\n| --- | --- | ---: | ---: | ---: | --- | --- |")
+    errors: dict = {"ray": [], "processes": []}
+    for cand in cands + local:
+        p = predicted[cand]
+        measured = max(rates[cand])  # the least disturbed run, as pearl.measure keeps the fastest window
+        error = (p.steps_per_s - measured) / measured
+        errors[cand.runtime].append(abs(error))
+        print(f"| {cand.runtime} | {cand.label()} | {p.steps_per_s:,.0f} | {measured:,.0f} "
+              f"({', '.join(f'{r:,.0f}' for r in rates[cand])}) | {100 * error:+.1f}% | {p.limiting_side} "
+              f"({p.bottleneck}) | {', '.join(f'{x:.1f}' for x in loads[cand])} |")
+    for runtime, values in errors.items():
+        print(f"# {runtime}: median |error| {100 * statistics.median(values):.1f}% over {len(values)} plans, "
+              f"max {100 * max(values):.1f}%")
+    print("\nCPU per env step (us) of each role, measured over the fastest run's steady window / the model's:\n"
+          "| plan | actors | node agents | driver (learner) | replay shards | Ray's own |\n"
+          "| --- | --- | --- | --- | --- | ---: |")
+    for cand in cands:
+        p, m = predicted[cand], cpu[cand]
+        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads")),
+                 "agents": p.step_us["agent"], "driver": p.sides["learner"],
+                 "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0)}
+        print(f"| {cand.label()} | " + " | ".join(f"{m[k]:.1f} / {model[k]:.1f}" for k in model) + f" | {m['ray']:.1f} |")
+    print(f"# load average after: {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int, store: int = 150 * 2**20):
+    """A local Ray cluster of `nodes` nodes of 1 CPU each on 127.0.0.1, this process its driver."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
+                                                            "object_store_memory": store, "include_dashboard": False})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=store)
+        ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+class Echo:
+    """A Ray actor that answers (the calls' figures of --calls)."""
+
+    def take(self, value):
+        return None
+
+    def hold(self, seconds: float):
+        time.sleep(seconds)
+
+
+def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
+    """The local cluster's Ray figures: the driver's CPU time per actor call submitted (`.remote()`
+    on an actor of another node, object refs gathered after), one call's round trip (submitted and
+    its result got, one at a time; the median), and the CPU the Ray processes of the cluster burn
+    per node while idle."""
+    import numpy as np
+    import ray
+    import psutil  # after ray: Ray's thirdparty_files carry it
+
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
+    with local_cluster(nodes):
+        echo = ray.remote(Echo).options(num_cpus=1).remote()
+        weights = np.zeros(4866, np.float32)  # the DQN 4-64-64-2 policy's weights
+        ray.get(echo.take.remote(ray.put(weights)))
+        results = []
+        for _ in range(3):
+            cpu0 = time.thread_time()
+            refs = [echo.take.remote(i) for i in range(rounds)]
+            submit = (time.thread_time() - cpu0) / rounds
+            ray.get(refs)
+            cpu0 = time.thread_time()
+            for _ in range(rounds):  # one reference alive at a time, as the publisher holds them
+                ref = ray.put(weights)
+            put = (time.thread_time() - cpu0) / rounds
+            del ref
+            trips = []
+            for _ in range(rounds // 4):
+                t0 = time.perf_counter()
+                ray.get(echo.take.remote(0))
+                trips.append(time.perf_counter() - t0)
+            # a publish to one agent as pearl/runtime/ray.py _Publisher makes it: one put, a call
+            # taking the reference, the previous reference dropped; its wall time until the call
+            # is done (the delivery: the agent reads the object)
+            cycles = []
+            for _ in range(rounds // 4):
+                t0 = time.perf_counter()
+                ref = ray.put(weights)
+                ray.get(echo.take.remote(ref))
+                cycles.append(time.perf_counter() - t0)
+            del ref
+            publish = statistics.median(cycles)
+            held = [echo.hold.remote(1.0), echo.hold.remote(1.0)]  # in flight: what the publisher polls
+            cpu0 = time.thread_time()
+            for _ in range(rounds):
+                ray.wait(held, num_returns=len(held), timeout=0)
+            wait = (time.thread_time() - cpu0) / rounds
+            results.append((submit, put, statistics.median(trips), wait, publish))
+            print(f"call submitted: {1e6 * submit:.0f} us of the driver's CPU, ray.put of the weights "
+                  f"{1e6 * put:.0f} us, a call's round trip {1e6 * results[-1][2]:.0f} us (median), ray.wait on "
+                  f"2 calls in flight {1e6 * wait:.0f} us, a publish (put + call) until delivered {1e6 * publish:.0f} "
+                  f"us (median); load {os.getloadavg()[0]:.1f}", flush=True)
+            ray.get(held)
+        ray.kill(echo)
+        time.sleep(2.0)
+        ours = psutil.Process()
+        procs = [p for p in ours.children(recursive=True)]
+        before = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
+        time.sleep(idle_s)
+        after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
+        print(f"Ray's processes while idle ({len(procs)}): {(after - before) / idle_s / nodes:.3f} cores per node")
+    best = [min(r[i] for r in results) for i in range(5)]
+    print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip {1e6 * best[2]:.0f} us, "
+          f"wait {1e6 * best[3]:.0f} us, publish delivered {1e6 * best[4]:.0f} us; load average after: "
+          f"{os.getloadavg()}")
+
+
+def scaling(platform: str, counts=(1, 2, 4, 8, 16, 32, 64)) -> None:
+    """The model on `platform` for DQN CartPole and DDPG Pendulum by node agents (module doc)."""
+    from pearl.config import default_config_path, load_config
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import predict
+    from pearl.estimator.profile import load_cached
+    from pearl.estimator.workload import workload_from_config
+    from pearl.platforms import load_platform
+
+    profile_ = load_platform(platform)
+    workloads = {"DQN CartPole (shipped, n_step 1, u 0.25, B64)": (accuracy_config(), "fused", 8),
+                 "DDPG Pendulum (shipped 400x300, u 1, B256)": (load_config(default_config_path().with_name(
+                     "pendulum_ddpg.yaml")), "fused", 1)}
+    for name, (config, kernel, envs) in workloads.items():
+        workload = workload_from_config(config)
+        cached = load_cached(workload.key())
+        costs = Costs(profile_, workload, cached["tables"] if cached else None)
+        print(f"\n{name} on {profile_.name} ({'this machine' + chr(39) + 's profile' if cached else 'analytic'} "
+              f"task costs), {profile_.nodes.cores} actors per node x {envs} envs, chunk 256:")
+        print("| nodes | placement | predicted env steps/s | limiting side (task) | publishes per s | ceilings "
+              "(env steps/s): learner / actors / agents / server / wire |\n| ---: | --- | ---: | --- | ---: | --- |")
+        for n in counts:
+            for placement, shards in (("learner", 1), ("server", 4), ("node", 4)):
+                if n + (shards if placement == "node" else 0) > profile_.nodes.count:
+                    continue
+                cand = ray_candidate(n, profile_.nodes.cores, envs, placement, shards, 256,
+                                     config.algo_config.batch_size, kernel)
+                p = predict(cand, costs)
+                ceiling = lambda side: f"{1e6 / p.sides[side]:,.0f}" if p.sides.get(side) else "-"  # noqa: E731
+                publishes = p.steps_per_s * p.step_us["publish"] / p.call_us["publish"]
+                print(f"| {n} | {placement}{f' x{shards}' if shards > 1 else ''} | {p.steps_per_s:,.0f} | "
+                      f"{p.limiting_side} ({p.bottleneck}) | {publishes:,.0f} | "
+                      + " / ".join(ceiling(side) for side in ("learner", "actors", "agents", "server", "wire")) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20000)
@@ -119,36 +437,39 @@ def main() -> None:
     parser.add_argument("--learning", action="store_true", help="learning quality: the shipped config, ray only")
     parser.add_argument("--replay", default="learner", help="plan.ray.replay: learner, server or node")
     parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--accuracy", action="store_true", help="the estimator's ray model against measurement")
+    parser.add_argument("--passes", type=int, default=1, help="--accuracy: runs of each plan, in turns")
+    parser.add_argument("--profile-seconds", type=float, default=1.5)
+    parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
+    parser.add_argument("--scaling", metavar="PLATFORM", help="the model's figures for 1-64 nodes on a cluster profile")
     args = parser.parse_args()
+    if args.accuracy:
+        return accuracy(args.steps, args.passes, args.profile_seconds)
+    if args.calls:
+        return calls(CLUSTER_NODES)
+    if args.scaling:
+        return scaling(args.scaling)
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
+    with local_cluster(args.nodes + (args.shards if args.replay == "node" else 0)):
+        run_main(args)
 
-    import ray
-    from ray.cluster_utils import Cluster
 
+def run_main(args) -> None:
+    """The processes / ray / RLlib comparison, or --learning, on the running cluster."""
     from pearl.plan import Plan, RayPlan
 
-    print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}")
-    store = 150 * 2**20
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                                                            "object_store_memory": store, "include_dashboard": False})
-    for _ in range(args.nodes - 1 + (args.shards if args.replay == "node" else 0)):
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=store)
-    ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
     if args.learning:
         plan = Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                     ray=RayPlan(nodes=args.nodes, chunk=args.chunk, replay=args.replay, shards=args.shards))
         print(f"# learning: shipped config (100k env steps, n_step 3), ray runtime, {args.nodes} nodes x "
               f"{plan.actors} actors x {args.envs} envs, replay {args.replay} x {args.shards}", flush=True)
         finals = []
-        try:
-            for seed in range(args.seeds):
-                row = learning_run(plan, seed)
-                finals.append(row["final"])
-                print(f"seed {seed}: final greedy return {row['final']:6.1f} (20 episodes), best periodic "
-                      f"{row['best']:6.1f}, {row['steps_per_s']:6.0f} env steps/s, {row['env_steps']} env steps, "
-                      f"{row['updates']} updates (ratio exact: {row['exact']}); load {os.getloadavg()}", flush=True)
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+        for seed in range(args.seeds):
+            row = learning_run(plan, seed)
+            finals.append(row["final"])
+            print(f"seed {seed}: final greedy return {row['final']:6.1f} (20 episodes), best periodic "
+                  f"{row['best']:6.1f}, {row['steps_per_s']:6.0f} env steps/s, {row['env_steps']} env steps, "
+                  f"{row['updates']} updates (ratio exact: {row['exact']}); load {os.getloadavg()}", flush=True)
         print(f"# solved (final >= 475): {sum(f >= 475 for f in finals)} of {len(finals)}; "
               f"load average after: {os.getloadavg()}")
         return
@@ -158,19 +479,15 @@ def main() -> None:
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
     results: dict[str, list] = {name: [] for name in (*plans, *(["rllib"] if args.rllib else []))}
-    try:
-        for seed in range(args.seeds):
-            for name, plan in plans.items():
-                wall, steady, info = pearl_run(plan, args.steps, seed, args.n_step)
-                results[name].append((wall, steady))
-                print(f"seed {seed} {name:9s}: {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
-            if args.rllib:
-                wall, steady, info = rllib_run(args.rllib_steps, seed, args.actors, args.envs, args.n_step)
-                results["rllib"].append((wall, steady))
-                print(f"seed {seed} rllib    : {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    for seed in range(args.seeds):
+        for name, plan in plans.items():
+            wall, steady, info = pearl_run(plan, args.steps, seed, args.n_step)
+            results[name].append((wall, steady))
+            print(f"seed {seed} {name:9s}: {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
+        if args.rllib:
+            wall, steady, info = rllib_run(args.rllib_steps, seed, args.actors, args.envs, args.n_step)
+            results["rllib"].append((wall, steady))
+            print(f"seed {seed} rllib    : {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
     print(f"# load average after: {os.getloadavg()}")
     for other in [n for n in results if n != "ray"]:
         for column, label in ((0, "whole run"), (1, "steady")):

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 from pearl.estimator.signatures import Cost, sum_tree_cost
 from pearl.kernels.registry import backend, kind_of
@@ -229,6 +230,49 @@ class Costs:
         host = self.platform.host
         return (RING_WRITE_CALLS * host.call_overhead_us * 1e-6
                 + cand.envs * self.workload.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9))
+
+    # -- the ray runtime (pearl/schedule/models.py Ray) ---------------------------------------------
+    def cluster(self, cand):
+        """The platform's cluster (platforms/ `nodes:`) a ray plan runs on, checked to hold the plan."""
+        from pearl.errors import ConfigError
+
+        nodes = self.platform.nodes
+        if nodes is None:
+            raise ConfigError(f"{self.platform.source}: nodes: missing (a ray plan needs a platform with a nodes: "
+                              f"section, e.g. platforms/local_cluster.yaml)")
+        used = cand.nodes + (cand.shards if cand.placement == "node" else 0)
+        if used > nodes.count:
+            raise ConfigError(f"plan.ray.nodes: {cand.label()} needs {used} nodes, {self.platform.source} has "
+                              f"{nodes.count}")
+        return nodes
+
+    def ray_parts(self, cand, rows: int) -> dict[str, float]:
+        """The ray runtime's per-component costs, us, for chunks of `rows` rows (estimator/wire.py
+        for the wire and the node agents; the profile's or analytic figures for the tables):
+        `insert` a chunk into a cpu table, `request` the server's handling of one request, `agent`
+        a node agent's pass draining its rings and sending one chunk, `chunk_wire` the bytes of one
+        chunk on the link, `round` the driver's loop per chunk taken in; with the replay off the
+        learner's process, `sample_wait` the learner's sample (the shards asked at once, the
+        previous update riding on it), `sample_client` its own Python in that, `shard_update` a
+        shard's work per update."""
+        from pearl.estimator import wire
+
+        latency, bandwidth = wire.node_link(self.platform)
+        table = replace(cand, replay_device="cpu")
+        per_round, _ = self.overhead_parts_us(replace(cand, envs=rows))
+        parts = {"insert": self.task_seconds("insert", replace(table, envs=rows))[0] * 1e6,
+                 "request": wire.server_s("insert") * 1e6,
+                 "agent": wire.agent_pass_s(rows, cand.actors, self) * 1e6,
+                 "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
+                 "round": per_round * rows}
+        if cand.placement != "learner":
+            share = replace(table, batch=max(1, cand.batch // cand.shards))
+            tasks = ("sample", "update_priorities") if cand.replay_kind != "uniform" else ("sample",)
+            shard = sum(self.task_seconds(task, share)[0] for task in tasks) * 1e6 + wire.server_s("sample") * 1e6
+            client = sum(wire.client_s(task, self, cand.shards) for task in tasks) * 1e6
+            parts.update(shard_update=shard, sample_client=client,
+                         sample_wait=client + shard + wire.messages_s("sample", cand.batch, self, latency, bandwidth) * 1e6)
+        return parts
 
     def overhead_us(self, cand) -> float:
         """The runtime loop's own time per env step, outside any task."""

@@ -9,7 +9,10 @@ placements the runtime accepts are generated: act on the cpu, the replay and the
 of the platform whose backend runs them (Backend.can_run, learner_kernels: a registered
 backend's devices are enumerated like the built-in ones), each placement passing the one
 placement rule (pearl/placement.py check_placement: e.g. a replay on cuda:N feeds a learner on
-the same GPU), so every ranked plan is one `pearl train --plan` runs. Pruning: devices with identical figures are interchangeable (an H100
+the same GPU), so every ranked plan is one `pearl train --plan` runs. Ray plans (a platform with a
+`nodes:` section) add node agents (the ladder up to the cluster's nodes) x actor processes per node
+(up to a node's cores) x replay placement and shards (RAY_PLACEMENTS) x chunk size (RAY_CHUNKS),
+their replay table on the cpu. Pruning: devices with identical figures are interchangeable (an H100
 node's eight GPUs give one set of plans, not eight); under a power cap, plans over the cap are
 dropped. The space is small (hundreds to a few thousand plans), so the rest is exhaustive.
 """
@@ -26,12 +29,31 @@ from pearl.kernels.registry import REPLAY_TASKS, backend
 from pearl.placement import check_placement
 
 METRICS = ("throughput", "efficiency", "power_cap")
-RUNTIMES = schedule.RUNTIMES  # every runtime has a schedule model (pearl.schedule.models)
+# every runtime has a schedule model (pearl.schedule.models); ray plans need a platform with nodes
+RUNTIMES = (*schedule.RUNTIMES, *schedule.CLUSTER_RUNTIMES)
 DEFAULT_ENVS = (1, 2, 4, 8, 16)
 # actor counts the mapper tries up to the host's cores: all of them on a small host, a geometric
 # ladder on a big one (the predicted step falls as 1 / actors until another side limits it, so
 # the ladder lands within one rung of the best count)
 ACTOR_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+# ray plans: the replay placements (plan.ray.replay) with their shard counts, and the chunk sizes
+RAY_PLACEMENTS = (("learner", 1), ("server", 1), ("server", 2), ("node", 1))
+RAY_CHUNKS = (64, 256)
+
+
+def node_counts(count: int) -> list[int]:
+    """Node agents to try on a cluster of `count` nodes: the ladder up to them, and all of them."""
+    return sorted({n for n in ACTOR_LADDER if n <= count} | {count})
+
+
+def ray_plans(nodes) -> list[dict]:
+    """The plan.ray fields of the ray plans a cluster (platforms/ `nodes:`) holds: node agents x
+    placement x shards x chunk, a `node` placement's shards on nodes beside the agents'."""
+    return [dict(nodes=n, placement=where, shards=shards, chunk=chunk)
+            for n in node_counts(nodes.count) for where, shards in RAY_PLACEMENTS for chunk in RAY_CHUNKS
+            if n + (shards if where == "node" else 0) <= nodes.count]
 
 
 def actor_counts(cores: int) -> list[int]:
@@ -68,11 +90,18 @@ def _distinct(devices) -> list:
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
                sync_intervals=(1,), runtimes=("sequential",), actors=None) -> tuple[list[Candidate], int]:
     """(the plans to predict, how many were pruned as interchangeable). `actors`: the actor
-    counts of processes plans (default: actor_counts of the host's cores); the other runtimes
-    run one actor."""
+    counts of processes plans (default: actor_counts of the host's cores) and per node of ray
+    plans (default: actor_counts of a node's cores); the other runtimes run one actor."""
     kinds = list(replay_kinds or [workload.replay_kind])
-    counts = {runtime: (list(actors or actor_counts(platform.host.cores)) if runtime in schedule.MANY_ACTORS else [1])
+    if "ray" in runtimes and platform.nodes is None:
+        raise ConfigError(f"--runtimes: ray plans need a platform with a nodes: section ({platform.source} has "
+                          f"none; e.g. --platform local_cluster)")
+    # actor processes: the host's for processes plans, each node's for ray plans
+    cores = {**{runtime: platform.host.cores for runtime in schedule.MANY_ACTORS},
+             **{runtime: platform.nodes.cores if platform.nodes else 1 for runtime in schedule.CLUSTER_RUNTIMES}}
+    counts = {runtime: (list(actors or actor_counts(cores[runtime])) if runtime in cores else [1])
               for runtime in runtimes}
+    layouts = {runtime: ray_plans(platform.nodes) if runtime == "ray" else [{}] for runtime in runtimes}
     batches = list(batches or [64])
     distinct = _distinct(platform.devices)
     pruned = len(platform.devices) - len(distinct)
@@ -88,7 +117,10 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
                                      "learn": learn, "sync_weights": learn}, work, kernel, platform)]
         for (replay, learn, kernel), e, b, s, runtime in itertools.product(
                 placements, envs, batches, sync_intervals, runtimes):
-            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n) for n in counts[runtime]]
+            if runtime == "ray" and replay != "cpu":
+                continue  # a ray run's replay table is a cpu one, in the learner's process or a server's
+            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, **layout)
+                    for n in counts[runtime] for layout in layouts[runtime]]
     return out, pruned
 
 

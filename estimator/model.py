@@ -9,8 +9,10 @@ multiplies by how often the runtime calls the task per env step and schedules th
 The schedule is the plan's runtime's model (pearl/schedule/models.py, `MODELS`): which tasks run
 on which thread, process or device, and how their times per env step combine into the step
 (sequential: the sum; threaded: max(actor, learner, c x their sum); processes: max(A / min(N, C),
-L, (A + L) / C) with its time-sharing factor; overlapped: the paper's T_sample + max(...)). This
-module prices the tasks and the power; it has no runtime-specific branch.
+L, (A + L) / C) with its time-sharing factor; ray: actor nodes, node agents, replay servers and
+the learner over a cluster's nodes, pricing the wire with estimator/wire.py; overlapped: the
+paper's T_sample + max(...)). This module prices the tasks and the power; it has no
+runtime-specific branch. Power of a ray plan: the learner's node only.
 
 Power: every device the plan uses, plus the host cpu, draws idle + dynamic x utilisation, with
 utilisation = its busy fraction of the step (the host: the runtime's one busy core of `cores`,
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from pearl.estimator.costs import SOURCES
 from pearl.kernels.registry import REPLAY_TASKS, TASKS, backend, kind_of
-from pearl.plan import Plan
+from pearl.plan import Plan, RayPlan
 from pearl.schedule.models import MODELS, StepFigures
 
 
@@ -39,8 +41,14 @@ class Candidate:
     batch: int
     sync_interval: int = 1
     act_device: str = "cpu"
-    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes
-    actors: int = 1  # actor processes (the processes runtime; the others run one actor)
+    runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes | ray
+    actors: int = 1  # actor processes (the processes runtime; per node for ray; the others run one)
+    # the ray runtime's plan.ray (pearl/plan.py RayPlan, its defaults): node agents, where the
+    # replay server runs (learner | server | node), its shards, the rows per chunk at most
+    nodes: int = RayPlan.nodes
+    placement: str = RayPlan.replay
+    shards: int = RayPlan.shards
+    chunk: int = RayPlan.chunk
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -53,7 +61,9 @@ class Candidate:
         return (f"{self.replay_kind}@{self.replay_device} learn {self.learner_kernel}@{self.learn_device} "
                 f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else "")
                 + (f" {self.runtime}" if self.runtime != "sequential" else "")
-                + (f" x{self.actors}" if self.actors != 1 else ""))
+                + (f" x{self.actors}" if self.actors != 1 else "")
+                + (f" N{self.nodes} {self.placement}" + (f"x{self.shards}" if self.shards != 1 else "")
+                   + f" C{self.chunk}" if self.runtime == "ray" else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
@@ -61,9 +71,11 @@ class Candidate:
         devices = {task: self.device_of(task) for task in TASKS}
         # a plan names its platform when a device of it is a profile's own (an FPGA of the profile)
         uses_profile = any(backend(kind_of(d)).default_platform is not None for d in devices.values())
+        ray = (RayPlan(nodes=self.nodes, replay=self.placement, shards=self.shards, chunk=self.chunk)
+               if self.runtime == "ray" else RayPlan())
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
-                    runtime=self.runtime, platform=platform if uses_profile else "")
+                    runtime=self.runtime, platform=platform if uses_profile else "", ray=ray)
 
 
 # How far a figure of each source may be off (relative, one standard band): what the accuracy

@@ -33,7 +33,9 @@ SOURCE_LEGEND = ("M measured by `pearl profile` here at this size, I interpolate
 _GENERIC_CPU_WORDS = {"r", "tm", "cpu", "processor", "with", "radeon", "graphics", "core", "cores"}
 # the sides of a parallel runtime's step (estimator/model.py Prediction.sides), in words
 SIDE_WORDS = {"actor": "the actor thread", "learner": "the learner", "contention": "the threads' contention",
-              "actors": "the actor processes", "cores": "the host's cores, time-shared by all processes"}
+              "actors": "the actor processes", "cores": "the host's cores, time-shared by all processes",
+              "agents": "the node agents", "server": "a replay server (shard)", "wire": "the wire into the server's node",
+              "node cores": "each node's cores", "learner cores": "the learner node's cores"}
 
 
 @dataclass
@@ -108,6 +110,8 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     from pearl import schedule
     from pearl.replay.rate_limiter import RateLimiter
 
+    if cand.runtime in schedule.CLUSTER_RUNTIMES:
+        return True  # the replay server's credits (or the driver's grants) keep its band, not the limiter
     algo = config.algo_config
     limit = schedule.rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts, algo.n_step,
                                 cand.envs, cand.actors)
@@ -158,8 +162,9 @@ def same_cpu_model(platform_name: str, cpu_model: str) -> bool:
 def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "throughput", *,
              power_cap_w: float | None = None, replay_kinds=None, envs=None, batches=None,
              use_profile: bool | None = None, schedule: str | None = None,
-             runtimes=("sequential",), actors=None) -> AutotuneResult:
-    """Ranks the plans of `platform` for the config's workload; see the module doc."""
+             runtimes=None, actors=None) -> AutotuneResult:
+    """Ranks the plans of `platform` for the config's workload; see the module doc. `runtimes`:
+    default sequential, and ray on a platform with a cluster (a `nodes:` section)."""
     from pearl.estimator.costs import Costs
     from pearl.estimator.mapper import DEFAULT_ENVS, rank
     from pearl.estimator.workload import workload_from_config
@@ -183,6 +188,8 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
                         f"describes {profile_.host.name!r} (only the core count matches): its analytic figures and "
                         f"power are another CPU's")
     costs = Costs(profile_, workload, measured)
+    if runtimes is None:
+        runtimes = ("sequential",) + (("ray",) if profile_.nodes is not None else ())
     kinds = replay_kinds or ([workload.replay_kind, "amper"] if workload.replay_kind == "prioritized"
                              else [workload.replay_kind])
     ranking = rank(costs, metric, power_cap_w, kinds, envs or DEFAULT_ENVS,
@@ -259,17 +266,20 @@ def format_table(predictions, measured: dict | None = None) -> str:
 
 
 def measure_top(result: AutotuneResult, k: int, seconds: float = 3.0, log=None, *, runner) -> list:
-    """Runs the top `k` plans this machine can run for `seconds` each with `runner`
+    """Runs the top `k` plans this machine can run (ray plans aside) for `seconds` each with `runner`
     (estimator.profile.Runner, pearl.measure: after a warm-up past learning_starts, in windows
     taken in turns); returns [(Prediction, the runner's dict: steps_per_s and, where a sensor read
     them, watts; or error)]."""
     from pearl.kernels.registry import backend, kind_of
     from pearl.placement import runnable_here
+    from pearl.schedule import CLUSTER_RUNTIMES
 
     chosen = [p for p in result.ranking.predictions
               # a simulated FPGA's wall time is not the board's: nothing to compare
               if runnable_here((p.candidate.replay_device, p.candidate.learn_device, p.candidate.act_device))
-              and backend(kind_of(p.candidate.replay_device)).cost_source != "simulated"][:k]
+              and backend(kind_of(p.candidate.replay_device)).cost_source != "simulated"
+              # a ray plan runs on a cluster, measured by benchmarks/ray_runtime.py --accuracy
+              and p.candidate.runtime not in CLUSTER_RUNTIMES][:k]
     out = []
     for prediction, run in zip(chosen, runner.measure_many(result.config, [p.candidate for p in chosen], seconds)):
         out.append((prediction, run))

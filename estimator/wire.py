@@ -11,6 +11,11 @@ work there (the same task on a cpu table, priced by `Costs` as for a local one):
 - sample: one round trip carrying the batch back (its rows, indices and weights);
 - update_priorities: rides on the next sample request (the piggybacked form): its bytes only.
 
+The ray runtime's model (pearl/schedule/models.py Ray, through estimator/costs.py `ray_parts`)
+prices its wire from the same parts (`client_s`, `messages_s`, `server_s`) over the cluster's
+link (`node_link`: a platform's `nodes.link`, or loopback), and its node agents, the wire's
+writers, with `agent_pass_s`.
+
 The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback): a ZeroMQ round trip
 of 0.13-0.28 ms, server-side UPDATE_SAMPLE 100-194 us p50 of which the table's own work was
 33-62 us. Imports nothing of the server (no pyzmq).
@@ -26,6 +31,13 @@ LOOPBACK_LATENCY_US = 100.0
 LOOPBACK_BANDWIDTH_GB_S = 2.0
 SERVER_REQUEST_US = 90.0  # the server's handling of one request beyond the table's own work
 CLIENT_CALLS = {"insert": 3, "sample": 4, "update_priorities": 1}  # pack + send (+ recv + unpack)
+# A ray node agent (pearl/runtime/node_agent.py) is a writer on the wire; its Python-level calls,
+# read off its loop: per actor ring per pass take, one copy per transition column (5), release and
+# the allowance; per chunk sent a concatenate per column and the loop's bookkeeping (2), plus the
+# client's own insert calls; the rows are copied 3 times (out of the ring, concatenated, packed).
+AGENT_CALLS_PER_RING = 8
+AGENT_CALLS_PER_CHUNK = 7
+AGENT_COPIES = 3
 
 
 def link(platform) -> tuple[float, float]:
@@ -38,24 +50,54 @@ def link(platform) -> tuple[float, float]:
     return found.latency_us, found.bandwidth_gb_s
 
 
+def node_link(platform) -> tuple[float, float]:
+    """(latency_us, bandwidth_gb_s) between two nodes of the platform's cluster (`nodes.link`), or
+    loopback's when it names none (a local cluster: every node on one host)."""
+    nodes = getattr(platform, "nodes", None)
+    if nodes is None or nodes.link is None:
+        return LOOPBACK_LATENCY_US, LOOPBACK_BANDWIDTH_GB_S
+    return nodes.link.latency_us, nodes.link.bandwidth_gb_s
+
+
 def message_s(nbytes: float, latency_us: float, bandwidth_gb_s: float) -> float:
     """One message over the link: latency + bytes / bandwidth."""
     return latency_us * 1e-6 + nbytes / (bandwidth_gb_s * 1e9)
 
 
+def client_s(task: str, costs, servers: int = 1) -> float:
+    """The client's own Python for one call of `task` asked of `servers` servers at once."""
+    return CLIENT_CALLS[task] * servers * costs.platform.host.call_overhead_us * 1e-6
+
+
+def messages_s(task: str, rows: int, costs, latency_us: float, bandwidth_gb_s: float) -> float:
+    """The wire's part of one call of `task` carrying `rows` rows: a request and its reply
+    (insert: the chunk out, its acknowledgement back; sample: the batch back with its indices and
+    weights), or for update_priorities its indices and |TD| riding on the next sample request."""
+    w = costs.workload
+    if task == "insert":
+        return 2 * message_s(0, latency_us, bandwidth_gb_s) + rows * w.transition_bytes / (bandwidth_gb_s * 1e9)
+    if task == "sample":
+        return 2 * message_s(0, latency_us, bandwidth_gb_s) + rows * (w.transition_bytes + 16) / (bandwidth_gb_s * 1e9)
+    return rows * 12 / (bandwidth_gb_s * 1e9)
+
+
+def server_s(task: str) -> float:
+    """The server's handling of one request beyond the table's work (an update_priorities rides
+    on a sample request: none of its own)."""
+    return 0.0 if task == "update_priorities" else SERVER_REQUEST_US * 1e-6
+
+
+def agent_pass_s(rows: int, rings: int, costs) -> float:
+    """A node agent's pass that drains `rings` actor rings and sends one chunk of `rows` rows."""
+    host, w = costs.platform.host, costs.workload
+    calls = AGENT_CALLS_PER_RING * rings + AGENT_CALLS_PER_CHUNK + CLIENT_CALLS["insert"]
+    return calls * host.call_overhead_us * 1e-6 + \
+        AGENT_COPIES * rows * w.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)
+
+
 def task_seconds(task: str, cand, costs) -> float:
     """One call of replay task `task` of candidate `cand` on its server (`costs`: estimator.costs.Costs)."""
-    w, host = costs.workload, costs.platform.host
     latency, bandwidth = link(costs.platform)
-    client = CLIENT_CALLS[task] * host.call_overhead_us * 1e-6
-    table = costs.analytic_seconds(task, replace(cand, replay_device="cpu"), host)  # the server's table, a cpu one
-    if task == "insert":
-        chunk = cand.envs * w.transition_bytes
-        return client + 2 * message_s(0, latency, bandwidth) + chunk / (bandwidth * 1e9) + \
-            SERVER_REQUEST_US * 1e-6 + table
-    if task == "sample":
-        batch = cand.batch * (w.transition_bytes + 16)  # rows + index + weight
-        return client + 2 * message_s(0, latency, bandwidth) + batch / (bandwidth * 1e9) + \
-            SERVER_REQUEST_US * 1e-6 + table
-    # update_priorities: indices and |TD| ride on the next sample request; the server applies them
-    return client + cand.batch * 12 / (bandwidth * 1e9) + table
+    rows = cand.envs if task == "insert" else cand.batch
+    table = costs.analytic_seconds(task, replace(cand, replay_device="cpu"), costs.platform.host)  # the server's table, a cpu one
+    return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table

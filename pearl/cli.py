@@ -72,10 +72,10 @@ def _parser() -> argparse.ArgumentParser:
                                              "(default: the config's, plus amper for prioritized)")
     tune.add_argument("--envs", help="envs per actor to consider (default 1,2,4,8,16)")
     tune.add_argument("--batch-sizes", help="batch sizes to consider (default: the config's)")
-    tune.add_argument("--runtimes", default="sequential",
-                      help="runtimes to consider, e.g. sequential,threaded,processes (default sequential)")
-    tune.add_argument("--actors", help="actor process counts of processes plans (default 1 up to the "
-                                       "platform's cores)")
+    tune.add_argument("--runtimes", help="runtimes to consider, e.g. sequential,threaded,processes,ray (default "
+                                         "sequential, and ray on a platform with nodes)")
+    tune.add_argument("--actors", help="actor process counts of processes plans, per node of ray plans (default 1 "
+                                       "up to the platform's cores, a node's)")
     tune.add_argument("--schedule", help="model every plan as sequential, threaded, processes or overlapped "
                                          "(the paper's T_iter; no runtime runs it yet) instead of by its runtime")
     tune.add_argument("--top", type=int, default=15, help="rows of the ranked table (default 15)")
@@ -130,14 +130,15 @@ def _autotune(args) -> int:
                 raise PearlError(f"--replay-kinds: {kind!r} is not a replay kind (expected {', '.join(REPLAY_KINDS)})")
     if args.schedule is not None and args.schedule not in SCHEDULES:
         raise PearlError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {args.schedule!r}")
-    runtimes = [r.strip() for r in args.runtimes.split(",")]
-    for name in runtimes:
+    runtimes = [r.strip() for r in args.runtimes.split(",")] if args.runtimes else None
+    for name in runtimes or ():
         if name not in TUNABLE_RUNTIMES:
             raise PearlError(f"--runtimes: expected a comma-separated list of {', '.join(TUNABLE_RUNTIMES)}, "
                              f"got {name!r}")
     actors = _int_list(args.actors, "--actors")
-    if actors and not set(runtimes) & set(MANY_ACTORS):
-        raise PearlError(f"--actors: only {' or '.join(MANY_ACTORS)} plans run several actors; add one to --runtimes")
+    many = (*MANY_ACTORS, *CLUSTER_RUNTIMES)
+    if actors and not set(runtimes or ()) & set(many):
+        raise PearlError(f"--actors: only {' or '.join(many)} plans run several actors; add one to --runtimes")
     if args.measure < 0 or args.seconds <= 0:
         raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
     if args.output:

@@ -66,12 +66,36 @@ class Device:
 
 
 @dataclass(frozen=True)
+class Nodes:
+    """The nodes of a cluster that `runtime: ray` plans use beside the learner's node (the
+    platform's devices): node agents and replay servers on nodes of their own. `cores`: each
+    node's cores (Ray's num_cpus); `shared_cores`: when every node runs on one host (a local
+    cluster, ray.cluster_utils.Cluster), the host's cores they all share with the learner, else 0;
+    `link`: between two nodes (None: loopback, estimator/wire.py); the driver's time for one Ray
+    actor call (`ray_call_us`), one `ray.put` of the weights (`ray_put_us`), one `ray.wait` on calls
+    in flight (`ray_wait_us`), and a publish of the weights to one node agent until it has read
+    them (`ray_publish_us`: a put, a call, the object's fetch); `daemon_cores`: the cores each node's Ray
+    daemons (raylet, agents) keep busy."""
+
+    count: int
+    cores: int
+    shared_cores: int = 0
+    link: Link | None = None
+    ray_call_us: float = 1.0
+    ray_put_us: float = 1.0
+    ray_wait_us: float = 1.0
+    ray_publish_us: float = 1.0
+    daemon_cores: float = 0.0
+
+
+@dataclass(frozen=True)
 class Platform:
     name: str
     description: str
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     source: str
+    nodes: Nodes | None = None  # a cluster for runtime: ray (the `nodes:` section), or none
 
     def device(self, device_id: str) -> Device:
         for device in self.devices:
@@ -199,7 +223,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with name, devices and links")
-    known = {"name", "description", "devices", "links"}
+    known = {"name", "description", "devices", "links", "nodes"}
     for key in data:
         if key not in known:
             raise ConfigError(f"{source}: {key}: unknown key (expected one of {', '.join(sorted(known))})")
@@ -260,9 +284,41 @@ def load_platform(name_or_path: str | Path) -> Platform:
             raise ConfigError(f"{at}.between: expected two device ids of this platform (or cpu), got {between!r}")
         if {tuple(sorted(between))} & {tuple(sorted(link_.between)) for link_ in links}:
             raise ConfigError(f"{at}.between: a second link between {between[0]} and {between[1]}")
-        links.append(Link(between=tuple(between), kind=_string(link, "kind", at),
-                          bandwidth_gb_s=_number(link, "bandwidth_gb_s", at),
-                          latency_us=_number(link, "latency_us", at, positive=False),
-                          launch_us=_number(link, "launch_us", at, positive=False, default=0.0)))
+        links.append(_link(link, tuple(between), at))
     return Platform(name=name, description=str(data.get("description", "")), devices=tuple(devices),
-                    links=tuple(links), source=source)
+                    links=tuple(links), source=source,
+                    nodes=_nodes(data["nodes"], f"{source}: nodes") if "nodes" in data else None)
+
+
+def _link(link: dict, between: tuple, at: str) -> Link:
+    return Link(between=between, kind=_string(link, "kind", at), bandwidth_gb_s=_number(link, "bandwidth_gb_s", at),
+                latency_us=_number(link, "latency_us", at, positive=False),
+                launch_us=_number(link, "launch_us", at, positive=False, default=0.0))
+
+
+_NODE_KEYS = ("count", "cores", "shared_cores", "link", "ray_call_us", "ray_put_us", "ray_wait_us", "ray_publish_us",
+              "daemon_cores", "notes")
+
+
+def _nodes(data, at: str) -> Nodes:
+    """The `nodes:` section (platforms/README.md), each field checked like a device's."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{at}: expected a mapping with count and cores")
+    for key in data:
+        if key not in _NODE_KEYS:
+            raise ConfigError(f"{at}.{key}: unknown key (expected one of {', '.join(_NODE_KEYS)})")
+    link = data.get("link")
+    if link is not None:
+        if not isinstance(link, dict):
+            raise ConfigError(f"{at}.link: expected a mapping with kind, bandwidth_gb_s and latency_us")
+        link = _link(link, ("node", "node"), f"{at}.link")
+    shared = data.get("shared_cores", 0)
+    nodes = Nodes(count=_count(data, "count", at), cores=_count(data, "cores", at),
+                  shared_cores=_count(data, "shared_cores", at) if shared else 0, link=link,
+                  **{key: _number(data, key, at) for key in ("ray_call_us", "ray_put_us", "ray_wait_us",
+                                                             "ray_publish_us")},
+                  daemon_cores=_number(data, "daemon_cores", at, positive=False, default=0.0))
+    if nodes.shared_cores and nodes.daemon_cores * nodes.count >= nodes.shared_cores:
+        raise ConfigError(f"{at}.daemon_cores: {nodes.count} nodes x {nodes.daemon_cores:g} cores leave none of the "
+                          f"{nodes.shared_cores} shared cores")
+    return nodes

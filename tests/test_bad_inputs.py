@@ -168,7 +168,7 @@ OTHER_COMMANDS = [
     (["autotune", "--batch-sizes", "a,b"], "--batch-sizes: expected comma-separated integers"),
     (["autotune", "--replay-kinds", "ring"], "--replay-kinds: 'ring' is not a replay kind"),
     (["autotune", "--measure", "-1"], "--measure / --seconds"),
-    (["autotune", "--actors", "2"], "--actors: only processes plans run several actors"),
+    (["autotune", "--actors", "2"], "--actors: only processes or ray plans run several actors"),
     (["autotune", "--schedule", "weekly"], "--schedule: expected one of"),
     (["autotune", "-o", "{tmp}/missing/plan.yaml"], "-o {tmp}/missing/plan.yaml: no folder"),
     (["autotune", "-o", "{tmp}"], "is a directory; expected a file name"),

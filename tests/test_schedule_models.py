@@ -7,14 +7,15 @@ from types import SimpleNamespace
 import pytest
 
 from pearl.plan import TASK_NAMES
-from pearl.runtime import RUNTIMES
+from pearl.runtime import CLUSTER_RUNTIMES, RUNTIMES
 from pearl.schedule import allowance
 from pearl.schedule.models import MODELS, StepFigures
 
 
 def test_every_runtime_has_a_model_whose_lanes_hold_its_tasks():
-    assert set(RUNTIMES) <= set(MODELS) and set(MODELS) - set(RUNTIMES) == {"overlapped"}
-    for name in RUNTIMES:
+    runtimes = (*RUNTIMES, *CLUSTER_RUNTIMES)
+    assert set(runtimes) <= set(MODELS) and set(MODELS) - set(runtimes) == {"overlapped"}
+    for name in runtimes:
         lanes = MODELS[name].lanes
         placed = [task for tasks in lanes.values() for task in tasks if task in TASK_NAMES]
         assert sorted(placed) == sorted(TASK_NAMES), name  # every task on exactly one lane

@@ -6,12 +6,8 @@ the nodes of a Ray cluster, feeding a replay server. The schedule each
 keeps, its lag bound and its model for the estimator are pearl.schedule's."""
 from importlib import import_module
 
-from pearl.schedule import RUNTIMES  # noqa: F401  (a runtime has its lag bound and model there)
-
-# Runtimes beyond one machine (`ray`: pearl/runtime/ray.py): a Plan may name them, the contract
-# suite's one-machine runs and the estimator's schedule models do not cover them (their replay
-# ratio is kept by the replay server or the driver, tested in tests/test_ray_runtime.py).
-CLUSTER_RUNTIMES = ("ray",)
+# a runtime has its lag bound and model there; the runtimes beyond one machine (ray) its model only
+from pearl.schedule import CLUSTER_RUNTIMES, RUNTIMES  # noqa: F401
 
 
 def get(name: str):

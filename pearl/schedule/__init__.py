@@ -18,6 +18,11 @@ from dataclasses import dataclass
 MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
 RUNTIMES = tuple(MAX_LAG)
 MANY_ACTORS = ("processes",)  # runtimes that run a plan's `actors` actors (the others run one)
+# Runtimes beyond one machine (`ray`: pearl/runtime/ray.py; `actors` actor processes on each node):
+# a Plan may name them and each has a schedule model in .models, but no MAX_LAG (the replay server
+# or the driver keeps their ratio with a bound of their own, tested in tests/test_ray_runtime.py)
+# and no place in the one-machine contract suite.
+CLUSTER_RUNTIMES = ("ray",)
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
 
 

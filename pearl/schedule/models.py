@@ -184,5 +184,124 @@ class Overlapped(ScheduleModel):
         return Step(sample + rest[limiting], _largest_task(figures, tasks_on) if tasks_on else "sample")
 
 
+class Ray(ScheduleModel):
+    """pearl/runtime/ray.py (docs/RAY.md): N = `nodes` node agents, each running A = `actors` actor
+    processes of E envs as the processes runtime does and streaming their transitions in chunks
+    to the replay server; the learner on the driver. Per env step of the whole plan, with c the
+    rows a chunk carries and v the weight versions published (costs.ray_parts prices the parts):
+        actors  As = act + ring write / E + weight loads (each actor loads a version once a round)
+        agents  G  = agent pass(c) / c + v x N Ray calls (the publishes they take)
+        server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
+        learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
+                     chunk + v x (sync_weights + a ray.put + N Ray calls: a publish per agent)
+                     + (u / sync_interval - v) ray.waits (a sync due while one is in flight polls);
+                     `learner` placement: + the server's chunks (its thread shares the GIL);
+                     `server` / `node`: the sample is a wait on the wire and the shards
+    v = min(u / sync_interval, step / a publish's delivery (to one agent, + N - 1 calls)): syncs
+    due while a delivery is in flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
+    what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
+    pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
+    learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
+    / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared host
+    (a local cluster: `nodes.shared_cores`), all the work over the cores its Ray daemons leave,
+    times the processes runtime's measured time-sharing factor when the processes outnumber the
+    cores they share. c and v depend on the step: a fixed point, found by iteration."""
+
+    name = "ray"
+    lanes = {"actors": ("act", "ring_write", "weight_loads"), "agents": ("agent",),
+             "server": ("insert", "server_requests"),
+             "learner": ("sample", "learn", "update_priorities", "sync_weights", "publish")}
+    ITERATIONS = 60
+
+    def insert_run(self, cand, updates_per_step):
+        return cand.chunk, cand.chunk  # the server's inserts: priced again at the chunks' fill (step)
+
+    def step(self, figures, cand, costs) -> Step:
+        nodes = costs.cluster(cand)
+        n, a, e, u = cand.nodes, cand.actors, cand.envs, figures.updates_per_step
+        call, host = figures.call_us, costs.platform.host
+        remote = cand.placement != "learner"
+        shards = cand.shards if remote else 0
+        ring_write = costs.ring_write_seconds(cand) * 1e6 / e
+        update = call.get("learn", 0.0) + call.get("update_priorities", 0.0)
+        _, per_update = costs.overhead_parts_us(cand)  # the driver loop's time per update, per env step
+        shared = nodes.shared_cores
+        beside_learner = 1 + (shards if cand.placement == "server" else 0)  # the driver and its servers
+        if shared:  # every process of the plan on the host's cores
+            oversubscribed = n * (a + 1) + 1 + shards > shared
+        else:  # a node's actors and agent, the learner node's processes
+            oversubscribed = a + 1 > nodes.cores or beside_learner > host.cores
+        factor = costs.processes_factor(cand) if oversubscribed else 1.0
+        step_us = dict(figures.step_us)
+        total = sum(step_us.values())  # a start: the sequential sum
+        rows, priced, others = cand.chunk, {}, total
+        # rows an agent finds in its rings at most: its actors' allowances (pearl.schedule.allowance)
+        held = a * allowance(u, n * a, e)
+        for _ in range(self.ITERATIONS):
+            parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
+            # rows arriving at a node during one agent pass, at the rate the rest of the plan allows
+            arriving = parts["agent"] / (others * n)
+            rows = int(min(cand.chunk, held, max(e, round(arriving))))
+            parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
+            # a publish: one put and N calls on the driver; the next one waits for its delivery
+            # (to one agent, and the further calls submitted before the last one goes out)
+            publish = call.get("sync_weights", 0.0) + nodes.ray_put_us + n * nodes.ray_call_us
+            delivery = nodes.ray_publish_us + (n - 1) * nodes.ray_call_us
+            versions = min(u / cand.sync_interval, total / delivery)
+            step_us["ring_write"] = ring_write
+            step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
+            step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
+            step_us["insert"] = parts["insert"] / rows
+            step_us["server_requests"] = parts["request"] / rows
+            # each sync due while a delivery is in flight asks Ray whether it landed (a ray.wait)
+            polls = max(0.0, u / cand.sync_interval - versions)
+            step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
+            step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
+            step_us["overhead"] = per_update + parts["round"] / rows
+            chunk_server = step_us["insert"] + step_us["server_requests"]
+            if remote:
+                step_us["sample"] = u * parts["sample_wait"]
+                step_us.pop("update_priorities", None)  # rides on the sample request, applied by the shards
+                server = chunk_server / shards + u * parts["shard_update"]
+                learner = u * call.get("learn", 0.0) + step_us["sample"] + step_us["publish"] + step_us["overhead"]
+                learner_cpu = learner - u * (parts["sample_wait"] - parts["sample_client"])
+                servers_cpu = shards * server
+            else:
+                step_us["sample"] = u * call.get("sample", 0.0)
+                learner = u * update + step_us["sample"] + step_us["publish"] + step_us["overhead"] + chunk_server
+                learner_cpu, servers_cpu = learner, 0.0
+            actors_us = sum(step_us[k] for k in self.lanes["actors"] if k in step_us)
+            agents_us = step_us["agent"]
+            sides = {"actors": actors_us / (n * a), "agents": agents_us / n, "learner": learner}
+            if remote:
+                sides["server"] = server
+            receivers = shards if cand.placement == "node" else 1  # the nodes the chunks flow into
+            sides["wire"] = parts["chunk_wire"] / rows / receivers
+            busy = actors_us + agents_us + learner_cpu + servers_cpu
+            if shared:
+                free = shared - nodes.daemon_cores * nodes.count
+                sides["cores"] = busy / free
+            else:
+                sides["node cores"] = (actors_us + agents_us) / (n * nodes.cores)
+                on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
+                sides["learner cores"] = on_learner_node / host.cores
+            limiting = max(sides, key=sides.get)
+            others = factor * max(v for k, v in sides.items() if k != "agents")
+            new = factor * sides[limiting]
+            if abs(new - total) <= 1e-6 * total:
+                total = new
+                break
+            total = (total + new) / 2
+        # the model's own parts, per call: an agent's pass, a chunk's request, a publish
+        call.update(agent=parts["agent"], server_requests=parts["request"], publish=publish)
+        lane = {"actors": "actors", "agents": "agents", "server": "server", "wire": "server"}.get(limiting, "learner")
+        bottleneck = max((t for t in self.lanes[lane] if step_us.get(t)), key=step_us.get)
+        figures.step_us.clear()
+        figures.step_us.update(step_us)
+        host_busy = min(busy, total * (shared or host.cores)) / total if shared else (
+            min(learner_cpu + (servers_cpu if cand.placement == "server" else 0.0), total * host.cores) / total)
+        return Step(total, bottleneck, sides, host_busy, factor_source="measured" if factor != 1.0 else "")
+
+
 MODELS: dict[str, ScheduleModel] = {model.name: model for model in
-                                    (Sequential(), Threaded(), Processes(), Overlapped())}
+                                    (Sequential(), Threaded(), Processes(), Overlapped(), Ray())}
