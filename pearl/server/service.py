@@ -21,7 +21,7 @@ from numba import njit
 
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
-from pearl.server.wire import (FLAG_MASSES, REQUESTS, Column, ErrorCode, Header, Op, WireError,
+from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, REQUESTS, Column, ErrorCode, Header, Op, WireError,
                                column_array, column_buffers, error_frames, info_frames, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
@@ -110,6 +110,8 @@ class ReplayService:
                        "updates": 0, "rejected": 0, "checkpoints": 0}
         self.rejected_by_code: dict[str, int] = {}
         self.latency = {op.name.lower(): Latency() for op in REQUESTS}
+        # op code -> (handler, its latency window): one dict look-up per request
+        self._ops = {int(op): (getattr(self, "_" + op.name.lower()), self.latency[op.name.lower()]) for op in REQUESTS}
         self.max_lag_seen = 0
         self.waiting_samples: deque = deque()   # (peer, header, update columns) a ratio holds back
         self.waiting_credit: dict[int, tuple] = {}  # writer -> (peer, need)
@@ -153,22 +155,22 @@ class ReplayService:
         start = time.perf_counter_ns()
         try:
             header, columns = unpack_header(frames[0])
-            if header.op not in REQUESTS:
+            op = self._ops.get(header.op)
+            if op is None:
                 raise WireError(ErrorCode.UNKNOWN_OP, f"unknown op {header.op}")
             if header.table != 0:
                 raise WireError(ErrorCode.UNKNOWN_TABLE, f"unknown table {header.table} (this server holds table 0)")
             if header.rows > 1 << 30:
                 raise WireError(ErrorCode.TOO_LARGE, f"{header.rows} rows")
             buffers = column_buffers(frames, header, columns)
-            op = Op(header.op)
-            replies = getattr(self, "_" + op.name.lower())(peer, header, columns, buffers)
+            replies = op[0](peer, header, columns, buffers)
         except WireError as error:
             self.counts["rejected"] += 1
             name = ErrorCode(error.code).name
             self.rejected_by_code[name] = self.rejected_by_code.get(name, 0) + 1
             self.last_error = str(error)
             return [(peer, error_frames(error.code, str(error)))]
-        self.latency[op.name.lower()].add(time.perf_counter_ns() - start)
+        op[1].add(time.perf_counter_ns() - start)
         return replies
 
     def _expect(self, header: Header, columns, frames, schema: list, what: str) -> list[np.ndarray]:
@@ -205,10 +207,11 @@ class ReplayService:
         values = self._expect(header, columns, frames, self.schema, "insert")
         if header.arg0 > 1 << 40:
             raise WireError(ErrorCode.TOO_LARGE, f"insert commits {header.arg0} env steps")
+        ack = not header.flags & FLAG_NO_ACK
         acked = self.acked.get(writer, 0)
         if seq <= acked:  # a resend of a chunk already stored: acknowledge, do not store again
             self.counts["duplicates"] += 1
-            return [self._ack(peer, writer, acked)]
+            return [self._ack(peer, writer, acked)] if ack else []
         if seq != acked + 1:
             raise WireError(ErrorCode.SEQUENCE_GAP, f"writer {writer}: chunk {seq} after {acked} "
                                                     f"(resend from {acked + 1})")
@@ -230,7 +233,7 @@ class ReplayService:
             self.credit[writer] -= steps
         self.counts["inserts"] += 1
         self.counts["rows_inserted"] += rows
-        replies = [self._ack(peer, writer, seq)]
+        replies = [self._ack(peer, writer, seq)] if ack else []
         if self.waiting_samples:
             replies += self._serve_waiting()
         return replies

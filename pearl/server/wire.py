@@ -63,6 +63,8 @@ REQUESTS = frozenset({Op.HELLO, Op.INSERT, Op.SAMPLE, Op.UPDATE, Op.UPDATE_SAMPL
                       Op.CHECKPOINT, Op.CREDIT, Op.WRITER})
 
 FLAG_MASSES = 1  # sample: also return each row's selector mass and [total, min mass, beta, size, progress]
+# insert: no ACK unless refused - acks are cumulative, a later chunk's (or a WRITER request's) covers it
+FLAG_NO_ACK = 2
 FLAG_INLINE = 0x8000  # the column buffers follow the descriptors in the header frame (8-byte aligned)
 
 
@@ -133,39 +135,46 @@ _DESCRIBED: dict[tuple, bytes] = {}
 INLINE_BYTES = 1 << 16  # messages up to this size go as one frame (fewer zmq parts per message)
 
 
+def _descriptor(array: np.ndarray) -> bytes:
+    key = (array.dtype, array.shape[1:])
+    descriptor = _DESCRIBED.get(key)
+    if descriptor is None:
+        dims = tuple(array.shape[1:])
+        if len(dims) > MAX_DIMS:
+            raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
+        descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
+        if len(_DESCRIBED) < 256:
+            _DESCRIBED[key] = descriptor
+    return descriptor
+
+
 def pack(header: Header, columns: list[np.ndarray] | tuple = (), inline: bool | None = None) -> list:
     """The frames of one message: the header (with column descriptors) and the column buffers.
     Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers.
-    `inline` (default: when the columns total <= INLINE_BYTES): one frame, columns after the header."""
+    `inline` (default: when the columns total <= INLINE_BYTES): one frame (a bytearray), the
+    columns copied once each into it after the header."""
+    columns = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in columns]
     if inline is None:
         inline = bool(columns) and sum(a.nbytes for a in columns) <= INLINE_BYTES
     flags = header.flags | FLAG_INLINE if inline else header.flags & ~FLAG_INLINE
-    parts = [HEADER.pack(MAGIC, VERSION, header.op, flags, len(columns), header.table,
-                         header.writer, header.rows, header.status, header.seq, header.arg0, header.arg1)]
-    frames = [None]
+    fields = (MAGIC, VERSION, header.op, flags, len(columns), header.table, header.writer, header.rows,
+              header.status, header.seq, header.arg0, header.arg1)
+    descriptors = b"".join([_descriptor(a) for a in columns])
+    if not inline:
+        return [HEADER.pack(*fields) + descriptors] + columns
+    start = offset = HEADER.size + len(descriptors)
+    offsets = []
     for array in columns:
-        key = (array.dtype, array.shape[1:])
-        descriptor = _DESCRIBED.get(key)
-        if descriptor is None:
-            dims = tuple(array.shape[1:])
-            if len(dims) > MAX_DIMS:
-                raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
-            descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
-            if len(_DESCRIBED) < 256:
-                _DESCRIBED[key] = descriptor
-        parts.append(descriptor)
-        frames.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
-    if inline:
-        offset = len(parts) and sum(len(p) for p in parts)
-        for array in frames[1:]:
-            pad = -offset % 8
-            if pad:
-                parts.append(b"\0" * pad)
-            parts.append(array.tobytes())
-            offset += pad + array.nbytes
-        return [b"".join(parts)]
-    frames[0] = b"".join(parts)
-    return frames
+        offset += -offset % 8
+        offsets.append(offset)
+        offset += array.nbytes
+    out = bytearray(offset)  # zeroed: the alignment padding goes out as zeros
+    HEADER.pack_into(out, 0, *fields)
+    out[HEADER.size:start] = descriptors
+    view = memoryview(out)
+    for array, at in zip(columns, offsets):
+        view[at:at + array.nbytes] = array.data.cast("B")
+    return [out]
 
 
 def column_buffers(frames, header: Header, columns: list, rows_of=None) -> list:
