@@ -236,7 +236,7 @@ def handling_in_process(capacity: int, rounds: int, rng) -> np.ndarray:
     wake-ups): what validation, packing and Python cost around the table's kernels."""
     from pearl.server.config import ServerConfig, TableConfig
     from pearl.server.service import ReplayService
-    from pearl.server.wire import Header, Op, column_array, column_buffers, pack, unpack_header
+    from pearl.server.wire import Header, Op, message_arrays, pack, unpack_header
 
     service = ReplayService(ServerConfig(table=TableConfig(kind="prioritized", capacity=capacity)))
     for c in chunks(0, capacity, 65536):
@@ -251,8 +251,7 @@ def handling_in_process(capacity: int, rounds: int, rng) -> np.ndarray:
         if r >= 200:
             times[r - 200] = (time.perf_counter_ns() - t0) / 1e3
         header, columns = unpack_header(reply[0])
-        buffers = column_buffers(reply, header, columns)
-        indices = column_array(buffers[5], columns[5], header.rows, 5).copy()
+        indices = message_arrays(reply, header, columns)[5].copy()
     return times
 
 
@@ -320,7 +319,8 @@ def latency(args) -> None:
         print(f"  server-side handling: {json.dumps({k: v for k, v in st.items() if k in ('sample', 'update', 'update_sample')})}")
     row("in-process table, no network (the floor)", floor)
     row("in-process service.handle(UPDATE_SAMPLE), no socket", handled)
-    ray_latency(args, rng)
+    if not args.skip_ray:
+        ray_latency(args, rng)
 
 
 def ray_latency(args, rng) -> None:
@@ -430,6 +430,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-ray", action="store_true", help="latency: without the Ray actor comparison")
     parser.add_argument("--spins", default="0/0",
                         help="latency: server/learner spin_us configurations, interleaved, e.g. 0/0,50/50")
     args = parser.parse_args()

@@ -19,7 +19,7 @@ from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
 from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
 from pearl.server.server import ReplayServer  # noqa: E402
 from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, MAGIC, VERSION, ErrorCode,  # noqa: E402
-                               Header, Op, column_array, column_buffers, pack, unpack_header)
+                               Header, Op, message_arrays, pack, unpack_header)
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -80,10 +80,9 @@ def test_wire_round_trip(inline):
                   inline=inline)
     assert len(frames) == (1 if inline else 6)
     header, columns = unpack_header(frames[0])
-    buffers = column_buffers(frames, header, columns)
-    assert np.array_equal(column_array(buffers[0], columns[0], 7, 0), obs)
-    assert np.array_equal(column_array(buffers[1], columns[1], 7, 1), actions)
-    assert np.array_equal(column_array(buffers[4], columns[4], 7, 4), discounts)
+    arrays = message_arrays(frames, header, columns)
+    assert np.array_equal(arrays[0], obs) and np.array_equal(arrays[1], actions)
+    assert np.array_equal(arrays[4], discounts)
     assert (header.op, header.writer, header.seq, header.rows, header.arg0) == (Op.INSERT, 3, 9, 7, 7)
     assert [c.dtype for c in columns] == [np.float32, np.int64, np.float32, np.float32, np.float32]
     assert header.flags & 0x8000 == (0x8000 if inline else 0)
@@ -213,7 +212,7 @@ def test_malformed_frames_refused_while_serving(server):
         assert header.op == Op.ERROR, name
         assert header.status != ErrorCode.OK
         h, columns = unpack_header(reply[0])
-        message = bytes(column_buffers(reply, h, columns)[0]).decode()
+        message = message_arrays(reply, h, columns)[0].tobytes().decode()
         assert message and "\n" not in message, name
         # the server keeps serving: a valid request right after each bad one
         stats = good.stats()
@@ -361,10 +360,9 @@ def test_inline_pack_pads_with_zeros_and_takes_strided_columns():
     assert len(frames) == 1
     header, columns = unpack_header(frames[0])
     assert header.flags & FLAG_INLINE
-    buffers = column_buffers(frames, header, columns)
-    assert np.array_equal(column_array(buffers[0], columns[0], 5, 0), obs[:5])
-    assert np.array_equal(column_array(buffers[1], columns[1], 5, 1), actions)
-    assert np.array_equal(column_array(buffers[2], columns[2], 5, 2), rows)
+    arrays = message_arrays(frames, header, columns)
+    assert np.array_equal(arrays[0], obs[:5]) and np.array_equal(arrays[1], actions)
+    assert np.array_equal(arrays[2], rows)
     frame = bytes(frames[0])
     first = HEADER.size + 3 * COLUMN.size
     first += -first % 8  # each column starts 8-byte aligned

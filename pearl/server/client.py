@@ -27,8 +27,8 @@ import zmq
 
 from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, column_array,
-                               column_buffers, pack, unpack_header)
+from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
+                               pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
 LEARNER_SPIN_US = 0.0  # a learner's connection spins this long for a reply before blocking (spin_wait)
@@ -127,12 +127,9 @@ class Connection:
         frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
         header, columns = unpack_header(frames[0])
         # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
-        rows_of = (lambda i: 1 if (header.op == Op.BATCH and i == 8) else header.rows)
-        buffers = column_buffers(frames, header, columns, rows_of)
+        arrays = message_arrays(frames, header, columns, 1 if header.op == Op.BATCH and len(columns) == 9 else None)
         if header.op == Op.ERROR:
-            text = bytes(buffers[0]).decode("utf-8", "replace") if buffers else ""
-            raise ServerError(header.status, text)
-        arrays = [column_array(buffers[i], c, rows_of(i), i) for i, c in enumerate(columns)]
+            raise ServerError(header.status, arrays[0].tobytes().decode("utf-8", "replace") if arrays else "")
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):
@@ -178,7 +175,7 @@ class _Writer:
         # chunks whose seq is a multiple of ack_every ask for an ACK, the others carry FLAG_NO_ACK
         # (fewer messages per chunk on both sides); with a ratio every chunk asks, as credit
         # requests wait for their own reply
-        self.ack_every = 1 if ratio else max(1, window // 4)
+        self.ack_every = 1 if ratio else max(1, window // int(__import__("os").environ.get("ACKDIV", "4")))
         self.expect = 0                 # highest seq a reply is on its way for (this socket)
         self.resync()
 
