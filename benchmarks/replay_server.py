@@ -37,6 +37,9 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
 WINDOW = 16
+# a Ray instance of our own (address="local"), its files apart: another Ray on the machine is
+# neither joined nor made the machine's "current cluster"
+RAY_TEMP = "/tmp/ray-pearl-replay-bench"
 
 
 
@@ -102,9 +105,11 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None) -> float:
-    """Transitions/s; appends (writer CPU us per chunk, server CPU us per chunk) to `cpu`."""
-    server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform")
+def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None, spin_us: float | None = None) -> float:
+    """Transitions/s; appends (writer CPU us per chunk, server CPU us per chunk) to `cpu`.
+    `spin_us`: the server's (default: `pearl replay-server`'s)."""
+    server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform",
+                                   *(() if spin_us is None else ("--spin-us", str(spin_us))))
     try:
         procs = [subprocess.Popen([sys.executable, __file__, "_writer", address, str(w + 1), str(rows), str(chunk)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -173,17 +178,20 @@ def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
 def ingest(args) -> None:
     print(f"## ingest: 2 writer processes x {args.rows} CartPole-size transitions, chunks of {args.chunk} rows")
     cpu = []
-    ours = [pearl_ingest(args.rows, args.chunk, cpu=cpu) for _ in range(args.repeats)]
+    ours = [pearl_ingest(args.rows, args.chunk, cpu=cpu, spin_us=args.ingest_spin_us) for _ in range(args.repeats)]
     print(f"pearl replay-server: {', '.join(f'{x / 1e6:.2f}M' for x in ours)} transitions/s; CPU per chunk "
           f"(all threads): writers {', '.join(f'{w:.0f}' for w, _ in cpu)} us, server "
           f"{', '.join(f'{v:.0f}' for _, v in cpu)} us", flush=True)
     theirs = []
     try:
+        if args.skip_ray:
+            raise ImportError("--skip-ray")
         import ray
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        ray.init(address="local", num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 _temp_dir=RAY_TEMP)
         # warm-up (worker start, imports) outside the timed runs
         ray_ingest(args.chunk * WINDOW * 2, args.chunk)
         theirs = [ray_ingest(max(args.chunk * 4, args.rows // args.ray_divisor), args.chunk) for _ in range(args.repeats)]
@@ -207,17 +215,21 @@ def fill_server(address: str, capacity: int) -> None:
     client.close()
 
 
-def rounds_remote(client, rounds: int, piggyback: bool, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Per round: the learner's replay communication time (sample + the previous update)."""
+def rounds_remote(client, rounds: int, piggyback: bool, rng, cpu: list | None = None) -> np.ndarray:
+    """Per round: the learner's replay communication time (sample + the previous update), us;
+    appends the learner thread's CPU time per round (us; spinning included) to `cpu`."""
     client.piggyback = piggyback
     times = np.empty(rounds)
     batch = client.sample(BATCH)
+    cpu0 = time.thread_time()
     for r in range(rounds):
         td = rng.exponential(size=BATCH).astype(np.float32)
         t0 = time.perf_counter_ns()
         client.update_priorities(batch.indices, td)
         batch = client.sample(BATCH)
         times[r] = time.perf_counter_ns() - t0
+    if cpu is not None:
+        cpu.append(1e6 * (time.thread_time() - cpu0) / rounds)
     client.flush_updates()
     return times / 1e3
 
@@ -274,13 +286,14 @@ def latency(args) -> None:
             rounds_remote(client, 300, True, rng)  # warm-up
         piggy = [[] for _ in configs]
         separate = [[] for _ in configs]
+        cpu = [[] for _ in configs]  # the learner's CPU per piggybacked round
         block = 0
         for _ in range(args.repeats):
             for _ in range(args.rounds // 250):
                 # interleaved A/B: every configuration in each block, the order rotating
                 for k in range(len(configs)):
                     c = (k + block) % len(configs)
-                    piggy[c].append(rounds_remote(clients[c], 250, True, rng))
+                    piggy[c].append(rounds_remote(clients[c], 250, True, rng, cpu[c]))
                     separate[c].append(rounds_remote(clients[c], 250, False, rng))
                 block += 1
         stats = [client.stats()["latency"] for client in clients]
@@ -309,10 +322,11 @@ def latency(args) -> None:
         print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    for (server_spin, client_spin), p, q, st in zip(configs, piggy, separate, stats):
+    for (server_spin, client_spin), p, q, st, used in zip(configs, piggy, separate, stats, cpu):
         p, q = np.concatenate(p), np.concatenate(q)
         spin = f"spin {server_spin:g}/{client_spin:g} us"
         row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
+        print(f"  learner thread CPU per piggybacked step: {np.median(used):.0f} us (median of blocks)")
         row(f"pearl separate (UPDATE + SAMPLE, 2 trips), {spin}", q)
         print(f"  piggybacked cuts the learner's replay communication time by "
               f"{100 * (1 - p.mean() / q.mean()):.0f}% (mean), {100 * (1 - np.median(p) / np.median(q)):.0f}% (p50)")
@@ -330,7 +344,8 @@ def ray_latency(args, rng) -> None:
         print(f"ray: not installed ({error})")
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             _temp_dir=RAY_TEMP)
 
     @ray.remote
     class Table:
@@ -430,7 +445,8 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-ray", action="store_true", help="latency: without the Ray actor comparison")
+    parser.add_argument("--skip-ray", action="store_true", help="without the Ray actor comparison")
+    parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
     parser.add_argument("--spins", default="0/0",
                         help="latency: server/learner spin_us configurations, interleaved, e.g. 0/0,50/50")
     args = parser.parse_args()
