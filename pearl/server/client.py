@@ -117,8 +117,10 @@ class Connection:
     def recv(self, timeout: float | None = None):
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
         timeout = self.timeout if timeout is None else timeout
-        if not (self.spin_ns and spin_wait((self.socket,), self.spin_ns)) and \
-                not self.socket.poll(int(timeout * 1000), zmq.POLLIN):
+        socket = self.socket
+        # ZMQ_EVENTS first: a reply already here costs no poll (Socket.poll builds a Poller per call)
+        if not socket.get(zmq.EVENTS) & zmq.POLLIN and not (self.spin_ns and spin_wait((socket,), self.spin_ns)) \
+                and not zmq.zmq_poll([(socket, zmq.POLLIN)], int(timeout * 1000)):
             # a fresh socket: a late reply to this request must not be read as the next one's (the
             # server sees us leave and takes back a sample it could not deliver)
             self.connect()
@@ -133,8 +135,10 @@ class Connection:
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):
-        if timeout is not None:
-            self.socket.sndtimeo = int(timeout * 1000)
+        if timeout is None or timeout == self.timeout:  # (setting a socket option costs ~10 us)
+            self.send(frames)
+            return self.recv(timeout)
+        self.socket.sndtimeo = int(timeout * 1000)
         try:
             self.send(frames)
         finally:
