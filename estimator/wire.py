@@ -11,9 +11,11 @@ work there (the same task on a cpu table, priced by `Costs` as for a local one):
 - sample: one round trip carrying the batch back (its rows, indices and weights);
 - update_priorities: rides on the next sample request (the piggybacked form): its bytes only.
 
-The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback): a ZeroMQ round trip
-of 0.13-0.28 ms, server-side UPDATE_SAMPLE 100-194 us p50 of which the table's own work was
-33-62 us. Imports nothing of the server (no pyzmq).
+The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback; session 8 re-measure,
+2026-11-26, `benchmarks/replay_server.py latency`, load average 8-12): piggybacked sample + update
+p50 255-315 us of which the server's handling of UPDATE_SAMPLE was 93-117 us p50 and the table's
+own work 32-35 us, so ~60-80 us of handling beyond the table and ~160-200 us per round trip for
+the loopback and both ends' I/O. Imports nothing of the server (no pyzmq).
 """
 from __future__ import annotations
 
@@ -22,9 +24,9 @@ from dataclasses import replace
 from pearl.errors import ConfigError
 
 # Loopback on the 2-core machine: half a measured round trip per message, and a memcpy-bound stream.
-LOOPBACK_LATENCY_US = 100.0
+LOOPBACK_LATENCY_US = 90.0
 LOOPBACK_BANDWIDTH_GB_S = 2.0
-SERVER_REQUEST_US = 90.0  # the server's handling of one request beyond the table's own work
+SERVER_REQUEST_US = 70.0  # the server's handling of one request beyond the table's own work
 CLIENT_CALLS = {"insert": 3, "sample": 4, "update_priorities": 1}  # pack + send (+ recv + unpack)
 
 
