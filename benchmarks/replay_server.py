@@ -277,23 +277,27 @@ def latency(args) -> None:
     servers, clients = [], []
     try:
         for server_spin, client_spin in configs:
+            # (spins passed only when set: the script also measures servers of older commits)
             server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized",
-                                           "--spin-us", str(server_spin))
+                                           *(("--spin-us", str(server_spin)) if server_spin else ()))
             servers.append(server)
             fill_server(address, args.capacity)
-            clients.append(ReplayClient(address, timeout=60, spin_us=client_spin))
+            clients.append(ReplayClient(address, timeout=60, **({"spin_us": client_spin} if client_spin else {})))
         for client in clients:
             rounds_remote(client, 300, True, rng)  # warm-up
         piggy = [[] for _ in configs]
         separate = [[] for _ in configs]
         cpu = [[] for _ in configs]  # the learner's CPU per piggybacked round
+        server_cpu = [[] for _ in configs]  # the server process's (all threads) per piggybacked round
         block = 0
         for _ in range(args.repeats):
             for _ in range(args.rounds // 250):
                 # interleaved A/B: every configuration in each block, the order rotating
                 for k in range(len(configs)):
                     c = (k + block) % len(configs)
+                    before = process_cpu(servers[c].pid)
                     piggy[c].append(rounds_remote(clients[c], 250, True, rng, cpu[c]))
+                    server_cpu[c].append(1e6 * (process_cpu(servers[c].pid) - before) / 250)
                     separate[c].append(rounds_remote(clients[c], 250, False, rng))
                 block += 1
         stats = [client.stats()["latency"] for client in clients]
@@ -322,11 +326,13 @@ def latency(args) -> None:
         print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    for (server_spin, client_spin), p, q, st, used in zip(configs, piggy, separate, stats, cpu):
+    for (server_spin, client_spin), p, q, st, used, used_server in zip(configs, piggy, separate, stats, cpu,
+                                                                      server_cpu):
         p, q = np.concatenate(p), np.concatenate(q)
         spin = f"spin {server_spin:g}/{client_spin:g} us"
         row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
-        print(f"  learner thread CPU per piggybacked step: {np.median(used):.0f} us (median of blocks)")
+        print(f"  CPU per piggybacked step (median of blocks): learner thread {np.median(used):.0f} us, "
+              f"server process {np.median(used_server):.0f} us")
         row(f"pearl separate (UPDATE + SAMPLE, 2 trips), {spin}", q)
         print(f"  piggybacked cuts the learner's replay communication time by "
               f"{100 * (1 - p.mean() / q.mean()):.0f}% (mean), {100 * (1 - np.median(p) / np.median(q)):.0f}% (p50)")
