@@ -12,10 +12,10 @@ work there (the same task on a cpu table, priced by `Costs` as for a local one):
 - update_priorities: rides on the next sample request (the piggybacked form): its bytes only.
 
 The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback; session 8 re-measure,
-2026-11-26, `benchmarks/replay_server.py latency`, load average 8-12): piggybacked sample + update
-p50 255-315 us of which the server's handling of UPDATE_SAMPLE was 93-117 us p50 and the table's
-own work 32-35 us, so ~60-80 us of handling beyond the table and ~160-200 us per round trip for
-the loopback and both ends' I/O. Imports nothing of the server (no pyzmq).
+2026-11-26, `benchmarks/replay_server.py latency`, 4 runs without spinning at load average 7-12):
+piggybacked sample + update p50 228-315 us of which the server's handling of UPDATE_SAMPLE was
+80-117 us p50 and the table's own work 32-36 us, so ~45-80 us of handling beyond the table and
+~150-200 us per round trip for the loopback and both ends' I/O. Imports nothing of the server (no pyzmq).
 """
 from __future__ import annotations
 
