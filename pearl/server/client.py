@@ -27,7 +27,7 @@ import zmq
 
 from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
+from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
                                pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
