@@ -15,7 +15,9 @@ latency: a prioritized table of --capacity rows on a `pearl replay-server` proce
   (this process) samples 256 and sends the previous batch's |TD|: piggybacked (UPDATE_SAMPLE, one
   round trip) and separate (UPDATE then SAMPLE, two), alternating blocks of 250 rounds; per-round
   p50/p99 and the learner's total replay communication time per round; the same on a Ray actor
-  (update.remote + sample.remote); and the in-process table (no network) as the floor.
+  (update.remote + sample.remote); the in-process table (no network) as the floor, and the
+  server's request handling called in-process (no socket). --spins 0/0,50/50: one server per
+  (server spin_us / learner spin_us) configuration, their blocks interleaved.
 Every run prints the CPU model and `uptime` first. Servers bind 127.0.0.1.
 """
 from __future__ import annotations
@@ -35,6 +37,9 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
 WINDOW = 16
+# a Ray instance of our own (address="local"), its files apart: another Ray on the machine is
+# neither joined nor made the machine's "current cluster"
+RAY_TEMP = "/tmp/ray-pearl-replay-bench"
 
 
 
@@ -86,29 +91,44 @@ def writer_main(address: str, writer: int, rows: int, chunk: int) -> None:
     client = ReplayClient(address, writer=writer, window=WINDOW, timeout=60, retain=0)
     print("ready", flush=True)
     sys.stdin.readline()
+    cpu = time.process_time()  # every thread of this process: Python and ZeroMQ's I/O thread
     for c in data:
         client.add(*c)
     client.flush()
-    print(json.dumps({"done": time.time(), "rows": rows}), flush=True)
+    print(json.dumps({"done": time.time(), "rows": rows, "cpu": time.process_time() - cpu}), flush=True)
     client.close()
 
 
-def pearl_ingest(rows: int, chunk: int, writers: int = 2) -> float:
-    server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform")
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None, spin_us: float | None = None) -> float:
+    """Transitions/s; appends (writer CPU us per chunk, server CPU us per chunk) to `cpu`.
+    `spin_us`: the server's (default: `pearl replay-server`'s)."""
+    server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform",
+                                   *(() if spin_us is None else ("--spin-us", str(spin_us))))
     try:
         procs = [subprocess.Popen([sys.executable, __file__, "_writer", address, str(w + 1), str(rows), str(chunk)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
                  for w in range(writers)]
         for p in procs:
             assert p.stdout.readline().strip() == "ready"
+        server_cpu = process_cpu(server.pid)
         start = time.time()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
-        ends = [json.loads(p.stdout.readline())["done"] for p in procs]
+        done = [json.loads(p.stdout.readline()) for p in procs]
+        server_cpu = process_cpu(server.pid) - server_cpu
         for p in procs:
             p.wait(60)
-        return writers * rows / (max(ends) - start)
+        n_chunks = writers * -(-rows // chunk)
+        if cpu is not None:
+            cpu.append((1e6 * sum(d["cpu"] for d in done) / n_chunks, 1e6 * server_cpu / n_chunks))
+        return writers * rows / (max(d["done"] for d in done) - start)
     finally:
         stop(server)
 
@@ -157,15 +177,21 @@ def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
 
 def ingest(args) -> None:
     print(f"## ingest: 2 writer processes x {args.rows} CartPole-size transitions, chunks of {args.chunk} rows")
-    ours = [pearl_ingest(args.rows, args.chunk) for _ in range(args.repeats)]
-    print(f"pearl replay-server: {', '.join(f'{x / 1e6:.2f}M' for x in ours)} transitions/s", flush=True)
+    cpu = []
+    ours = [pearl_ingest(args.rows, args.chunk, cpu=cpu, spin_us=args.ingest_spin_us) for _ in range(args.repeats)]
+    print(f"pearl replay-server: {', '.join(f'{x / 1e6:.2f}M' for x in ours)} transitions/s; CPU per chunk "
+          f"(all threads): writers {', '.join(f'{w:.0f}' for w, _ in cpu)} us, server "
+          f"{', '.join(f'{v:.0f}' for _, v in cpu)} us", flush=True)
     theirs = []
     try:
+        if args.skip_ray:
+            raise ImportError("--skip-ray")
         import ray
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        ray.init(num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        ray.init(address="local", num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 _temp_dir=RAY_TEMP)
         # warm-up (worker start, imports) outside the timed runs
         ray_ingest(args.chunk * WINDOW * 2, args.chunk)
         theirs = [ray_ingest(max(args.chunk * 4, args.rows // args.ray_divisor), args.chunk) for _ in range(args.repeats)]
@@ -189,42 +215,97 @@ def fill_server(address: str, capacity: int) -> None:
     client.close()
 
 
-def rounds_remote(client, rounds: int, piggyback: bool, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Per round: the learner's replay communication time (sample + the previous update)."""
+def rounds_remote(client, rounds: int, piggyback: bool, rng, cpu: list | None = None) -> np.ndarray:
+    """Per round: the learner's replay communication time (sample + the previous update), us;
+    appends the learner thread's CPU time per round (us; spinning included) to `cpu`."""
     client.piggyback = piggyback
     times = np.empty(rounds)
     batch = client.sample(BATCH)
+    cpu0 = time.thread_time()
     for r in range(rounds):
         td = rng.exponential(size=BATCH).astype(np.float32)
         t0 = time.perf_counter_ns()
         client.update_priorities(batch.indices, td)
         batch = client.sample(BATCH)
         times[r] = time.perf_counter_ns() - t0
+    if cpu is not None:
+        cpu.append(1e6 * (time.thread_time() - cpu0) / rounds)
     client.flush_updates()
     return times / 1e3
+
+
+def spin_configs(text: str) -> list[tuple[float, float]]:
+    """'0/0,50/50' -> [(server spin_us, learner spin_us), ...]."""
+    out = []
+    for part in text.split(","):
+        server, _, client = part.partition("/")
+        out.append((float(server), float(client or server)))
+    return out
+
+
+def handling_in_process(capacity: int, rounds: int, rng) -> np.ndarray:
+    """ReplayService.handle of UPDATE_SAMPLE in this process, back to back (no socket, no
+    wake-ups): what validation, packing and Python cost around the table's kernels."""
+    from pearl.server.config import ServerConfig, TableConfig
+    from pearl.server.service import ReplayService
+    from pearl.server.wire import Header, Op, message_arrays, pack, unpack_header
+
+    service = ReplayService(ServerConfig(table=TableConfig(kind="prioritized", capacity=capacity)))
+    for c in chunks(0, capacity, 65536):
+        service.table.add(*c)
+    indices = rng.integers(0, capacity, BATCH)
+    times = np.empty(rounds)
+    for r in range(rounds + 200):
+        td = rng.exponential(size=BATCH).astype(np.float32)
+        frames = pack(Header(Op.UPDATE_SAMPLE, rows=BATCH, arg0=BATCH), [indices, td])
+        t0 = time.perf_counter_ns()
+        (_, reply), = service.handle(b"peer", frames)
+        if r >= 200:
+            times[r - 200] = (time.perf_counter_ns() - t0) / 1e3
+        header, columns = unpack_header(reply[0])
+        indices = message_arrays(reply, header, columns)[5].copy()
+    return times
 
 
 def latency(args) -> None:
     from pearl.server.client import ReplayClient
 
+    configs = spin_configs(args.spins)
     print(f"## latency: prioritized table of {args.capacity} rows, sample {BATCH} + the previous batch's "
-          f"priority update, per learner step")
-    server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized")
+          f"priority update, per learner step; spin (server/learner us): {args.spins}")
     rng = np.random.default_rng(1)
+    servers, clients = [], []
     try:
-        fill_server(address, args.capacity)
-        client = ReplayClient(address, timeout=60)
-        rounds_remote(client, 300, True, rng)  # warm-up
-        piggy, separate = [], []
+        for server_spin, client_spin in configs:
+            # (spins passed only when set: the script also measures servers of older commits)
+            server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized",
+                                           *(("--spin-us", str(server_spin)) if server_spin else ()))
+            servers.append(server)
+            fill_server(address, args.capacity)
+            clients.append(ReplayClient(address, timeout=60, **({"spin_us": client_spin} if client_spin else {})))
+        for client in clients:
+            rounds_remote(client, 300, True, rng)  # warm-up
+        piggy = [[] for _ in configs]
+        separate = [[] for _ in configs]
+        cpu = [[] for _ in configs]  # the learner's CPU per piggybacked round
+        server_cpu = [[] for _ in configs]  # the server process's (all threads) per piggybacked round
+        block = 0
         for _ in range(args.repeats):
             for _ in range(args.rounds // 250):
-                piggy.append(rounds_remote(client, 250, True, rng))
-                separate.append(rounds_remote(client, 250, False, rng))
-        piggy, separate = np.concatenate(piggy), np.concatenate(separate)
-        stats = client.stats()["latency"]
-        client.close()
+                # interleaved A/B: every configuration in each block, the order rotating
+                for k in range(len(configs)):
+                    c = (k + block) % len(configs)
+                    before = process_cpu(servers[c].pid)
+                    piggy[c].append(rounds_remote(clients[c], 250, True, rng, cpu[c]))
+                    server_cpu[c].append(1e6 * (process_cpu(servers[c].pid) - before) / 250)
+                    separate[c].append(rounds_remote(clients[c], 250, False, rng))
+                block += 1
+        stats = [client.stats()["latency"] for client in clients]
+        for client in clients:
+            client.close()
     finally:
-        stop(server)
+        for server in servers:
+            stop(server)
     from pearl.replay import PrioritizedReplay
 
     local = PrioritizedReplay(args.capacity, 4)
@@ -238,18 +319,28 @@ def latency(args) -> None:
         local.update_priorities(batch.indices, td)
         batch = local.sample(BATCH, rng)
         floor[r] = (time.perf_counter_ns() - t0) / 1e3
+    del local
+    handled = handling_in_process(args.capacity, 2000, rng)
 
     def row(name, t):
-        print(f"{name:<44} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
+        print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    row("pearl piggybacked (UPDATE_SAMPLE, 1 trip)", piggy)
-    row("pearl separate (UPDATE + SAMPLE, 2 trips)", separate)
+    for (server_spin, client_spin), p, q, st, used, used_server in zip(configs, piggy, separate, stats, cpu,
+                                                                      server_cpu):
+        p, q = np.concatenate(p), np.concatenate(q)
+        spin = f"spin {server_spin:g}/{client_spin:g} us"
+        row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
+        print(f"  CPU per piggybacked step (median of blocks): learner thread {np.median(used):.0f} us, "
+              f"server process {np.median(used_server):.0f} us")
+        row(f"pearl separate (UPDATE + SAMPLE, 2 trips), {spin}", q)
+        print(f"  piggybacked cuts the learner's replay communication time by "
+              f"{100 * (1 - p.mean() / q.mean()):.0f}% (mean), {100 * (1 - np.median(p) / np.median(q)):.0f}% (p50)")
+        print(f"  server-side handling: {json.dumps({k: v for k, v in st.items() if k in ('sample', 'update', 'update_sample')})}")
     row("in-process table, no network (the floor)", floor)
-    print(f"piggybacked cuts the learner's replay communication time by "
-          f"{100 * (1 - piggy.mean() / separate.mean()):.0f}% (mean), {100 * (1 - np.median(piggy) / np.median(separate)):.0f}% (p50)")
-    print(f"server-side handling: {json.dumps({k: v for k, v in stats.items() if k in ('sample', 'update', 'update_sample')})}")
-    ray_latency(args, rng)
+    row("in-process service.handle(UPDATE_SAMPLE), no socket", handled)
+    if not args.skip_ray:
+        ray_latency(args, rng)
 
 
 def ray_latency(args, rng) -> None:
@@ -259,7 +350,8 @@ def ray_latency(args, rng) -> None:
         print(f"ray: not installed ({error})")
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             _temp_dir=RAY_TEMP)
 
     @ray.remote
     class Table:
@@ -359,6 +451,10 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-ray", action="store_true", help="without the Ray actor comparison")
+    parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
+    parser.add_argument("--spins", default="0/0",
+                        help="latency: server/learner spin_us configurations, interleaved, e.g. 0/0,50/50")
     args = parser.parse_args()
     header()
     if args.what in ("ingest", "all"):

@@ -16,9 +16,11 @@ prices its wire from the same parts (`client_s`, `messages_s`, `server_s`) over 
 link (`node_link`: a platform's `nodes.link`, or loopback), and its node agents, the wire's
 writers, with `agent_pass_s`.
 
-The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback): a ZeroMQ round trip
-of 0.13-0.28 ms, server-side UPDATE_SAMPLE 100-194 us p50 of which the table's own work was
-33-62 us. Imports nothing of the server (no pyzmq).
+The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback; session 9 re-measure,
+2026-11-26, `benchmarks/replay_server.py latency`, 4 runs without spinning at load average 7-12):
+piggybacked sample + update p50 228-315 us of which the server's handling of UPDATE_SAMPLE was
+80-117 us p50 and the table's own work 32-36 us, so ~45-80 us of handling beyond the table and
+~150-200 us per round trip for the loopback and both ends' I/O. Imports nothing of the server (no pyzmq).
 """
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ from dataclasses import replace
 from pearl.errors import ConfigError
 
 # Loopback on the 2-core machine: half a measured round trip per message, and a memcpy-bound stream.
-LOOPBACK_LATENCY_US = 100.0
+LOOPBACK_LATENCY_US = 90.0
 LOOPBACK_BANDWIDTH_GB_S = 2.0
-SERVER_REQUEST_US = 90.0  # the server's handling of one request beyond the table's own work
+SERVER_REQUEST_US = 70.0  # the server's handling of one request beyond the table's own work
 CLIENT_CALLS = {"insert": 3, "sample": 4, "update_priorities": 1}  # pack + send (+ recv + unpack)
 # A ray node agent (pearl/runtime/node_agent.py) is a writer on the wire; its Python-level calls,
 # read off its loop: per actor ring per pass take, one copy per transition column (5), release and

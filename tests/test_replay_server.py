@@ -18,8 +18,8 @@ from pearl.schedule import updates_due  # noqa: E402
 from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
 from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
 from pearl.server.server import ReplayServer  # noqa: E402
-from pearl.server.wire import (COLUMN, HEADER, MAGIC, VERSION, ErrorCode, Header, Op, column_array,  # noqa: E402
-                               column_buffers, pack, unpack_header)
+from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, MAGIC, VERSION, ErrorCode,  # noqa: E402
+                               Header, Op, message_arrays, pack, unpack_header)
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -80,10 +80,9 @@ def test_wire_round_trip(inline):
                   inline=inline)
     assert len(frames) == (1 if inline else 6)
     header, columns = unpack_header(frames[0])
-    buffers = column_buffers(frames, header, columns)
-    assert np.array_equal(column_array(buffers[0], columns[0], 7, 0), obs)
-    assert np.array_equal(column_array(buffers[1], columns[1], 7, 1), actions)
-    assert np.array_equal(column_array(buffers[4], columns[4], 7, 4), discounts)
+    arrays = message_arrays(frames, header, columns)
+    assert np.array_equal(arrays[0], obs) and np.array_equal(arrays[1], actions)
+    assert np.array_equal(arrays[4], discounts)
     assert (header.op, header.writer, header.seq, header.rows, header.arg0) == (Op.INSERT, 3, 9, 7, 7)
     assert [c.dtype for c in columns] == [np.float32, np.int64, np.float32, np.float32, np.float32]
     assert header.flags & 0x8000 == (0x8000 if inline else 0)
@@ -148,18 +147,18 @@ def _malformed(name):
     return register
 
 
-def _insert(rows=4, obs=None, writer=7, seq=1, ncols=None, table=0, arg0=None, columns=None, drop=0):
+def _insert(rows=4, obs=None, writer=7, seq=1, ncols=None, table=0, arg0=None, columns=None, drop=0, flags=0):
     cols = list(chunk(0, rows)) if columns is None else columns
     if obs is not None:
         cols[0] = obs
-    frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, table=table,
+    frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, table=table, flags=flags,
                          arg0=rows if arg0 is None else arg0), cols, inline=False)
-    return [f if isinstance(f, bytes) else f.tobytes() for f in frames[:len(frames) - drop]]
+    return [bytes(f) for f in frames[:len(frames) - drop]]
 
 
 def _update(indices, td):
     frames = pack(Header(Op.UPDATE, rows=len(indices)), [np.asarray(indices, np.int64), td], inline=False)
-    return [f if isinstance(f, bytes) else f.tobytes() for f in frames]
+    return [bytes(f) for f in frames]
 
 
 _malformed("bad magic")(lambda: [header_bytes(magic=b"XXXX")])
@@ -195,6 +194,8 @@ _malformed("inline message with trailing bytes")(lambda: [pack(Header(Op.INSERT,
                                                                list(chunk(0, 4)), inline=True)[0] + b"\0" * 8])
 _malformed("inline message with extra frames")(lambda: pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
                                                             list(chunk(0, 4)), inline=True) + [b"\0" * 16])
+_malformed("wrong dtype in an insert that asks for no ack")(lambda: _insert(obs=np.zeros((4, 4), np.float64),
+                                                                          flags=FLAG_NO_ACK))
 _malformed("inline message truncated")(lambda: [pack(Header(Op.INSERT, writer=7, seq=1, rows=4, arg0=4),
                                                      list(chunk(0, 4)), inline=True)[0][:-5]])
 
@@ -211,7 +212,7 @@ def test_malformed_frames_refused_while_serving(server):
         assert header.op == Op.ERROR, name
         assert header.status != ErrorCode.OK
         h, columns = unpack_header(reply[0])
-        message = bytes(column_buffers(reply, h, columns)[0]).decode()
+        message = message_arrays(reply, h, columns)[0].tobytes().decode()
         assert message and "\n" not in message, name
         # the server keeps serving: a valid request right after each bad one
         stats = good.stats()
@@ -275,7 +276,99 @@ def test_exactly_once_under_resend_and_writer_restart(server):
 def _insert_frames(columns, writer, seq):
     rows = len(columns[2])
     frames = pack(Header(Op.INSERT, writer=writer, seq=seq, rows=rows, arg0=rows), list(columns))
-    return [f if isinstance(f, bytes) else f.tobytes() for f in frames]
+    return [bytes(f) for f in frames]
+
+
+def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
+    """FLAG_NO_ACK: the chunk is stored without a reply; a later chunk's ACK (cumulative) or a
+    WRITER request covers it; a resend of it is a silent duplicate. A client with a window of 16
+    asks for every 4th ack and still stores each chunk exactly once, resends included."""
+    srv = server("uniform", capacity=1000)
+    raw = Raw(srv.address)
+    silent = [bytes(f) for f in pack(Header(Op.INSERT, writer=5, seq=1, rows=10, arg0=10, flags=FLAG_NO_ACK),
+                                     list(chunk(0, 10)))]
+    raw.socket.send_multipart(silent)
+    assert not raw.socket.poll(300)  # stored, no reply
+    header, _ = raw.ask(_insert_frames(chunk(10, 10), writer=5, seq=2))
+    assert header.op == Op.ACK and header.seq == 2
+    raw.socket.send_multipart(silent)  # a resend: a duplicate, dropped without a reply
+    assert not raw.socket.poll(300)
+    header, _ = raw.ask(pack(Header(Op.WRITER, writer=5)))
+    assert header.op == Op.ACK and header.seq == 2
+    raw.close()
+    client = ReplayClient(srv.address, writer=6, window=16)
+    assert client._writer.ack_every == 4
+    for k in range(23):  # not a multiple of 4: flush() has to ask where the server is
+        client.add(*chunk(20 + 10 * k, 10))
+    assert client.flush() == 23
+    w = client._writer
+    for k in range(23, 33):  # in flight when the connection drops
+        client.add(*chunk(20 + 10 * k, 10))
+    deadline = time.monotonic() + 10
+    while client.stats()["rows_inserted"] < 350 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.conn.connect()  # a fresh socket: the 10 unacknowledged chunks go again, the server has them
+    w.sent = w.expect = 0
+    assert client.flush() == 33
+    stats = client.stats()
+    assert stats["duplicates"] == 1 + 10 and stats["rows_inserted"] == 350
+    assert np.array_equal(stored_ids(srv), np.arange(350))
+    client.close()
+
+
+def test_spinning_server_and_learner(server):
+    """spin_us: the server thread and the learner's connection spin before blocking; the service
+    is the same (the speed is the benchmark's: benchmarks/replay_server.py latency --spins)."""
+    from pearl.errors import ConfigError
+    from pearl.server.client import spin_wait
+
+    srv = server("prioritized", capacity=500, spin_us=300.0)
+    client = ReplayClient(srv.address, writer=1, spin_us=300.0)
+    client.add(*chunk(0, 100))
+    client.flush()
+    batch = client.sample(32)
+    client.update_priorities(batch.indices, np.full(32, 2.0))
+    assert client.sample(32).obs.shape == (32, 4)
+    stats = client.stats()
+    assert stats["updates"] == 1 and stats["samples"] == 2 and stats["rejected"] == 0
+    # spin_wait: nothing queued -> {} once the time is up; a queued reply -> found at once
+    socket = client.learner.socket
+    start = time.perf_counter()
+    assert spin_wait((socket,), 2_000_000) == {} and time.perf_counter() - start >= 0.002
+    client.learner.send(pack(Header(Op.STATS)))
+    assert spin_wait((socket,), 5_000_000_000) == {socket: zmq.POLLIN}
+    client.learner.recv()
+    client.close()
+    for bad in (-1.0, 1e9):
+        with pytest.raises(ConfigError, match="spin_us"):
+            ServerConfig(spin_us=bad).check()
+
+
+def test_cli_spin_flag_is_checked(capsys):
+    from pearl.server.cli import main
+
+    assert main(["--plaintext", "--bind", LOOPBACK, "--spin-us", "-5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pearl: error: spin_us") and "\n" not in err
+
+
+def test_inline_pack_pads_with_zeros_and_takes_strided_columns():
+    obs = np.arange(30, dtype=np.float32).reshape(10, 3)[:, :2]  # not C-contiguous
+    actions = np.arange(5, dtype=np.int8)[::-1][:5]
+    rows = np.ones(5, np.int64)
+    frames = pack(Header(Op.INSERT, rows=5), [obs[:5], actions, rows])
+    assert len(frames) == 1
+    header, columns = unpack_header(frames[0])
+    assert header.flags & FLAG_INLINE
+    arrays = message_arrays(frames, header, columns)
+    assert np.array_equal(arrays[0], obs[:5]) and np.array_equal(arrays[1], actions)
+    assert np.array_equal(arrays[2], rows)
+    frame = bytes(frames[0])
+    first = HEADER.size + 3 * COLUMN.size
+    first += -first % 8  # each column starts 8-byte aligned
+    assert frame[first:first + 40] == obs[:5].tobytes()
+    assert frame[first + 45:first + 48] == b"\0\0\0"  # after the int8 column, before the int64 one
+    assert len(frame) == first + 48 + 40
 
 
 def test_ratio_exact_at_end_and_within_credit_bound(server):

@@ -107,7 +107,9 @@ def test_server_embedded_in_a_ray_actor(monkeypatch):
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    # a Ray instance of its own, files apart: never join (or become "current" over) another one
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
+             log_to_driver=False, _temp_dir="/tmp/ray-pearl-test-server")
     try:
         @ray.remote
         class Host:

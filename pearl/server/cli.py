@@ -34,6 +34,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--allow", action="append", help="allowed client keys: a directory of *.key, a file or a z85 key")
     p.add_argument("--plaintext", action="store_true", help="no authentication: a private fabric only")
     p.add_argument("--seed", type=int, help="the sampling RNG's seed")
+    p.add_argument("--spin-us", type=float, help="spin this long for the next request after a burst before "
+                                                 "blocking (lower round-trip latency, some CPU)")
     p.add_argument("--keygen", nargs=2, metavar=("DIR", "NAME"), help="write a CURVE key pair and exit")
     return p
 
@@ -45,7 +47,7 @@ def run(args) -> int:
         public, secret = generate(*args.keygen)
         print(f"wrote {public} (share) and {secret} (keep private)")
         return 0
-    from pearl.server.config import AuthConfig, RatioConfig, load_config
+    from pearl.server.config import STANDALONE_SPIN_US, AuthConfig, RatioConfig, load_config
 
     raw: dict = {}
     if args.config:
@@ -69,9 +71,10 @@ def run(args) -> int:
             raise ConfigError(f"--action-shape: {args.action_shape!r} (expected e.g. 6 or 2,3)") from None
     raw["table"] = table
     for flag, key in (("bind", "bind"), ("checkpoint_dir", "checkpoint_dir"),
-                      ("checkpoint_every", "checkpoint_every_s"), ("seed", "seed")):
+                      ("checkpoint_every", "checkpoint_every_s"), ("seed", "seed"), ("spin_us", "spin_us")):
         if getattr(args, flag) is not None:
             raw[key] = getattr(args, flag)
+    raw.setdefault("spin_us", STANDALONE_SPIN_US)  # its own process: no host threads to starve
     if args.updates_per_step is not None or args.learning_starts is not None or args.max_lag is not None:
         ratio = dict(raw.get("ratio") or vars(RatioConfig()))
         for flag in ("updates_per_step", "learning_starts", "max_lag"):

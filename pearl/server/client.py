@@ -27,10 +27,23 @@ import zmq
 
 from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_MASSES, INLINE_BYTES, ErrorCode, Header, Op, column_array, column_buffers,
+from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
                                pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
+LEARNER_SPIN_US = 0.0  # a learner's connection spins this long for a reply before blocking (spin_wait)
+
+
+def spin_wait(sockets, ns: int) -> dict:
+    """{socket: POLLIN} for those of `sockets` with a message, waiting up to `ns` ns by spinning
+    on ZMQ_EVENTS (which also takes in the I/O thread's pending commands). A thread blocked in
+    poll sleeps, and waking it costs a VM's idle core ~100 us or more (docs/REPLAY_SERVER.md);
+    a spin keeps it running until a reply or request that comes soon. Holds the GIL."""
+    deadline = time.perf_counter_ns() + ns
+    while True:
+        ready = {s: zmq.POLLIN for s in sockets if s.get(zmq.EVENTS) & zmq.POLLIN}
+        if ready or time.perf_counter_ns() >= deadline:
+            return ready
 
 
 class ServerError(RuntimeError):
@@ -62,8 +75,9 @@ class Connection:
     """One DEALER socket to one server."""
 
     def __init__(self, address: str, auth: ClientAuth | None = None, timeout: float = 30.0,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, spin_us: float = 0.0):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
+        self.spin_ns = int(spin_us * 1000)
         self.context = context or zmq.Context.instance()
         self.socket = None
         self.connect()
@@ -87,9 +101,12 @@ class Connection:
         self.socket = socket
 
     def send(self, frames) -> None:
-        # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
-        big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
         try:
+            if len(frames) == 1:  # a header-only or inline message (the common case): zmq copies it
+                self.socket.send(frames[0])
+                return
+            # zero-copy only pays for large buffers: a zmq.Frame per column costs more than a memcpy
+            big = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames) > ZERO_COPY_BYTES
             self.socket.send_multipart(frames, copy=not big)
         except zmq.Again:
             waited = self.socket.sndtimeo / 1000
@@ -100,7 +117,10 @@ class Connection:
     def recv(self, timeout: float | None = None):
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
         timeout = self.timeout if timeout is None else timeout
-        if not self.socket.poll(int(timeout * 1000), zmq.POLLIN):
+        socket = self.socket
+        # ZMQ_EVENTS first: a reply already here costs no poll (Socket.poll builds a Poller per call)
+        if not socket.get(zmq.EVENTS) & zmq.POLLIN and not (self.spin_ns and spin_wait((socket,), self.spin_ns)) \
+                and not zmq.zmq_poll([(socket, zmq.POLLIN)], int(timeout * 1000)):
             # a fresh socket: a late reply to this request must not be read as the next one's (the
             # server sees us leave and takes back a sample it could not deliver)
             self.connect()
@@ -109,17 +129,16 @@ class Connection:
         frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
         header, columns = unpack_header(frames[0])
         # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
-        rows_of = (lambda i: 1 if (header.op == Op.BATCH and i == 8) else header.rows)
-        buffers = column_buffers(frames, header, columns, rows_of)
+        arrays = message_arrays(frames, header, columns, 1 if header.op == Op.BATCH and len(columns) == 9 else None)
         if header.op == Op.ERROR:
-            text = bytes(buffers[0]).decode("utf-8", "replace") if buffers else ""
-            raise ServerError(header.status, text)
-        arrays = [column_array(buffers[i], c, rows_of(i), i) for i, c in enumerate(columns)]
+            raise ServerError(header.status, arrays[0].tobytes().decode("utf-8", "replace") if arrays else "")
         return header, arrays
 
     def call(self, frames, timeout: float | None = None):
-        if timeout is not None:
-            self.socket.sndtimeo = int(timeout * 1000)
+        if timeout is None or timeout == self.timeout:  # (setting a socket option costs ~10 us)
+            self.send(frames)
+            return self.recv(timeout)
+        self.socket.sndtimeo = int(timeout * 1000)
         try:
             self.send(frames)
         finally:
@@ -157,6 +176,11 @@ class _Writer:
         self.acked = 0
         self.durable = 0                # highest seq in the server's last checkpoint
         self.credit = 0                 # server's credit at the last ack, before in-flight chunks
+        # chunks whose seq is a multiple of ack_every ask for an ACK, the others carry FLAG_NO_ACK
+        # (fewer messages per chunk on both sides); with a ratio every chunk asks, as credit
+        # requests wait for their own reply
+        self.ack_every = 1 if ratio else max(1, window // 4)
+        self.expect = 0                 # highest seq a reply is on its way for (this socket)
         self.resync()
 
     @property
@@ -168,7 +192,7 @@ class _Writer:
         server restarted from a checkpoint older than our acknowledgements gets the retained
         chunks again; if we no longer hold them, that is an error naming the lost range."""
         header, _ = self.conn.call(pack(Header(Op.WRITER, writer=self.writer)))
-        self.sent = 0
+        self.sent = self.expect = 0
         if header.seq < self.acked:
             if header.seq < self.unprotected:
                 raise ServerError(ErrorCode.SEQUENCE_GAP,
@@ -217,9 +241,14 @@ class _Writer:
                         continue
                     self.conn.send(frames)
                     self.sent += 1
+                    if seq % self.ack_every == 0:
+                        self.expect = seq
                 if not self.inflight or (not wait_all and len(self.inflight) < self.window and
                                          self.sent == len(self.inflight)):
                     return
+                if self.expect <= self.acked:  # no reply on its way: ask where the server is
+                    self.conn.send(pack(Header(Op.WRITER, writer=self.writer)))
+                    self.expect = self.inflight[self.sent - 1][0]
                 self._receive()
                 failures = 0
             except (NoReply, zmq.ZMQError) as error:
@@ -258,10 +287,11 @@ class ReplayClient:
 
     def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
                  timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
-                 copy_batches: bool = True, retain: int = 1024, connect_timeout: float | None = None):
+                 copy_batches: bool = True, retain: int = 1024, connect_timeout: float | None = None,
+                 spin_us: float = LEARNER_SPIN_US):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
         self.piggyback, self.copy_batches = piggyback, copy_batches
-        self.learner = Connection(address, self.auth, timeout)
+        self.learner = Connection(address, self.auth, timeout, spin_us=spin_us)
         self.info = self.learner.info(Op.HELLO, connect_timeout)  # NoReply: no server answered
         self.capacity = int(self.info["capacity"])
         self.prioritized = bool(self.info["prioritized"])
@@ -296,12 +326,13 @@ class ReplayClient:
         seq = w.next_seq if seq is None else int(seq)
         dtypes = self._dtypes
         columns = [np.ascontiguousarray(a, t) for a, t in zip((obs, actions, rewards, next_obs, discounts), dtypes)]
-        header = Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps)
+        header = Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps,
+                        flags=FLAG_NO_ACK if seq % w.ack_every else 0)
         if sum(c.nbytes for c in columns) > INLINE_BYTES:
             # zero-copy frames: copies first, the chunk stays in the resend buffer until acknowledged
             # and the caller may reuse its arrays
             columns = [c.copy() for c in columns]
-        w.put(pack(header, columns), seq, steps)  # inline: pack copies into one bytes frame
+        w.put(pack(header, columns), seq, steps)  # inline: pack copies into one frame
         return seq
 
     def flush(self) -> int:

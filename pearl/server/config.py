@@ -15,6 +15,8 @@ import numpy as np
 from pearl.errors import ConfigError
 
 LOOPBACK = "tcp://127.0.0.1:5555"
+STANDALONE_SPIN_US = 0.0  # `pearl replay-server`'s spin_us when neither the file nor --spin-us sets it
+MAX_SPIN_US = 100_000.0
 
 
 @dataclass
@@ -105,6 +107,10 @@ class ServerConfig:
     checkpoint_dir: str | None = None
     checkpoint_every_s: float = 0.0  # 0: only on request
     restore: bool = True             # start from checkpoint_dir's latest checkpoint if there is one
+    # after a burst of requests the server thread spins up to this long for the next one before it
+    # blocks (server.spin_wait). 0 here: an embedded server's spin would hold the GIL from its
+    # host's threads; `pearl replay-server` (its own process) defaults to STANDALONE_SPIN_US.
+    spin_us: float = 0.0
 
     def check(self) -> None:
         self.table.check()
@@ -115,6 +121,8 @@ class ServerConfig:
             raise ConfigError(f"bind: {self.bind!r} (expected tcp://HOST:PORT, ipc://PATH or inproc://NAME)")
         if self.bind.startswith("tcp://") and self.bind[6:].split(":")[0] in ("*", "0.0.0.0", "::", ""):
             raise ConfigError(f"bind: {self.bind!r} binds every interface; name one address")
+        if not 0 <= self.spin_us <= MAX_SPIN_US:
+            raise ConfigError(f"spin_us: {self.spin_us!r} (expected 0 .. {MAX_SPIN_US} microseconds)")
         if not 1 <= self.max_chunk_rows <= self.table.capacity:
             self.max_chunk_rows = min(max(1, self.max_chunk_rows), self.table.capacity)
 

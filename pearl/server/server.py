@@ -14,6 +14,7 @@ import time
 
 import zmq
 
+from pearl.server.client import spin_wait
 from pearl.server.config import ServerConfig
 from pearl.server.service import ReplayService
 from pearl.server.wire import ErrorCode, Op, error_frames
@@ -125,10 +126,15 @@ class ReplayServer:
         poller.register(wake, zmq.POLLIN)
         every = self.config.checkpoint_every_s
         next_checkpoint = time.monotonic() + every if every and self.config.checkpoint_dir else None
+        spin_ns = int(self.config.spin_us * 1000)
+        spin = False  # after a burst: look for the next request by spinning before blocking in poll
         self._ready.set()
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(POLL_MS))
+                events = spin_wait((socket, wake), spin_ns) if spin else None
+                if not events:
+                    events = dict(poller.poll(POLL_MS))
+                spin = bool(spin_ns and events)
                 if wake in events:
                     while wake.poll(0):
                         wake.recv()

@@ -21,10 +21,13 @@ from numba import njit
 
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
-from pearl.server.wire import (FLAG_MASSES, REQUESTS, Column, ErrorCode, Header, Op, WireError,
-                               column_array, column_buffers, error_frames, info_frames, pack, unpack_header)
+from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, REQUESTS, Column, ErrorCode, Header, Op, WireError,
+                               check_columns, error_frames, info_frames, message_arrays, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
+# an update's columns: indices and |td| (float32 or float64)
+UPDATE_FLOAT32 = [INDEX, Column(np.dtype(np.float32), ())]
+UPDATE_FLOAT64 = [INDEX, Column(np.dtype(np.float64), ())]
 
 
 @njit(cache=True, nogil=True)
@@ -110,6 +113,8 @@ class ReplayService:
                        "updates": 0, "rejected": 0, "checkpoints": 0}
         self.rejected_by_code: dict[str, int] = {}
         self.latency = {op.name.lower(): Latency() for op in REQUESTS}
+        # op code -> (handler, its latency window): one dict look-up per request
+        self._ops = {int(op): (getattr(self, "_" + op.name.lower()), self.latency[op.name.lower()]) for op in REQUESTS}
         self.max_lag_seen = 0
         self.waiting_samples: deque = deque()   # (peer, header, update columns) a ratio holds back
         self.waiting_credit: dict[int, tuple] = {}  # writer -> (peer, need)
@@ -153,30 +158,26 @@ class ReplayService:
         start = time.perf_counter_ns()
         try:
             header, columns = unpack_header(frames[0])
-            if header.op not in REQUESTS:
+            op = self._ops.get(header.op)
+            if op is None:
                 raise WireError(ErrorCode.UNKNOWN_OP, f"unknown op {header.op}")
             if header.table != 0:
                 raise WireError(ErrorCode.UNKNOWN_TABLE, f"unknown table {header.table} (this server holds table 0)")
             if header.rows > 1 << 30:
                 raise WireError(ErrorCode.TOO_LARGE, f"{header.rows} rows")
-            buffers = column_buffers(frames, header, columns)
-            op = Op(header.op)
-            replies = getattr(self, "_" + op.name.lower())(peer, header, columns, buffers)
+            arrays = message_arrays(frames, header, columns)
+            replies = op[0](peer, header, columns, arrays)
         except WireError as error:
             self.counts["rejected"] += 1
             name = ErrorCode(error.code).name
             self.rejected_by_code[name] = self.rejected_by_code.get(name, 0) + 1
             self.last_error = str(error)
             return [(peer, error_frames(error.code, str(error)))]
-        self.latency[op.name.lower()].add(time.perf_counter_ns() - start)
+        op[1].add(time.perf_counter_ns() - start)
         return replies
 
-    def _expect(self, header: Header, columns, frames, schema: list, what: str) -> list[np.ndarray]:
-        if len(columns) != len(schema):
-            raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected {len(schema)})")
-        return [column_array(frames[i], c, header.rows, i, schema[i]) for i, c in enumerate(columns)]
 
-    def _hello(self, peer, header, columns, frames):
+    def _hello(self, peer, header, columns, arrays):
         t = self.config.table
         info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_dim": t.obs_dim,
                 "action_dtype": t.action_dtype, "action_shape": list(t.action_shape),
@@ -190,25 +191,26 @@ class ReplayService:
         return (peer, pack(Header(Op.ACK, writer=writer, seq=seq, arg0=self.credit.get(writer, 0),
                                   arg1=self.durable.get(writer, 0))))
 
-    def _writer(self, peer, header, columns, frames):
+    def _writer(self, peer, header, columns, arrays):
         if header.writer == 0:
             raise WireError(ErrorCode.BAD_VALUE, "writer id 0 is reserved")
         self.acked.setdefault(header.writer, 0)
         return [self._ack(peer, header.writer, self.acked[header.writer])]
 
-    def _insert(self, peer, header, columns, frames):
+    def _insert(self, peer, header, columns, arrays):
         writer, seq, rows = header.writer, header.seq, header.rows
         if writer == 0 or seq == 0:
             raise WireError(ErrorCode.BAD_VALUE, "insert needs a writer id and a sequence number > 0")
         if not 1 <= rows <= self.config.max_chunk_rows:
             raise WireError(ErrorCode.TOO_LARGE, f"insert of {rows} rows (1..{self.config.max_chunk_rows})")
-        values = self._expect(header, columns, frames, self.schema, "insert")
+        check_columns(columns, self.schema, "insert")
         if header.arg0 > 1 << 40:
             raise WireError(ErrorCode.TOO_LARGE, f"insert commits {header.arg0} env steps")
+        ack = not header.flags & FLAG_NO_ACK
         acked = self.acked.get(writer, 0)
         if seq <= acked:  # a resend of a chunk already stored: acknowledge, do not store again
             self.counts["duplicates"] += 1
-            return [self._ack(peer, writer, acked)]
+            return [self._ack(peer, writer, acked)] if ack else []
         if seq != acked + 1:
             raise WireError(ErrorCode.SEQUENCE_GAP, f"writer {writer}: chunk {seq} after {acked} "
                                                     f"(resend from {acked + 1})")
@@ -221,7 +223,7 @@ class ReplayService:
             raise WireError(ErrorCode.RATE_LIMITED, f"insert of {rows} refused by the rate limiter: retry")
         if self.snapshot is not None:
             self.snapshot.before_write(self.table.cursor, rows)
-        self.table.add(*values)
+        self.table.add(*arrays)
         self.acked[writer] = seq
         self.env_steps += steps
         self.writer_steps[writer] = self.writer_steps.get(writer, 0) + steps
@@ -230,12 +232,12 @@ class ReplayService:
             self.credit[writer] -= steps
         self.counts["inserts"] += 1
         self.counts["rows_inserted"] += rows
-        replies = [self._ack(peer, writer, seq)]
+        replies = [self._ack(peer, writer, seq)] if ack else []
         if self.waiting_samples:
             replies += self._serve_waiting()
         return replies
 
-    def _credit(self, peer, header, columns, frames):
+    def _credit(self, peer, header, columns, arrays):
         writer, need = header.writer, int(header.arg0)
         if self.config.ratio is None:
             self.acked.setdefault(writer, 0)
@@ -250,7 +252,7 @@ class ReplayService:
         self.waiting_credit[writer] = (peer, need)
         return []
 
-    def _parse_update(self, header, columns, frames, what):
+    def _parse_update(self, header, columns, arrays, what):
         if len(columns) != 2:
             raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected indices, |td|)")
         rows = header.rows
@@ -258,8 +260,8 @@ class ReplayService:
             raise WireError(ErrorCode.TOO_LARGE, f"{what} of {rows} rows (at most {self.config.max_batch})")
         if columns[1].dtype not in (np.float32, np.float64):
             raise WireError(ErrorCode.BAD_COLUMN, f"column 1: |td| as {columns[1].dtype} (float32 or float64)")
-        indices = column_array(frames[0], columns[0], rows, 0, INDEX)
-        td = column_array(frames[1], columns[1], rows, 1, Column(columns[1].dtype, ()))
+        check_columns(columns, UPDATE_FLOAT32 if columns[1].dtype == np.float32 else UPDATE_FLOAT64, what)
+        indices, td = arrays
         if rows:
             bad = _check_update(indices, td, self.table.size)
             if bad == 1:
@@ -275,22 +277,22 @@ class ReplayService:
             self.table.update_priorities(indices, td)
             self.counts["updates"] += 1
 
-    def _update(self, peer, header, columns, frames):
-        self._apply_update(*self._parse_update(header, columns, frames, "update"))
+    def _update(self, peer, header, columns, arrays):
+        self._apply_update(*self._parse_update(header, columns, arrays, "update"))
         return [(peer, pack(Header(Op.ACK)))]
 
     def _check_batch(self, batch: int) -> None:
         if not 1 <= batch <= self.config.max_batch:
             raise WireError(ErrorCode.TOO_LARGE, f"sample of {batch} rows (1..{self.config.max_batch})")
 
-    def _sample(self, peer, header, columns, frames):
+    def _sample(self, peer, header, columns, arrays):
         if columns:
             raise WireError(ErrorCode.BAD_COLUMN, f"sample: {len(columns)} columns (expected none)")
         self._check_batch(int(header.arg0))
         return self._sample_or_wait(peer, header)
 
-    def _update_sample(self, peer, header, columns, frames):
-        update = self._parse_update(header, columns, frames, "update")
+    def _update_sample(self, peer, header, columns, arrays):
+        update = self._parse_update(header, columns, arrays, "update")
         self._check_batch(int(header.arg0))
         self._apply_update(*update)  # the previous batch's priorities land before this batch is drawn
         return self._sample_or_wait(peer, header)
@@ -390,10 +392,10 @@ class ReplayService:
             stats["checkpoint_in_progress"] = True
         return stats
 
-    def _stats(self, peer, header, columns, frames):
+    def _stats(self, peer, header, columns, arrays):
         return [(peer, info_frames(json.dumps(self.stats())))]
 
-    def _checkpoint(self, peer, header, columns, frames):
+    def _checkpoint(self, peer, header, columns, arrays):
         if self.config.checkpoint_dir is None:
             raise WireError(ErrorCode.BAD_VALUE, "this server has no checkpoint_dir")
         from pearl.server.checkpoint import start_checkpoint

@@ -63,6 +63,8 @@ REQUESTS = frozenset({Op.HELLO, Op.INSERT, Op.SAMPLE, Op.UPDATE, Op.UPDATE_SAMPL
                       Op.CHECKPOINT, Op.CREDIT, Op.WRITER})
 
 FLAG_MASSES = 1  # sample: also return each row's selector mass and [total, min mass, beta, size, progress]
+# insert: no ACK unless refused - acks are cumulative, a later chunk's (or a WRITER request's) covers it
+FLAG_NO_ACK = 2
 FLAG_INLINE = 0x8000  # the column buffers follow the descriptors in the header frame (8-byte aligned)
 
 
@@ -133,67 +135,113 @@ _DESCRIBED: dict[tuple, bytes] = {}
 INLINE_BYTES = 1 << 16  # messages up to this size go as one frame (fewer zmq parts per message)
 
 
+def _descriptor(array: np.ndarray) -> bytes:
+    key = (array.dtype, array.shape[1:])
+    descriptor = _DESCRIBED.get(key)
+    if descriptor is None:
+        dims = tuple(array.shape[1:])
+        if len(dims) > MAX_DIMS:
+            raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
+        descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
+        if len(_DESCRIBED) < 256:
+            _DESCRIBED[key] = descriptor
+    return descriptor
+
+
 def pack(header: Header, columns: list[np.ndarray] | tuple = (), inline: bool | None = None) -> list:
     """The frames of one message: the header (with column descriptors) and the column buffers.
     Each column's leading axis is the message's `rows`; arrays are sent as C-contiguous buffers.
-    `inline` (default: when the columns total <= INLINE_BYTES): one frame, columns after the header."""
+    `inline` (default: when the columns total <= INLINE_BYTES): one bytes frame, each column
+    copied once into it after the header (bytes.join reads the arrays' buffers directly)."""
+    columns = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in columns]
     if inline is None:
         inline = bool(columns) and sum(a.nbytes for a in columns) <= INLINE_BYTES
     flags = header.flags | FLAG_INLINE if inline else header.flags & ~FLAG_INLINE
-    parts = [HEADER.pack(MAGIC, VERSION, header.op, flags, len(columns), header.table,
-                         header.writer, header.rows, header.status, header.seq, header.arg0, header.arg1)]
-    frames = [None]
+    head = HEADER.pack(MAGIC, VERSION, header.op, flags, len(columns), header.table, header.writer, header.rows,
+                       header.status, header.seq, header.arg0, header.arg1) + b"".join([_descriptor(a) for a in columns])
+    if not inline:
+        return [head] + columns
+    parts, offset = [head], len(head)
     for array in columns:
-        key = (array.dtype, array.shape[1:])
-        descriptor = _DESCRIBED.get(key)
-        if descriptor is None:
-            dims = tuple(array.shape[1:])
-            if len(dims) > MAX_DIMS:
-                raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
-            descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
-            if len(_DESCRIBED) < 256:
-                _DESCRIBED[key] = descriptor
-        parts.append(descriptor)
-        frames.append(array if array.flags.c_contiguous else np.ascontiguousarray(array))
-    if inline:
-        offset = len(parts) and sum(len(p) for p in parts)
-        for array in frames[1:]:
-            pad = -offset % 8
-            if pad:
-                parts.append(b"\0" * pad)
-            parts.append(array.tobytes())
-            offset += pad + array.nbytes
-        return [b"".join(parts)]
-    frames[0] = b"".join(parts)
-    return frames
+        pad = -offset % 8
+        if pad:
+            parts.append(_PADDING[pad])
+        parts.append(array)
+        offset += pad + array.nbytes
+    return [b"".join(parts)]
 
 
-def column_buffers(frames, header: Header, columns: list, rows_of=None) -> list:
-    """The buffer of each column of a message (frames 1.. or, with FLAG_INLINE, slices of the
-    first frame), checking the frame count and, inline, the first frame's exact length.
-    `rows_of(i)`: rows of column i (default: the header's rows)."""
+_PADDING = [b"\0" * n for n in range(8)]
+
+
+class Columns(list):
+    """A message's column descriptors (a list of Column), parsed once per distinct descriptor
+    bytes (unpack_header's cache), with what is derived from them kept beside them: the layout of
+    an inline message per row count, and the schema they were last checked against."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.layouts: dict = {}
+        self.checked = None  # the schema (list of Column) these columns equal, once checked
+
+    def layout(self, rows: int, last_rows: int | None) -> tuple:
+        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame."""
+        key = (rows, last_rows)
+        found = self.layouts.get(key)
+        if found is not None:
+            return found
+        offset = HEADER.size + len(self) * COLUMN.size
+        parts = []
+        for i, column in enumerate(self):
+            offset += -offset % 8
+            n = rows if last_rows is None or i < len(self) - 1 else last_rows
+            items = n * column.row_bytes // column.dtype.itemsize
+            parts.append((column.dtype, items, offset, (n,) + column.shape))
+            offset += n * column.row_bytes
+        found = (offset, parts)
+        if len(self.layouts) < 64:
+            self.layouts[key] = found
+        return found
+
+
+def message_arrays(frames, header: Header, columns: Columns, last_rows: int | None = None) -> list:
+    """Every column of a message as an array (rows, *shape) viewing its buffer (no copy; writable
+    only if the buffer is): frames 1.. or, with FLAG_INLINE, slices of the first frame. Checks the
+    frame count and every byte length (inline: the first frame's exact total). `last_rows`: rows
+    of the last column when they are not the header's (a FLAG_MASSES batch's meta row)."""
+    rows = header.rows
     if not header.flags & FLAG_INLINE:
         if len(frames) != 1 + len(columns):
             raise WireError(ErrorCode.BAD_FRAME, f"{len(frames) - 1} column frames for {len(columns)} "
                                                  f"column descriptors")
-        return list(frames[1:])
+        last = len(columns) - 1
+        return [column_array(frames[i + 1], c, last_rows if last_rows is not None and i == last else rows, i)
+                for i, c in enumerate(columns)]
     if len(frames) != 1:
         raise WireError(ErrorCode.BAD_FRAME, f"an inline message with {len(frames) - 1} extra frames")
-    buffer = memoryview(frames[0])
-    offset = HEADER.size + len(columns) * COLUMN.size
-    out = []
-    for i, column in enumerate(columns):
-        offset += -offset % 8
-        size = (header.rows if rows_of is None else rows_of(i)) * column.row_bytes
-        out.append(buffer[offset:offset + size])
-        offset += size
-    if offset != buffer.nbytes:
-        raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {buffer.nbytes} bytes, the descriptors and "
-                                              f"{header.rows} rows need {offset}")
-    return out
+    frame = frames[0]
+    total, parts = columns.layout(rows, last_rows)
+    nbytes = memoryview(frame).nbytes
+    if total != nbytes:
+        raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {nbytes} bytes, the descriptors and "
+                                              f"{rows} rows need {total}")
+    return [np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
 
 
-def unpack_header(frame) -> tuple[Header, list[Column]]:
+def check_columns(columns: Columns, schema: list, what: str) -> None:
+    """Each column's dtype and per-row shape equal the schema's (once per distinct descriptors)."""
+    if columns.checked is schema:
+        return
+    if len(columns) != len(schema):
+        raise WireError(ErrorCode.BAD_COLUMN, f"{what}: {len(columns)} columns (expected {len(schema)})")
+    for index, (column, expected) in enumerate(zip(columns, schema)):
+        if column.dtype != expected.dtype or column.shape != expected.shape:
+            raise WireError(ErrorCode.BAD_COLUMN, f"column {index}: {column.dtype}{list(column.shape)} per row "
+                                                  f"(the table wants {expected.dtype}{list(expected.shape)})")
+    columns.checked = schema
+
+
+def unpack_header(frame) -> tuple[Header, Columns]:
     """Parses and checks a message's first frame (any bytes-like object). Raises WireError."""
     buffer = memoryview(frame)
     if len(buffer) < HEADER.size:
@@ -210,7 +258,7 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
         raise WireError(ErrorCode.BAD_FRAME, f"header frame of {len(buffer)} bytes for {ncols} columns "
                                              f"(expected {HEADER.size + ncols * COLUMN.size})")
     if not ncols:
-        return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), []
+        return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), NO_COLUMNS
     descriptors = bytes(buffer[HEADER.size:HEADER.size + ncols * COLUMN.size])
     columns = _PARSED.get(descriptors)
     if columns is None:
@@ -220,11 +268,12 @@ def unpack_header(frame) -> tuple[Header, list[Column]]:
     return Header(op, flags, ncols, table, writer, seq, rows, status, arg0, arg1), columns
 
 
-_PARSED: dict[bytes, list] = {}
+_PARSED: dict[bytes, Columns] = {}
+NO_COLUMNS = Columns()
 
 
-def _parse_columns(buffer, ncols: int) -> list:
-    columns = []
+def _parse_columns(buffer, ncols: int) -> Columns:
+    columns = Columns()
     for i in range(ncols):
         code, ndim, *dims = COLUMN.unpack_from(buffer, HEADER.size + i * COLUMN.size)
         if code not in DTYPES:
@@ -235,12 +284,9 @@ def _parse_columns(buffer, ncols: int) -> list:
     return columns
 
 
-def column_array(frame, column: Column, rows: int, index: int, expected: Column | None = None) -> np.ndarray:
-    """Column `index` of a message as a read-only array (rows, *shape) viewing `frame` (no copy),
-    after checking it against the schema's `expected` column and the frame's byte length."""
-    if expected is not None and (column.dtype != expected.dtype or column.shape != expected.shape):
-        raise WireError(ErrorCode.BAD_COLUMN, f"column {index}: {column.dtype}{list(column.shape)} per row "
-                                              f"(the table wants {expected.dtype}{list(expected.shape)})")
+def column_array(frame, column: Column, rows: int, index: int) -> np.ndarray:
+    """Column `index` of a message, alone in `frame`, as an array (rows, *shape) viewing it (no
+    copy), after checking the frame's byte length."""
     buffer = memoryview(frame)
     need = rows * column.row_bytes
     if buffer.nbytes != need:
