@@ -30,7 +30,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
-from pearl.runtime.shared import _CREATED, ACT_NS, ALLOWED, ROUNDS
+from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
+
+# the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
+# in act rounds (sampled), and act rounds
+CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
 
 # Unlinks the shared-memory blocks named on its stdin once that closes: the agent's ring janitor.
 # Ray kills a dead worker's process group and children, Python's resource tracker with them, so a
@@ -76,7 +80,7 @@ class NodeAgent:
         self.stopping = threading.Event()
         self.actors = None
         self.janitor = None  # the ring janitor (JANITOR), started with the first rings
-        self.act_ns = self.rounds = 0
+        self.clocks = [0] * len(CLOCKS)  # the finished actor processes' CLOCKS
         self.started = time.perf_counter()
 
     def pid(self) -> int:
@@ -106,12 +110,13 @@ class NodeAgent:
         with self.lock:
             episodes, self.episodes = self.episodes, []
             actors = self.actors
-        act_ns, rounds = self.act_ns, self.rounds
+        clocks = list(self.clocks)
         if actors is not None:
-            act_ns += sum(int(c.counters[ACT_NS]) for c in actors.channels)
-            rounds += sum(int(c.counters[ROUNDS]) for c in actors.channels)
+            clocks = [total + sum(int(c.counters[k]) for c in actors.channels) for total, k in zip(clocks, CLOCKS)]
+        act_ns, wait_ns, cpu_ns, rounds = clocks
         return {"node": self.node, "episodes": episodes, "committed": self.committed, "act_s": act_ns * 1e-9,
-                "rounds": rounds, "wall_s": time.perf_counter() - self.started,
+                "wait_s": wait_ns * 1e-9, "act_cpu_s": cpu_ns * 1e-9, "rounds": rounds,
+                "wall_s": time.perf_counter() - self.started,
                 "actor_restarts": actors.restarts if actors is not None else 0}
 
     def stop(self) -> None:
@@ -194,8 +199,7 @@ class NodeAgent:
         finally:
             actors.stop()
             with self.lock:
-                self.act_ns += sum(int(c.counters[ACT_NS]) for c in channels)
-                self.rounds += sum(int(c.counters[ROUNDS]) for c in channels)
+                self.clocks = [total + sum(int(c.counters[k]) for c in channels) for total, k in zip(self.clocks, CLOCKS)]
                 self.actors = None
             actors.close()
         return self.report()
