@@ -60,7 +60,8 @@ def _role(command: str) -> str:
         return "actor processes"
     for key, role in (("ray::NodeAgent", "node agents"), ("ray::ReplayShard", "replay shards"),
                       ("gcs_server", "ray: gcs"), ("raylet", "ray: raylets"), ("dashboard", "ray: dashboard agents"),
-                      ("runtime_env", "ray: runtime-env agents"), ("log_monitor", "ray: log monitors"),
+                      ("DashboardAgent", "ray: dashboard agents"), ("runtime_env", "ray: runtime-env agents"),
+                      ("RuntimeEnvAgent", "ray: runtime-env agents"), ("log_monitor", "ray: log monitors"),
                       ("monitor.py", "ray: monitor"), ("ray::", "ray: idle workers")):
         if key in command:
             return role
@@ -96,6 +97,9 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
             except (OSError, ValueError, IndexError):
                 continue
             name = role or threads.get(int(tid), "driver: other threads (Ray core worker)")
+            if os.environ.get("CPU_BY_THREAD") and role:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f"{role} [{f.read().strip()}]"
             snapshot[pid, int(tid)] = (("driver" if role is None else role) + ": zmq I/O" if zmq else name, ns)
     return snapshot
 
@@ -161,7 +165,7 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
             "cpu_ms_per_1k": {role: 1e6 * s / env_steps for role, s in spent.items()},
             "cores": sum(spent.values()) / (t1 - t0),
             "act_us": 1e6 * (c1[0] - c0[0]) / rounds, "wait_us": 1e6 * (c1[1] - c0[1]) / rounds,
-            "act_cpu_us": 1e6 * (c1[2] - c0[2]) / rounds,
+            "act_cpu_us": 1e6 * (c1[2] - c0[2]) / rounds, "acted": rounds * plan.envs_per_actor / env_steps,
             "exact": agent.updates == agent.parts.schedule.due(agent.env_steps)}
 
 
@@ -243,7 +247,8 @@ def cpu_report(plans: dict, args) -> None:
             total = sum(row["cpu_ms_per_1k"].values())
             print(f"seed {seed} {name:9s}: {row['whole']:7.0f} env steps/s whole, {row['steady']:7.0f} steady, "
                   f"{row['cores']:.2f} cores busy, CPU {total:6.1f} ms per 1k env steps; actors per round: act "
-                  f"{row['act_us']:.0f} us (CPU {row['act_cpu_us']:.0f}), wait {row['wait_us']:.0f} us; "
+                  f"{row['act_us']:.0f} us (CPU {row['act_cpu_us']:.0f}), wait {row['wait_us']:.0f} us, acted/counted "
+                  f"{row['acted']:.2f}; "
                   f"ratio exact {row['exact']}; load {os.getloadavg()[0]:.2f}", flush=True)
     roles = sorted({r for name in rows for row in rows[name] for r in row["cpu_ms_per_1k"]})
     print(f"# CPU ms per 1,000 env steps, steady part, median of {args.seeds} seeds")

@@ -52,6 +52,14 @@ POLL_S = 0.2  # how often the driver collects the agents' episodes and checks th
 IDLE_S = 0.0005  # the learner's nap when nothing is due (it reads the server's count in this process)
 REFRESH_S = 0.002  # how often the driver asks remote replay servers their count when it has nothing to learn
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
+# weights go out at most this often: a publish costs Ray calls (~0.1-0.3 ms of CPU each, per node)
+# where the processes runtime's board costs a copy, and a DQN update takes ~0.15 ms; a sync due
+# sooner is folded into the next publish (the actors get the newest weights)
+PUBLISH_S = 0.01
+# weights up to this size travel inside the publish call (Ray inlines arguments up to 100 KiB,
+# its max_direct_call_object_size) rather than as one object-store put that each node's raylet
+# fetches from the driver's: larger ones are put once and the reference sent
+INLINE_WEIGHTS_BYTES = 64 * 1024
 # after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
 # stop) before they are killed
 STOP_WAIT_S = 10.0
@@ -136,7 +144,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from pearl.runtime.node_agent import NodeAgent
+    from pearl.runtime.node_agent import NodeAgent, agent_allowance
     from pearl.runtime.ray_replay import server_keys
 
     plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
@@ -157,7 +165,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     weights = learner.policy_weights()
     spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
-    ahead = allowance(u, nodes * n, envs)
+    ahead = agent_allowance(plan, u)
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
     stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
     try:
@@ -181,7 +189,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 remote_replay))
         side.grant(agents, counters.updates)
         published = _Publisher(agents)
-        published.send(weights, parts.algo.epsilon(counters.env_steps))
+        published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
         runs = {agents[node].run.remote(): node for node in range(nodes)}
         loop = _Learning(parts, counters, hooks, side, published)
         clock = time.perf_counter
@@ -219,7 +227,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                         runs[agents[node].run.remote()] = node
                 side.grant(agents, counters.updates)
                 if published.due:
-                    published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
+                    published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
             if clock() - last_report > REPORT_S:
                 last_report = clock()
                 print(rates.line(), file=sys.stderr, flush=True)
@@ -314,7 +322,7 @@ class _Learning:
             if sync_due(counters.updates, schedule.sync_interval):
                 self.published.due = True
             if self.published.due:
-                self.published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
+                self.published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
             side.grant(self.published.agents, counters.updates)
             self.advance()
 
@@ -553,22 +561,27 @@ def _collect(agents, counters: Counters, rates) -> None:
 
 
 class _Publisher:
-    """Weights to every node agent: one `ray.put` per sync, the same reference to each agent. A
-    sync due while an agent has not taken the previous one yet is folded into the next (`due`)."""
+    """Weights to every node agent, the same to each: inside the call up to INLINE_WEIGHTS_BYTES,
+    else one `ray.put` whose reference each agent gets. A sync due within PUBLISH_S of the last
+    publish, or while an agent has not taken the last one yet, is folded into the next (`due`)."""
 
     def __init__(self, agents):
         self.agents, self.sent, self.due = agents, [None] * len(agents), False
+        self.last, self.count = -math.inf, 0  # when the last publish went out; publishes sent
 
-    def send(self, weights, epsilon: float) -> None:
+    def send(self, weights_of, epsilon: float) -> None:
+        """Publishes `weights_of()` (read only if it goes out now) and epsilon, or marks it due."""
         import ray
 
+        now = time.perf_counter()
         busy = [ref for ref in self.sent if ref is not None]
-        if busy and len(ray.wait(busy, num_returns=len(busy), timeout=0)[0]) < len(busy):
+        if now - self.last < PUBLISH_S or busy and len(ray.wait(busy, num_returns=len(busy), timeout=0)[0]) < len(busy):
             self.due = True
             return
-        ref = ray.put(weights)
+        weights = weights_of()
+        ref = weights if weights.nbytes <= INLINE_WEIGHTS_BYTES else ray.put(weights)
         self.sent = [agent.publish.remote(ref, float(epsilon)) for agent in self.agents]
-        self.due = False
+        self.due, self.last, self.count = False, now, self.count + 1
 
 
 class _Rates:
@@ -581,9 +594,13 @@ class _Rates:
         self.last[report["node"]] = report
 
     def summary(self) -> list[dict]:
+        """Per node: env steps/s, and per act round the actors' time acting (wall), their CPU in it
+        (below the wall time: the node's cores are shared) and their time waiting (allowance, ring)."""
         return [{"node": r["node"], "env_steps": r["committed"], "steps_per_s": r["committed"] / max(r["wall_s"], 1e-9),
-                 "act_us_per_round": 1e6 * r["act_s"] / max(r["rounds"], 1)} for r in self.last if r is not None]
+                 **{f"{key}_us_per_round": 1e6 * r[f"{key}_s"] / max(r["rounds"], 1) for key in ("act", "act_cpu", "wait")}}
+                for r in self.last if r is not None]
 
     def line(self) -> str:
-        return "ray nodes: " + ", ".join(f"node {s['node']} {s['steps_per_s']:,.0f} steps/s "
-                                         f"(act {s['act_us_per_round']:.0f} us/round)" for s in self.summary())
+        return "ray nodes: " + ", ".join(f"node {s['node']} {s['steps_per_s']:,.0f} steps/s (act {s['act_us_per_round']:.0f}"
+                                         f" us/round, CPU {s['act_cpu_us_per_round']:.0f}, wait {s['wait_us_per_round']:.0f})"
+                                         for s in self.summary())
