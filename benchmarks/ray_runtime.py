@@ -26,6 +26,7 @@ a mean >= 475), the best periodic evaluation of the run (eval.interval) and the 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -68,6 +69,15 @@ def _role(command: str) -> str:
     return "other: " + command[:60]
 
 
+def _maps_rings(pid: int) -> bool:
+    """Whether the process maps a shared-memory ring (an actor process does; a resource tracker not)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "/psm_" in f.read()
+    except OSError:
+        return False
+
+
 def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, int]]:
     """(pid, tid) -> (role, ns on the CPU) for this process (its threads by `threads`: native id ->
     role, the rest "driver: other threads") and every descendant."""
@@ -84,6 +94,8 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
     snapshot = {}
     for pid in tree:
         role = None if pid == root else _role(table[pid][1])
+        if role is not None and role.startswith("other") and _maps_rings(pid):
+            role = "actor processes"  # (one's /proc cmdline sometimes reads empty under a Ray worker)
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
@@ -131,8 +143,8 @@ def _actor_clocks(agent) -> tuple[float, float, float, int]:
     import ray
 
     reports = ray.get([node.report.remote() for node in agent.counters.ray_agents], timeout=30)
-    return (sum(r["act_s"] for r in reports), sum(r["wait_s"] for r in reports),
-            sum(r["act_cpu_s"] for r in reports), sum(r["rounds"] for r in reports))
+    return (sum(r["act_s"] for r in reports), sum(r.get("wait_s", math.nan) for r in reports),
+            sum(r.get("act_cpu_s", math.nan) for r in reports), sum(r["rounds"] for r in reports))
 
 
 def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
@@ -148,7 +160,11 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
     agent = make_agent(config, plan)
     marks = []
 
+    first = []
+
     def mark(a):
+        if not first:
+            first.append(time.perf_counter())  # the first round: start-up done
         if len(marks) < 2 and a.env_steps >= (steps // 4, steps * 9 // 10)[len(marks)]:
             threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
             threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
@@ -162,6 +178,7 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
     env_steps, rounds = s1 - s0, max(1, c1[3] - c0[3])
     spent = cpu_delta(p0, p1)
     return {"whole": agent.env_steps / wall, "steady": env_steps / (t1 - t0), "updates": u1 - u0,
+            "startup_s": first[0] - started,
             "cpu_ms_per_1k": {role: 1e6 * s / env_steps for role, s in spent.items()},
             "cores": sum(spent.values()) / (t1 - t0),
             "act_us": 1e6 * (c1[0] - c0[0]) / rounds, "wait_us": 1e6 * (c1[1] - c0[1]) / rounds,
@@ -248,7 +265,7 @@ def cpu_report(plans: dict, args) -> None:
             print(f"seed {seed} {name:9s}: {row['whole']:7.0f} env steps/s whole, {row['steady']:7.0f} steady, "
                   f"{row['cores']:.2f} cores busy, CPU {total:6.1f} ms per 1k env steps; actors per round: act "
                   f"{row['act_us']:.0f} us (CPU {row['act_cpu_us']:.0f}), wait {row['wait_us']:.0f} us, acted/counted "
-                  f"{row['acted']:.2f}; "
+                  f"{row['acted']:.2f}; start-up {row['startup_s']:.2f} s; "
                   f"ratio exact {row['exact']}; load {os.getloadavg()[0]:.2f}", flush=True)
     roles = sorted({r for name in rows for row in rows[name] for r in row["cpu_ms_per_1k"]})
     print(f"# CPU ms per 1,000 env steps, steady part, median of {args.seeds} seeds")
@@ -280,6 +297,7 @@ def main() -> None:
     parser.add_argument("--learning", action="store_true", help="learning quality: the shipped config, ray only")
     parser.add_argument("--replay", default="learner", help="plan.ray.replay: learner, server or node")
     parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--runtimes", default="processes,ray", help="which of processes, ray to run")
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
@@ -320,6 +338,7 @@ def main() -> None:
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
+    plans = {name: plans[name] for name in args.runtimes.split(",")}
     if args.cpu:
         try:
             cpu_report(plans, args)

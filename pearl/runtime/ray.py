@@ -49,6 +49,12 @@ from pearl.runtime.counters import Counters, Hooks
 from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
+ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
+LEARN_S = 0.005  # the longest the driver learns before its loop checks the end, a stop, the poll
+# a node commits at most this many times its even share of a run's env steps: nodes that Ray
+# started late (a fresh worker process on a node: ~1-2 s) or that run slower leave the others
+# less of a tail, and every node still takes part
+NODE_SHARE_MAX = 1.5
 IDLE_S = 0.0005  # the learner's nap when nothing is due (it reads the server's count in this process)
 REFRESH_S = 0.002  # how often the driver asks remote replay servers their count when it has nothing to learn
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
@@ -149,7 +155,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
 
     plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
     nodes, n, envs = plan.ray.nodes, plan.actors, plan.envs_per_actor
-    per_node = math.ceil(steps / (nodes * n * envs)) * envs * n  # env steps per node
+    # env steps a node may commit: up to NODE_SHARE_MAX x its even share; the run ends once the
+    # nodes together committed `steps` (a node Ray started late does less, and leaves no tail)
+    per_node = math.ceil(NODE_SHARE_MAX * steps / (nodes * n * envs)) * envs * n
     u = schedule.updates_per_step
     start = counters.env_steps
     fields = parts.transition_fields
@@ -168,6 +176,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     ahead = agent_allowance(plan, u)
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
     stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
+    ending = False  # the nodes together committed `steps`: the agents were told to stop
     try:
         alive = [node for node in ray.nodes() if node["Alive"]]
         bundles = nodes + (plan.ray.shards if plan.ray.replay == "node" else 0)
@@ -201,8 +210,15 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 for agent in agents:
                     agent.stop.remote()
                 stop_by = clock() + STOP_WAIT_S
-            loop.learn_due()
-            if clock() - last_poll > POLL_S or len(finished) == nodes:
+            if not ending and counters.env_steps - start >= steps:
+                # the run's steps are in: the agents stop taking and flush what they sent (what they
+                # took and did not send is dropped with its env steps, as the processes runtime
+                # drops what its actors commit after its last take)
+                ending = True
+                for agent in agents:
+                    agent.stop.remote()
+            loop.learn_due(clock() + LEARN_S)
+            if clock() - last_poll > (ENDING_POLL_S if ending else POLL_S) or len(finished) == nodes:
                 last_poll = clock()
                 _collect(agents, counters, rates)
                 done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
@@ -212,7 +228,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                         finished[node] = ray.get(ref)
                         counters.record_episodes(finished[node]["episodes"])
                     except ray.exceptions.RayActorError as error:
-                        if stop_by is not None:  # stopping anyway: its acknowledged chunks are in
+                        if stop_by is not None or ending:  # stopping anyway: its acknowledged chunks are in
                             finished[node] = {}
                             continue
                         restarts += 1
@@ -301,10 +317,12 @@ class _Learning:
             self.seen = counters.env_steps
         return moved
 
-    def learn_due(self) -> None:
+    def learn_due(self, deadline: float = math.inf) -> None:
+        """The updates due, until `deadline` (perf_counter): while the learner is the bottleneck
+        more are due after every update, and the driver's loop must get round to its checks."""
         parts, counters, side, timer = self.parts, self.counters, self.side, self.hooks.timer
         schedule, learner, clock = parts.schedule, parts.learner, time.perf_counter
-        while counters.updates < schedule.due(counters.env_steps):
+        while counters.updates < schedule.due(counters.env_steps) and clock() < deadline:
             t0 = clock()
             batch = side.sample(schedule.batch_size)
             t1 = clock()
