@@ -16,6 +16,14 @@ and after.
     RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 \
         python benchmarks/ray_runtime.py --steps 20000 --seeds 3 --actors 2 --envs 8 [--rllib]
 
+`--cpu`: where the CPU goes instead of the rates alone. Over each run's steady part (env steps 25%
+-> 90%) the CPU time of every thread of this process and of its descendants (Ray's GCS, raylets
+and agents, idle workers, the node agents and their actor processes; the processes runtime's
+actors), by role, per 1,000 env steps, and the actors' act / act CPU / wait time per round; the
+idle cluster's CPU per second first. `--runtimes processes,ray` picks the runtimes.
+
+    python benchmarks/ray_runtime.py --cpu --steps 60000 --seeds 2
+
 `--learning`: learning quality instead. The shipped config as it is (100k env steps, n_step 3)
 trained by the ray runtime alone on the same cluster for each seed (`--replay`, `--shards`: the
 replay placement), then the final greedy return over 20 fresh episodes (`agent.evaluate`; solved:
@@ -109,9 +117,6 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
             except (OSError, ValueError, IndexError):
                 continue
             name = role or threads.get(int(tid), "driver: other threads (Ray core worker)")
-            if os.environ.get("CPU_BY_THREAD") and role:
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    name = f"{role} [{f.read().strip()}]"
             snapshot[pid, int(tid)] = (("driver" if role is None else role) + ": zmq I/O" if zmq else name, ns)
     return snapshot
 

@@ -15,8 +15,9 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   group); the agents write to them round-robin, the learner samples them through the sharded
   client (exact prioritized sampling across shards), and the run's table is gathered back from
   them for each checkpoint and at the end;
-- weights go out once per sync as one object-store put (`ray.put`) that every node agent reads; a
-  sync due while the previous one is still being delivered is folded into the next one.
+- weights go out at most every PUBLISH_S, inside the publish call when small, else as one
+  object-store put (`ray.put`) that every node agent reads; a sync due sooner, or while the
+  previous one is still being delivered, is folded into the next one.
 No transition travels through a Ray call (a checkpoint's pull of remote shards aside).
 
 The replay ratio: with `learner` the server keeps it (pearl/server/service.py): it counts the env
