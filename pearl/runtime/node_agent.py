@@ -38,9 +38,9 @@ from pearl.schedule import RING_RECORDS, allowance
 CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
 # The agent's loop: take what its actors committed, nap NAP_S, again; what it took goes out as
 # one chunk once it holds `chunk` rows or its oldest row is FLUSH_S old. Each pass and each chunk
-# costs CPU on the cores the actors and the learner share (a spin or a chunk per act round cost
-# ~4x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
-# meanwhile (ray.py agent_allowance). The learner sees a transition at most ~FLUSH_S + NAP_S later.
+# costs CPU on the cores the actors and the learner share (spinning and a chunk per act round cost
+# ~2x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
+# meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + NAP_S later.
 NAP_S = 0.002
 FLUSH_S = 0.005
 AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
