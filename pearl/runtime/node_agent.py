@@ -29,8 +29,32 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses, _wait
-from pearl.runtime.shared import _CREATED, ACT_NS, ALLOWED, ROUNDS
+from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
+from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
+from pearl.schedule import RING_RECORDS, allowance
+
+# the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
+# in act rounds (sampled), and act rounds
+CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
+# The agent's loop: take what its actors committed, nap NAP_S, again; what it took goes out as
+# one chunk once it holds `chunk` rows or its oldest row is FLUSH_S old. Each pass and each chunk
+# costs CPU on the cores the actors and the learner share (spinning and a chunk per act round cost
+# ~2x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
+# meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + NAP_S later.
+NAP_S = 0.002
+FLUSH_S = 0.005
+AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
+
+
+def agent_allowance(plan, updates_per_step: float) -> int:
+    """Env steps an actor may run ahead of what its node agent took in: AHEAD_ROUNDS act rounds,
+    a chunk's worth, at least the processes runtime's allowance, at most half its ring's commit
+    records. It does not widen the lag: with `replay: learner` the server counts only what the
+    agents commit against its credit, and a gated agent caps its actors' allowances at its grant."""
+    n, envs = plan.actors, plan.envs_per_actor
+    rounds = max(AHEAD_ROUNDS, math.ceil(plan.ray.chunk / (n * envs)),
+                 allowance(updates_per_step, plan.ray.nodes * n, envs) // envs)
+    return envs * min(rounds, RING_RECORDS // 2)
 
 # Unlinks the shared-memory blocks named on its stdin once that closes: the agent's ring janitor.
 # Ray kills a dead worker's process group and children, Python's resource tracker with them, so a
@@ -76,7 +100,7 @@ class NodeAgent:
         self.stopping = threading.Event()
         self.actors = None
         self.janitor = None  # the ring janitor (JANITOR), started with the first rings
-        self.act_ns = self.rounds = 0
+        self.clocks = [0] * len(CLOCKS)  # the finished actor processes' CLOCKS
         self.started = time.perf_counter()
 
     def pid(self) -> int:
@@ -106,12 +130,13 @@ class NodeAgent:
         with self.lock:
             episodes, self.episodes = self.episodes, []
             actors = self.actors
-        act_ns, rounds = self.act_ns, self.rounds
+        clocks = list(self.clocks)
         if actors is not None:
-            act_ns += sum(int(c.counters[ACT_NS]) for c in actors.channels)
-            rounds += sum(int(c.counters[ROUNDS]) for c in actors.channels)
+            clocks = [total + sum(int(c.counters[k]) for c in actors.channels) for total, k in zip(clocks, CLOCKS)]
+        act_ns, wait_ns, cpu_ns, rounds = clocks
         return {"node": self.node, "episodes": episodes, "committed": self.committed, "act_s": act_ns * 1e-9,
-                "rounds": rounds, "wall_s": time.perf_counter() - self.started,
+                "wait_s": wait_ns * 1e-9, "act_cpu_s": cpu_ns * 1e-9, "rounds": rounds,
+                "wall_s": time.perf_counter() - self.started,
                 "actor_restarts": actors.restarts if actors is not None else 0}
 
     def stop(self) -> None:
@@ -149,12 +174,22 @@ class NodeAgent:
         pending: list[tuple] = []  # runs copied out of the rings, not yet sent
         rows = steps = 0
         channels = actors.channels
-        for index, channel in enumerate(channels):
-            channel.counters[ALLOWED] = min(quota, self.ahead)
+
+        def allow_actors() -> None:
+            """Each actor may run `ahead` env steps past what was taken from it; a gated agent's
+            actors together no further than its grant, so it never takes past the grant."""
+            room = self.ahead
+            if self.limit is not None:
+                room = min(room, max(0, self.limit - self.committed - steps) // (n * envs) * envs)
+            for index, channel in enumerate(channels):
+                channel.counters[ALLOWED] = min(quota, taken[index] + room)
+
+        allow_actors()
         try:
             for index in range(n):
                 actors.start(index)
-            last_check, spins = time.perf_counter(), 0
+            clock = time.perf_counter
+            last_check, oldest = clock(), None  # when the oldest transition of `pending` was taken
             while not self.stopping.is_set():
                 moved = False
                 for index, channel in enumerate(channels):
@@ -174,28 +209,31 @@ class NodeAgent:
                         with self.lock:
                             self.episodes += finished
                 done = all(t >= quota for t in taken)
+                now = clock()
+                if rows and oldest is None:
+                    oldest = now
+                full = rows >= self.chunk
                 # env steps ride on the next chunk: those of n-step heads with no transition yet
                 # wait for one (at the very end they are dropped, as the processes runtime drops
                 # what its actors commit after its last take)
-                if rows and (rows >= self.chunk or not moved or done):
+                if rows and (full or done or now - oldest >= FLUSH_S):
                     self._send(pending, steps)
-                    pending, rows, steps = [], 0, 0
-                for index, channel in enumerate(channels):
-                    channel.counters[ALLOWED] = min(quota, taken[index] + self.ahead)
+                    pending, rows, steps, oldest = [], 0, 0, None
+                allow_actors()
                 if done:
                     break
-                spins = 0 if moved else _wait(spins)
-                if time.perf_counter() - last_check > HEALTH_CHECK_S and not self.stopping.is_set():
+                if not full:  # a nap, not a spin: its actors share the node's cores
+                    time.sleep(NAP_S)
+                if now - last_check > HEALTH_CHECK_S and not self.stopping.is_set():
                     actors.check(lambda index: taken[index] >= quota)
-                    last_check = time.perf_counter()
+                    last_check = clock()
             # done, or stopping: what was sent is acknowledged (its credit was granted); what is
             # still in `pending` was never committed to the server and is dropped with its env steps
             self.client.flush()
         finally:
             actors.stop()
             with self.lock:
-                self.act_ns += sum(int(c.counters[ACT_NS]) for c in channels)
-                self.rounds += sum(int(c.counters[ROUNDS]) for c in channels)
+                self.clocks = [total + sum(int(c.counters[k]) for c in channels) for total, k in zip(self.clocks, CLOCKS)]
                 self.actors = None
             actors.close()
         return self.report()

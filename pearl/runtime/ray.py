@@ -15,8 +15,9 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   group); the agents write to them round-robin, the learner samples them through the sharded
   client (exact prioritized sampling across shards), and the run's table is gathered back from
   them for each checkpoint and at the end;
-- weights go out once per sync as one object-store put (`ray.put`) that every node agent reads; a
-  sync due while the previous one is still being delivered is folded into the next one.
+- weights go out at most every PUBLISH_S, inside the publish call when small, else as one
+  object-store put (`ray.put`) that every node agent reads; a sync due sooner, or while the
+  previous one is still being delivered, is folded into the next one.
 No transition travels through a Ray call (a checkpoint's pull of remote shards aside).
 
 The replay ratio: with `learner` the server keeps it (pearl/server/service.py): it counts the env
@@ -46,9 +47,15 @@ from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.runtime.counters import Counters, Hooks
-from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
+from pearl.schedule import INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, allowance, crossings, sync_due
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
+ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
+LEARN_S = 0.005  # the longest the driver learns before its loop checks the end, a stop, the poll
+# a node commits at most this many times its even share of a run's env steps: nodes that Ray
+# started late (a fresh worker process on a node: ~1-2 s) or that run slower leave the others
+# less of a tail, and every node still takes part
+NODE_SHARE_MAX = 1.5
 IDLE_S = 0.0005  # the learner's nap when nothing is due (it reads the server's count in this process)
 REFRESH_S = 0.002  # how often the driver asks remote replay servers their count when it has nothing to learn
 REPORT_S = 10.0  # how often the progress line of the nodes is printed
@@ -136,12 +143,14 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from pearl.runtime.node_agent import NodeAgent
+    from pearl.runtime.node_agent import NodeAgent, agent_allowance
     from pearl.runtime.ray_replay import server_keys
 
     plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
     nodes, n, envs = plan.ray.nodes, plan.actors, plan.envs_per_actor
-    per_node = math.ceil(steps / (nodes * n * envs)) * envs * n  # env steps per node
+    # env steps a node may commit: up to NODE_SHARE_MAX x its even share; the run ends once the
+    # nodes together committed `steps` (a node Ray started late does less, and leaves no tail)
+    per_node = math.ceil(NODE_SHARE_MAX * steps / (nodes * n * envs)) * envs * n
     u = schedule.updates_per_step
     start = counters.env_steps
     fields = parts.transition_fields
@@ -157,9 +166,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     weights = learner.policy_weights()
     spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
-    ahead = allowance(u, nodes * n, envs)
+    ahead = agent_allowance(plan, u)
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
     stop_by = None  # once stopping (Ctrl-C): when agents still running are given up and killed
+    ending = False  # the nodes together committed `steps`: the agents were told to stop
     try:
         alive = [node for node in ray.nodes() if node["Alive"]]
         bundles = nodes + (plan.ray.shards if plan.ray.replay == "node" else 0)
@@ -181,7 +191,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 remote_replay))
         side.grant(agents, counters.updates)
         published = _Publisher(agents)
-        published.send(weights, parts.algo.epsilon(counters.env_steps))
+        published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
         runs = {agents[node].run.remote(): node for node in range(nodes)}
         loop = _Learning(parts, counters, hooks, side, published)
         clock = time.perf_counter
@@ -193,8 +203,15 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 for agent in agents:
                     agent.stop.remote()
                 stop_by = clock() + STOP_WAIT_S
-            loop.learn_due()
-            if clock() - last_poll > POLL_S or len(finished) == nodes:
+            if not ending and counters.env_steps - start >= steps:
+                # the run's steps are in: the agents stop taking and flush what they sent (what they
+                # took and did not send is dropped with its env steps, as the processes runtime
+                # drops what its actors commit after its last take)
+                ending = True
+                for agent in agents:
+                    agent.stop.remote()
+            loop.learn_due(clock() + LEARN_S)
+            if clock() - last_poll > (ENDING_POLL_S if ending else POLL_S) or len(finished) == nodes:
                 last_poll = clock()
                 _collect(agents, counters, rates)
                 done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
@@ -204,7 +221,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                         finished[node] = ray.get(ref)
                         counters.record_episodes(finished[node]["episodes"])
                     except ray.exceptions.RayActorError as error:
-                        if stop_by is not None:  # stopping anyway: its acknowledged chunks are in
+                        if stop_by is not None or ending:  # stopping anyway: its acknowledged chunks are in
                             finished[node] = {}
                             continue
                         restarts += 1
@@ -219,7 +236,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                         runs[agents[node].run.remote()] = node
                 side.grant(agents, counters.updates)
                 if published.due:
-                    published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
+                    published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
             if clock() - last_report > REPORT_S:
                 last_report = clock()
                 print(rates.line(), file=sys.stderr, flush=True)
@@ -293,10 +310,12 @@ class _Learning:
             self.seen = counters.env_steps
         return moved
 
-    def learn_due(self) -> None:
+    def learn_due(self, deadline: float = math.inf) -> None:
+        """The updates due, until `deadline` (perf_counter): while the learner is the bottleneck
+        more are due after every update, and the driver's loop must get round to its checks."""
         parts, counters, side, timer = self.parts, self.counters, self.side, self.hooks.timer
         schedule, learner, clock = parts.schedule, parts.learner, time.perf_counter
-        while counters.updates < schedule.due(counters.env_steps):
+        while counters.updates < schedule.due(counters.env_steps) and clock() < deadline:
             t0 = clock()
             batch = side.sample(schedule.batch_size)
             t1 = clock()
@@ -314,7 +333,7 @@ class _Learning:
             if sync_due(counters.updates, schedule.sync_interval):
                 self.published.due = True
             if self.published.due:
-                self.published.send(learner.policy_weights(), parts.algo.epsilon(counters.env_steps))
+                self.published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
             side.grant(self.published.agents, counters.updates)
             self.advance()
 
@@ -553,22 +572,27 @@ def _collect(agents, counters: Counters, rates) -> None:
 
 
 class _Publisher:
-    """Weights to every node agent: one `ray.put` per sync, the same reference to each agent. A
-    sync due while an agent has not taken the previous one yet is folded into the next (`due`)."""
+    """Weights to every node agent, the same to each: inside the call up to INLINE_WEIGHTS_BYTES,
+    else one `ray.put` whose reference each agent gets. A sync due within PUBLISH_S of the last
+    publish, or while an agent has not taken the last one yet, is folded into the next (`due`)."""
 
     def __init__(self, agents):
         self.agents, self.sent, self.due = agents, [None] * len(agents), False
+        self.last, self.count = -math.inf, 0  # when the last publish went out; publishes sent
 
-    def send(self, weights, epsilon: float) -> None:
+    def send(self, weights_of, epsilon: float) -> None:
+        """Publishes `weights_of()` (read only if it goes out now) and epsilon, or marks it due."""
         import ray
 
+        now = time.perf_counter()
         busy = [ref for ref in self.sent if ref is not None]
-        if busy and len(ray.wait(busy, num_returns=len(busy), timeout=0)[0]) < len(busy):
+        if now - self.last < PUBLISH_S or busy and len(ray.wait(busy, num_returns=len(busy), timeout=0)[0]) < len(busy):
             self.due = True
             return
-        ref = ray.put(weights)
+        weights = weights_of()
+        ref = weights if weights.nbytes <= INLINE_WEIGHTS_BYTES else ray.put(weights)
         self.sent = [agent.publish.remote(ref, float(epsilon)) for agent in self.agents]
-        self.due = False
+        self.due, self.last, self.count = False, now, self.count + 1
 
 
 class _Rates:
@@ -581,9 +605,13 @@ class _Rates:
         self.last[report["node"]] = report
 
     def summary(self) -> list[dict]:
+        """Per node: env steps/s, and per act round the actors' time acting (wall), their CPU in it
+        (below the wall time: the node's cores are shared) and their time waiting (allowance, ring)."""
         return [{"node": r["node"], "env_steps": r["committed"], "steps_per_s": r["committed"] / max(r["wall_s"], 1e-9),
-                 "act_us_per_round": 1e6 * r["act_s"] / max(r["rounds"], 1)} for r in self.last if r is not None]
+                 **{f"{key}_us_per_round": 1e6 * r[f"{key}_s"] / max(r["rounds"], 1) for key in ("act", "act_cpu", "wait")}}
+                for r in self.last if r is not None]
 
     def line(self) -> str:
-        return "ray nodes: " + ", ".join(f"node {s['node']} {s['steps_per_s']:,.0f} steps/s "
-                                         f"(act {s['act_us_per_round']:.0f} us/round)" for s in self.summary())
+        return "ray nodes: " + ", ".join(f"node {s['node']} {s['steps_per_s']:,.0f} steps/s (act {s['act_us_per_round']:.0f}"
+                                         f" us/round, CPU {s['act_cpu_us_per_round']:.0f}, wait {s['wait_us_per_round']:.0f})"
+                                         for s in self.summary())

@@ -24,6 +24,14 @@ MANY_ACTORS = ("processes",)  # runtimes that run a plan's `actors` actors (the 
 # and no place in the one-machine contract suite.
 CLUSTER_RUNTIMES = ("ray",)
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
+# the ray runtime's weights go out at most this often: a publish costs Ray calls (~0.1-0.3 ms of CPU each, per node)
+# where the processes runtime's board costs a copy, and a DQN update takes ~0.15 ms; a sync due
+# sooner is folded into the next publish (the actors get the newest weights)
+PUBLISH_S = 0.01
+# weights up to this size travel inside the publish call (Ray inlines arguments up to 100 KiB,
+# its max_direct_call_object_size) rather than as one object-store put that each node's raylet
+# fetches from the driver's: larger ones are put once and the reference sent
+INLINE_WEIGHTS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

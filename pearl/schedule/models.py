@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import allowance
+from pearl.schedule import INLINE_WEIGHTS_BYTES, PUBLISH_S, allowance
 
 
 @dataclass
@@ -193,12 +193,14 @@ class Ray(ScheduleModel):
         agents  G  = agent pass(c) / c + v x N Ray calls (the publishes they take)
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
-                     chunk + v x (sync_weights + a ray.put + N Ray calls: a publish per agent)
-                     + (u / sync_interval - v) ray.waits (a sync due while one is in flight polls);
+                     chunk + v x (sync_weights + N Ray calls, + a ray.put for weights over
+                     INLINE_WEIGHTS_BYTES: a publish per agent)
+                     + (d - v) ray.waits (a sync past the time gate while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
                      `server` / `node`: the sample is a wait on the wire and the shards
-    v = min(u / sync_interval, step / a publish's delivery (to one agent, + N - 1 calls)): syncs
-    due while a delivery is in flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
+    d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
+    agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
+    flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
     what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
     pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
     learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
@@ -243,18 +245,21 @@ class Ray(ScheduleModel):
             arriving = parts["agent"] / (others * n)
             rows = int(min(cand.chunk, held, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
-            # a publish: one put and N calls on the driver; the next one waits for its delivery
-            # (to one agent, and the further calls submitted before the last one goes out)
-            publish = call.get("sync_weights", 0.0) + nodes.ray_put_us + n * nodes.ray_call_us
+            # a publish: N calls on the driver (and one put for weights too large to ride in them);
+            # the next one waits for its delivery (to one agent, and the further calls submitted
+            # before the last one goes out) and for PUBLISH_S since the last
+            put = nodes.ray_put_us if 4 * costs.workload.n_params > INLINE_WEIGHTS_BYTES else 0.0
+            publish = call.get("sync_weights", 0.0) + put + n * nodes.ray_call_us
             delivery = nodes.ray_publish_us + (n - 1) * nodes.ray_call_us
-            versions = min(u / cand.sync_interval, total / delivery)
+            due = min(u / cand.sync_interval, total / (PUBLISH_S * 1e6))  # syncs past the time gate
+            versions = min(due, total / delivery)
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
             step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
             step_us["insert"] = parts["insert"] / rows
             step_us["server_requests"] = parts["request"] / rows
-            # each sync due while a delivery is in flight asks Ray whether it landed (a ray.wait)
-            polls = max(0.0, u / cand.sync_interval - versions)
+            # each sync past the time gate while a delivery is in flight asks Ray whether it landed
+            polls = max(0.0, due - versions)
             step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
             step_us["overhead"] = per_update + parts["round"] / rows
