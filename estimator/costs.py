@@ -27,6 +27,12 @@ from pearl.kernels.registry import backend, kind_of
 # profile them on the machine.
 REFERENCE_ENV_STEP_US = 9.0
 REFERENCE_CLOCK_MHZ = 2600.0
+# The same for plan.env_engine: envpool (one EnvPool per actor, one worker thread): a fixed cost
+# per act round (the hand-over to EnvPool's thread and back) plus a C++ env step per env; fitted
+# to the process CPU per env step measured at 1, 8 and 32 CartPole envs (docs/BENCHMARKS.md
+# "Actor path": 60.2, 8.7, 3.2 us). Other envs cost more: profile them on the machine.
+ENVPOOL_ROUND_US = 55.0
+ENVPOOL_ENV_STEP_US = 1.5
 
 # Where a task's figure came from, most trusted first: this machine's profile at the size, between
 # two profiled sizes, beyond them; the analytic roofline; the FPGA cycle model
@@ -51,6 +57,13 @@ NSTEP_CALLS_PER_ROUND = 2
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
+
+
+def env_steps_us(engine: str, envs: int) -> float:
+    """Microseconds (at REFERENCE_CLOCK_MHZ) of one act round's env steps and bookkeeping on `engine`."""
+    if engine == "envpool":
+        return ENVPOOL_ROUND_US + envs * ENVPOOL_ENV_STEP_US
+    return envs * REFERENCE_ENV_STEP_US
 
 
 class Costs:
@@ -84,8 +97,9 @@ class Costs:
     def measured_name(task: str, cand) -> tuple[str, int]:
         """The profile table holding `task` of `cand`, and the size it is indexed by."""
         replay = f"{cand.replay_kind}@{cand.replay_device}"
-        if task == "act":
-            return f"act@{cand.act_device}", cand.envs
+        if task == "act":  # the Gymnasium engine's table keeps its old name
+            engine = "" if cand.env_engine == "gymnasium" else f"|{cand.env_engine}"
+            return f"act{engine}@{cand.act_device}", cand.envs
         if task == "insert":
             return f"insert|{replay}", cand.envs
         if task in ("sample", "update_priorities"):
@@ -177,8 +191,7 @@ class Costs:
             fixed = calls * device.launch_us * 1e-6
         seconds = fixed + max(sig.flops / peak, sig.bytes / bandwidth)
         if task == "act":  # the envs step on the host whatever runs the inference
-            host = self.platform.host
-            seconds += cand.envs * REFERENCE_ENV_STEP_US * 1e-6 * REFERENCE_CLOCK_MHZ / host.clock_mhz
+            seconds += env_steps_us(cand.env_engine, cand.envs) * 1e-6 * REFERENCE_CLOCK_MHZ / self.platform.host.clock_mhz
         return seconds
 
     def threaded_factor(self, cand) -> float:

@@ -86,10 +86,21 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
         placements = [(replay, learn, kernel) for replay in replay_devices for learn, kernel in learners
                       if _placeable({"sample": replay, "insert": replay, "update_priorities": replay,
                                      "learn": learn, "sync_weights": learn}, work, kernel, platform)]
-        for (replay, learn, kernel), e, b, s, runtime in itertools.product(
-                placements, envs, batches, sync_intervals, runtimes):
-            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n) for n in counts[runtime]]
+        for (replay, learn, kernel), e, b, s, runtime, engine in itertools.product(
+                placements, envs, batches, sync_intervals, runtimes, env_engines(workload)):
+            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine)
+                    for n in counts[runtime]]
     return out, pruned
+
+
+def env_engines(workload) -> tuple[str, ...]:
+    """The actors' env engines a plan may use here: Gymnasium always; EnvPool where it is installed
+    and has the env, for DQN on vector observations (what pearl.envs.envpool_envs runs)."""
+    from pearl.envs import envpool_has
+
+    if workload.algo == "dqn" and not workload.image and envpool_has(workload.env):
+        return ("gymnasium", "envpool")
+    return ("gymnasium",)
 
 
 def _placeable(devices, workload, kernel, platform) -> bool:

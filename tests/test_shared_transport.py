@@ -129,3 +129,24 @@ def test_a_round_cut_short_is_not_counted():
         replacement.close()
     finally:
         channel.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 3), st.booleans()), min_size=1, max_size=60),
+       st.integers(5, 20), st.integers(3, 8))
+def test_has_room_agrees_with_the_learners_counts(rounds, capacity, episode_capacity):
+    """`has_room` reads the learner's counts only when the ones it saw say no room: it answers as
+    free() / episode_free() (which read them every time) would."""
+    channel = ActorChannel.create(FIELDS, capacity, episode_capacity)
+    try:
+        sent = 0
+        for count, n_episodes, take in rounds:
+            fits = channel.free() >= count and channel.episode_free() >= n_episodes
+            assert channel.has_room(count, n_episodes) == fits
+            if fits:
+                channel.put(transitions(sent, count), [(0.0, 1)] * n_episodes, 1)
+                sent += count
+            if take:
+                take_copies(channel)
+    finally:
+        channel.close()

@@ -79,6 +79,18 @@ def _greedy(params, shapes, offsets, obs, acts, act_offsets, actions):
         actions[i] = np.argmax(q[i])
 
 
+@njit(**_NJIT)
+def _greedy_into(params, meta, obs, acts, actions):
+    """`_greedy` with the network's int64 tables packed in one array, `meta` = (layers, shapes
+    (layers x 2), offsets, activation offsets): each array argument costs the dispatcher a type
+    check and an unboxing, and for one observation those are most of the call."""
+    layers = meta[0]
+    shapes = meta[1:1 + 2 * layers].reshape((layers, 2))
+    offsets = meta[1 + 2 * layers:1 + 3 * layers]
+    act_offsets = meta[1 + 3 * layers:1 + 4 * layers]
+    _greedy(params, shapes, offsets, obs, acts, act_offsets, actions)
+
+
 class QPolicy:
     """Q-values of a batch of observations with numpy: the actor's copy of the learner's network."""
 
@@ -91,6 +103,7 @@ class QPolicy:
         self._shapes = np.array(layout.shapes, dtype=np.int64)
         self._offsets = np.array(layout.offsets, dtype=np.int64)
         self._activations: dict[int, tuple] = {}  # rows -> (buffer, offsets) for the compiled path
+        self._packed: dict[int, tuple] = {}  # rows -> (packed tables, buffer) for greedy_into
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)
@@ -124,3 +137,18 @@ class QPolicy:
         actions = np.empty(rows, np.int64)
         _greedy(self.flat, self._shapes, self._offsets, obs, buffers[0], buffers[1], actions)
         return actions
+
+    def greedy_into(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        """`greedy` written into `actions` (int64, one per row of a 2-D `obs`): an actor's hot path.
+        A dueling net takes `greedy`'s path; any other rows the compiled pass takes as they are
+        (numba compiles one version per dtype and layout)."""
+        if self.layout.dueling:
+            actions[:] = self.greedy(obs)
+            return
+        packed = self._packed.get(obs.shape[0])
+        if packed is None:
+            rows = obs.shape[0]
+            act_offsets, size = activation_offsets(self._shapes, rows)
+            meta = np.concatenate(([len(self._shapes)], self._shapes.ravel(), self._offsets, act_offsets))
+            packed = self._packed[rows] = (meta.astype(np.int64), np.empty(size, np.float32))
+        _greedy_into(self.flat, packed[0], obs, packed[1], actions)

@@ -20,6 +20,7 @@ e.g. ARM, this transport would need fences.)
 """
 from __future__ import annotations
 
+import os
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
@@ -132,6 +133,10 @@ class ActorChannel(_Block):
         self._totals = self.totals()  # the actor's running totals (its side only)
         self._rounds = int(self.counters[ROUNDS])  # the actor's own commit count (it is the one writer)
         self._rings = tuple(self.fields.values())
+        # what the actor last read of the learner's CONSUMED and EPISODES_READ: both only grow, so
+        # a stale value under-counts the free room; re-read (a load of a line the learner's core
+        # wrote: a cache miss) only when the stale value says there is not enough
+        self._consumed = self._episodes_read = 0
 
     @classmethod
     def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
@@ -167,6 +172,18 @@ class ActorChannel(_Block):
 
     def episode_free(self) -> int:
         return self.layout.episode_capacity - (self._totals[1] - int(self.counters[EPISODES_READ]))
+
+    def has_room(self, transitions: int, episodes: int) -> bool:
+        """Whether a round of up to `transitions` transitions and `episodes` episodes fits: from
+        what the actor last read of the learner's counters, re-read only if that is not enough."""
+        committed, written, _ = self._totals
+        layout = self.layout
+        if (layout.capacity - (committed - self._consumed) >= transitions
+                and layout.episode_capacity - (written - self._episodes_read) >= episodes):
+            return True
+        self._consumed, self._episodes_read = int(self.counters[CONSUMED]), int(self.counters[EPISODES_READ])
+        return (layout.capacity - (committed - self._consumed) >= transitions
+                and layout.episode_capacity - (written - self._episodes_read) >= episodes)
 
     def put(self, transitions, finished: list[tuple[float, int]], env_steps: int) -> None:
         """Writes and commits one act round: its transitions (arrays in field order, or None), the
@@ -285,3 +302,17 @@ class WeightBoard(_Block):
             return seen
         out[:] = self._weights
         return version if int(self._version[0]) == version else seen
+
+    def read_latest(self, out: np.ndarray, seen: int) -> int:
+        """`read` that copies again when the learner wrote meanwhile, until a copy is complete: `out`
+        may be the weights a policy acts with (no second copy), never left half-written."""
+        while True:
+            version = int(self._version[0])
+            if version == seen:
+                return seen
+            if version & 1:  # mid-write: the learner's copy takes a few microseconds
+                os.sched_yield()
+                continue
+            out[:] = self._weights
+            if int(self._version[0]) == version:
+                return version
