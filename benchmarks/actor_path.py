@@ -6,6 +6,8 @@ Two measurements, both on CPU clocks (the machine is shared: wall clock says lit
   interleaved blocks (median us per call): a CartPole step through Gymnasium's wrappers and
   through `env_stepper`, one observation's greedy action (`greedy`, `greedy_into`), the
   exploration draws, the n-step buffer, the ring write, and a whole `Actor.step` + ring write.
+- `--engines`: `Actor.step` per env step on each env engine (plan.env_engine) at 1-32 envs, on
+  the process CPU clock (EnvPool steps on a worker thread of its own).
 - `--run`: e2e_dqn.py's DQN CartPole setup on the processes runtime (one actor process, one env),
   `--steps` env steps: the actor's sampled CPU per act round (`act_cpu`), its wall time per round
   and waits, the learner process's CPU per env step (time.process_time), the actor processes' CPU
@@ -13,6 +15,7 @@ Two measurements, both on CPU clocks (the machine is shared: wall clock says lit
 
     python benchmarks/actor_path.py --parts
     python benchmarks/actor_path.py --run --steps 50000 --repeats 3
+    python benchmarks/actor_path.py --engines
     python benchmarks/actor_path.py --run --engine envpool --envs 32 --runtime sequential
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", action="store_true", help="time the actor's step path piece by piece")
     p.add_argument("--run", action="store_true", help="time a whole processes-runtime run")
+    p.add_argument("--engines", action="store_true", help="Actor.step per env step on each env engine")
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--runtime", default="processes", choices=["processes", "sequential"])
@@ -40,8 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--envs", type=int, default=1, help="envs per actor (default 1)")
     p.add_argument("--label", default="", help="a name printed with the run's row (A/B runs)")
     args = p.parse_args(argv)
-    if not (args.parts or args.run):
-        p.error("give --parts and/or --run")
+    if not (args.parts or args.run or args.engines):
+        p.error("give --parts, --run and/or --engines")
     return args
 
 
@@ -126,6 +130,12 @@ def parts(blocks: int = 7, calls: int = 5000) -> None:
              "Actor.step(0.05) + put": actor_round}
     if hasattr(policy, "greedy_into"):
         cases["policy.greedy_into (1 obs)"] = lambda: policy.greedy_into(obs, actions)
+        from pearl.kernels.cpu.mlp import _greedy_row
+
+        policy.greedy_into(obs, actions)  # makes its packed tables
+
+        meta, acts = policy._packed[1]
+        cases["_greedy_row kernel (1 obs)"] = lambda: _greedy_row(policy.flat, meta, obs, acts, actions)
     for fn in cases.values():  # compile, warm caches
         thread_us(fn, 200)
     times = {name: [] for name in cases}
@@ -139,6 +149,37 @@ def parts(blocks: int = 7, calls: int = 5000) -> None:
     channel.close()
     board.close()
     actor.close()
+
+
+def engines(env_counts=(1, 4, 8, 16, 32), blocks: int = 5, steps: int = 20_000) -> None:
+    """Process CPU (EnvPool's worker thread included) per env step of `Actor.step` on each engine,
+    CartPole, epsilon 0.05 with a 4-64-64-2 policy, interleaved blocks."""
+    import numpy as np
+
+    from pearl.envs import envpool_has
+    from pearl.kernels.cpu import MLPLayout, QPolicy
+    from pearl.runtime.actor import ENGINES
+
+    rng = np.random.default_rng(0)
+    policy = QPolicy(MLPLayout([4, 64, 64, 2]))
+    policy.load(rng.standard_normal(policy.layout.size).astype(np.float32) * 0.1)
+    names = [name for name in ENGINES if name == "gymnasium" or envpool_has("CartPole-v1")]
+    actors = {(name, e): ENGINES[name]("CartPole-v1", e, 0, policy, 2, 1, 0.99) for name in names for e in env_counts}
+    times = {key: [] for key in actors}
+    clock = time.process_time_ns
+    for _ in range(blocks):
+        for (name, e), actor in actors.items():
+            rounds = max(1, steps // e)
+            t0 = clock()
+            for _ in range(rounds):
+                actor.step(0.05)
+            times[(name, e)].append((clock() - t0) / (rounds * e) / 1e3)
+    print(f"\nActor.step, process CPU us per env step (median of {blocks} interleaved blocks of ~{steps} env steps)")
+    print("| envs per actor | " + " | ".join(names) + " |\n| ---: | " + " | ".join("---:" for _ in names) + " |")
+    for e in env_counts:
+        print(f"| {e} | " + " | ".join(f"{statistics.median(times[(name, e)]):.2f}" for name in names) + " |")
+    for actor in actors.values():
+        actor.close()
 
 
 def run_once(args, seed: int) -> dict:
@@ -188,6 +229,8 @@ def main(argv=None) -> int:
     print(f"pearl from {os.path.dirname(pearl.__file__)}; load average {load_average()}")
     if args.parts:
         parts()
+    if args.engines:
+        engines()
     if args.run:
         print(f"\n{args.runtime} runtime, {args.engine} engine, {args.envs} env(s) per actor, {args.steps} steps "
               f"(act_* per env step: us; insert/sample/learn per call)")

@@ -28,11 +28,13 @@ from pearl.kernels.registry import backend, kind_of
 REFERENCE_ENV_STEP_US = 9.0
 REFERENCE_CLOCK_MHZ = 2600.0
 # The same for plan.env_engine: envpool (one EnvPool per actor, one worker thread): a fixed cost
-# per act round (the hand-over to EnvPool's thread and back) plus a C++ env step per env; fitted
-# to the process CPU per env step measured at 1, 8 and 32 CartPole envs (docs/BENCHMARKS.md
-# "Actor path": 60.2, 8.7, 3.2 us). Other envs cost more: profile them on the machine.
-ENVPOOL_ROUND_US = 55.0
-ENVPOOL_ENV_STEP_US = 1.5
+# per act round (a step call hands over to EnvPool's thread and back, ~50 us; a round where an
+# episode ended makes a second one, the reset) plus per env the C++ step and the actor's
+# bookkeeping; fitted to `Actor.step`'s process CPU per env step on CartPole at 1 and 32 envs
+# (benchmarks/actor_path.py --engines, docs/BENCHMARKS.md "Actor path": 75.6 and 8.6 us, 15.1 at
+# 8 envs where the fit says 14.6). Other envs cost more: profile them on the machine.
+ENVPOOL_ROUND_US = 69.0
+ENVPOOL_ENV_STEP_US = 6.4
 
 # Where a task's figure came from, most trusted first: this machine's profile at the size, between
 # two profiled sizes, beyond them; the analytic roofline; the FPGA cycle model

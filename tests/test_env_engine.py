@@ -170,7 +170,7 @@ def test_envpool_engine_refuses_what_it_does_not_run():
 # -- the estimator and the mapper ----------------------------------------------------------------
 def test_estimator_prices_act_per_engine(monkeypatch):
     """Analytic: EnvPool's fixed cost per round makes it dearer at 1 env and cheaper at many (the
-    measured shape, docs/BENCHMARKS.md); a profile's act|envpool@cpu table is EnvPool's alone; the
+    measured shape, docs/BENCHMARKS.md "Actor path"); a profile's act|envpool@cpu table is EnvPool's alone; the
     mapper offers EnvPool only where it has the env, and its plans carry the engine."""
     from pearl.estimator import mapper
     from pearl.estimator.costs import Costs
@@ -186,8 +186,8 @@ def test_estimator_prices_act_per_engine(monkeypatch):
         seconds, _ = c.task_seconds("act", Candidate("uniform", "cpu", "cpu", "fused", envs, 64, env_engine=engine))
         return seconds * 1e6
 
-    assert act_us("envpool", 1) > 3 * act_us("gymnasium", 1)
-    assert act_us("envpool", 32) < act_us("gymnasium", 32) / 2
+    assert act_us("envpool", 1) > 2 * act_us("gymnasium", 1)
+    assert act_us("envpool", 64) < act_us("gymnasium", 64)
     measured = Costs(platform, workload, {"act|envpool@cpu": {"16": 50.0}, "act@cpu": {"16": 150.0}})
     assert act_us("envpool", 16, measured) == pytest.approx(50.0)
     assert act_us("gymnasium", 16, measured) == pytest.approx(150.0)

@@ -91,6 +91,32 @@ def _greedy_into(params, meta, obs, acts, actions):
     _greedy(params, shapes, offsets, obs, acts, act_offsets, actions)
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _greedy_row(params, meta, obs, acts, actions):
+    """`_greedy_into` for one observation with loops instead of BLAS calls: each output a dot
+    product over the weight row (contiguous), which fastmath lets LLVM vectorise (a reassociated
+    sum: the Q-values differ from BLAS's in the last bits, as BLAS's differ between kernels)."""
+    layers = meta[0]
+    inputs = obs[0]
+    for layer in range(layers):
+        n_out, n_in = meta[1 + 2 * layer], meta[2 + 2 * layer]
+        start = meta[1 + 2 * layers + layer]
+        at = meta[1 + 3 * layers + layer]
+        out = acts[at:at + n_out]
+        for j in range(n_out):
+            row = params[start + j * n_in:start + (j + 1) * n_in]
+            total = params[start + n_out * n_in + j]
+            for i in range(n_in):
+                total += row[i] * inputs[i]
+            out[j] = total if (layer == layers - 1 or total > 0) else np.float32(0.0)
+        inputs = out
+    best = 0
+    for a in range(1, inputs.shape[0]):
+        if inputs[a] > inputs[best]:
+            best = a
+    actions[0] = best
+
+
 class QPolicy:
     """Q-values of a batch of observations with numpy: the actor's copy of the learner's network."""
 
@@ -145,10 +171,11 @@ class QPolicy:
         if self.layout.dueling:
             actions[:] = self.greedy(obs)
             return
-        packed = self._packed.get(obs.shape[0])
+        rows = obs.shape[0]
+        packed = self._packed.get(rows)
         if packed is None:
-            rows = obs.shape[0]
             act_offsets, size = activation_offsets(self._shapes, rows)
             meta = np.concatenate(([len(self._shapes)], self._shapes.ravel(), self._offsets, act_offsets))
             packed = self._packed[rows] = (meta.astype(np.int64), np.empty(size, np.float32))
-        _greedy_into(self.flat, packed[0], obs, packed[1], actions)
+        # one observation: loops beat BLAS's per-call cost (1.3 vs 2.3 us for 4-64-64-2)
+        (_greedy_row if rows == 1 else _greedy_into)(self.flat, packed[0], obs, packed[1], actions)

@@ -68,10 +68,9 @@ class Actor:
     def choose(self, epsilon: float) -> np.ndarray:
         n = self.n_envs
         if n == 1 and self._greedy_into is not None:
-            # the same two uniforms per env as below (a scalar draw takes the stream's next double),
-            # without the small arrays
-            rng, actions = self.rng, self._actions
-            explore, pick = rng.random(), rng.random()
+            # the same two uniforms as below, as Python floats: no small arrays to compare and index
+            actions = self._actions
+            explore, pick = self.rng.random(2).tolist()
             if explore < epsilon:
                 actions[0] = int(pick * self.n_actions)
             else:
