@@ -66,10 +66,12 @@ def _distinct(devices) -> list:
 
 
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
-               sync_intervals=(1,), runtimes=("sequential",), actors=None) -> tuple[list[Candidate], int]:
+               sync_intervals=(1,), runtimes=("sequential",), actors=None,
+               engines=None) -> tuple[list[Candidate], int]:
     """(the plans to predict, how many were pruned as interchangeable). `actors`: the actor
     counts of processes plans (default: actor_counts of the host's cores); the other runtimes
-    run one actor."""
+    run one actor. `engines`: the actors' env engines (default: env_engines(workload))."""
+    engines = engines or env_engines(workload)
     kinds = list(replay_kinds or [workload.replay_kind])
     counts = {runtime: (list(actors or actor_counts(platform.host.cores)) if runtime in schedule.MANY_ACTORS else [1])
               for runtime in runtimes}
@@ -87,20 +89,25 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
                       if _placeable({"sample": replay, "insert": replay, "update_priorities": replay,
                                      "learn": learn, "sync_weights": learn}, work, kernel, platform)]
         for (replay, learn, kernel), e, b, s, runtime, engine in itertools.product(
-                placements, envs, batches, sync_intervals, runtimes, env_engines(workload)):
+                placements, envs, batches, sync_intervals, runtimes, engines):
             out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine)
                     for n in counts[runtime]]
     return out, pruned
 
 
-def env_engines(workload) -> tuple[str, ...]:
+def env_engines(workload, measured: dict | None = None) -> tuple[str, ...]:
     """The actors' env engines a plan may use here: Gymnasium always; EnvPool where it is installed
-    and has the env, for DQN on vector observations (what pearl.envs.envpool_envs runs)."""
+    and has the env, for DQN on vector observations (what pearl.envs.envpool_envs runs) - unless
+    `measured` (a profile) timed act on Gymnasium and not on EnvPool: a measured figure would be set
+    against an analytic one (`pearl profile` times EnvPool's act where it is installed)."""
     from pearl.envs import envpool_has
 
-    if workload.algo == "dqn" and not workload.image and envpool_has(workload.env):
-        return ("gymnasium", "envpool")
-    return ("gymnasium",)
+    if not (workload.algo == "dqn" and not workload.image and envpool_has(workload.env)):
+        return ("gymnasium",)
+    acts = [name for name in measured or {} if name.startswith("act")]
+    if acts and not any(name.startswith("act|envpool@") for name in acts):
+        return ("gymnasium",)
+    return ("gymnasium", "envpool")
 
 
 def _placeable(devices, workload, kernel, platform) -> bool:
@@ -124,7 +131,7 @@ def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, re
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
     cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes,
-                               actors=actors)
+                               actors=actors, engines=env_engines(costs.workload, costs.measured))
     predictions = [predict(c, costs, schedule) for c in cands]
     over_cap = 0
     if metric == "power_cap":

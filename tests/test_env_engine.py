@@ -196,5 +196,8 @@ def test_estimator_prices_act_per_engine(monkeypatch):
     cands, _ = mapper.candidates(platform, workload, envs=(1, 16))
     assert {c.env_engine for c in cands} == {"gymnasium", "envpool"}
     assert all(c.to_plan().env_engine == c.env_engine for c in cands)
+    # a profile that timed Gymnasium's act but not EnvPool's: no measured-vs-analytic comparison
+    assert mapper.env_engines(workload, {"act@cpu": {"1": 9.0}}) == ("gymnasium",)
+    assert mapper.env_engines(workload, {"act@cpu": {"1": 9.0}, "act|envpool@cpu": {"1": 70.0}}) == ("gymnasium", "envpool")
     monkeypatch.setattr("pearl.envs.envpool_has", lambda env_id: False)
     assert {c.env_engine for c in mapper.candidates(platform, workload, envs=(1, 16))[0]} == {"gymnasium"}
