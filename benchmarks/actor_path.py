@@ -61,7 +61,8 @@ def thread_us(fn, calls: int) -> float:
 def parts(blocks: int = 7, calls: int = 5000) -> None:
     import numpy as np
 
-    from pearl.envs import env_stepper, make_env
+    from pearl import envs
+    from pearl.envs import make_env
     from pearl.kernels.cpu import MLPLayout, QPolicy
     from pearl.replay import NStepBuffer
     from pearl.runtime.actor import Actor
@@ -118,15 +119,17 @@ def parts(blocks: int = 7, calls: int = 5000) -> None:
         channel.counters[1] = channel._totals[0]
         channel.counters[2] = channel._totals[1]
 
+    # what an older checkout (an A/B's base) lacks is left out
+    stepper = getattr(envs, "env_stepper", None)
     cases = {"env.step (gymnasium wrappers)": stepping(wrapped.step, wrapped),
-             "env_stepper(env) step": stepping(env_stepper(direct), direct),
+             **({"env_stepper(env) step": stepping(stepper(direct), direct)} if stepper else {}),
              "policy.greedy (1 obs)": lambda: policy.greedy(obs),
              "rng.random(2)": lambda: rng.random(2),
              "2 x rng.random()": lambda: (rng.random(), rng.random()),
              "NStepBuffer.step (n=1)": lambda: nstep.step(obs, actions, rewards, obs, flags, flags),
              "ActorChannel.put (1 transition)": put,
              "weights: publish + read + load": sync,
-             "weights: publish + read_latest": sync_direct,
+             **({"weights: publish + read_latest": sync_direct} if hasattr(board, "read_latest") else {}),
              "Actor.step(0.05) + put": actor_round}
     if hasattr(policy, "greedy_into"):
         cases["policy.greedy_into (1 obs)"] = lambda: policy.greedy_into(obs, actions)

@@ -137,6 +137,8 @@ class ActorChannel(_Block):
         # a stale value under-counts the free room; re-read (a load of a line the learner's core
         # wrote: a cache miss) only when the stale value says there is not enough
         self._consumed = self._episodes_read = 0
+        # the learner's side: its own CONSUMED and EPISODES_READ (it is their one writer)
+        self._taken, self._episodes_taken = int(self.counters[CONSUMED]), int(self.counters[EPISODES_READ])
 
     @classmethod
     def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
@@ -158,8 +160,8 @@ class ActorChannel(_Block):
         rounds = int(self.counters[ROUNDS])
         if not rounds:
             return 0, 0, 0
-        committed, episodes, steps = self.records[(rounds - 1) % RECORDS]
-        return int(committed), int(episodes), int(steps)
+        committed, episodes, steps = self.records[(rounds - 1) % RECORDS].tolist()
+        return committed, episodes, steps
 
     # -- the actor's side -------------------------------------------------------------------------
     @property
@@ -229,22 +231,22 @@ class ActorChannel(_Block):
     def take(self) -> tuple[int, list[tuple], list[tuple[float, int]]]:
         """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
         episodes). The arrays are views of the ring: consume them before calling `release`."""
-        c = self.counters
         committed, written, steps = self.totals()
-        consumed = int(c[CONSUMED])
+        consumed, rings = self._taken, self._rings
         runs = []
         if committed > consumed:
             capacity = self.layout.capacity
             first, count = consumed % capacity, committed - consumed
             split = min(count, capacity - first)
-            runs.append(tuple(ring[first:first + split] for ring in self.fields.values()))
+            runs.append(tuple([ring[first:first + split] for ring in rings]))
             if split < count:
-                runs.append(tuple(ring[:count - split] for ring in self.fields.values()))
+                runs.append(tuple([ring[:count - split] for ring in rings]))
         episodes = []
-        for k in range(int(c[EPISODES_READ]), written):
-            episode_return, length = self.episodes[k % self.layout.episode_capacity]
-            episodes.append((float(episode_return), int(length)))
-        c[EPISODES_READ] = written
+        if written > self._episodes_taken:
+            for k in range(self._episodes_taken, written):
+                episode_return, length = self.episodes[k % self.layout.episode_capacity].tolist()
+                episodes.append((episode_return, int(length)))
+            self.counters[EPISODES_READ] = self._episodes_taken = written
         self._taken = committed
         return steps, runs, episodes
 
