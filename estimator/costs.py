@@ -193,7 +193,8 @@ class Costs:
             fixed = calls * device.launch_us * 1e-6
         seconds = fixed + max(sig.flops / peak, sig.bytes / bandwidth)
         if task == "act":  # the envs step on the host whatever runs the inference
-            seconds += env_steps_us(cand.env_engine, cand.envs) * 1e-6 * REFERENCE_CLOCK_MHZ / self.platform.host.clock_mhz
+            clock = REFERENCE_CLOCK_MHZ / self.platform.host.clock_mhz
+            seconds += env_steps_us(cand.env_engine, cand.envs) * 1e-6 * clock
         return seconds
 
     def threaded_factor(self, cand) -> float:

@@ -1,4 +1,4 @@
-"""A Plan: which device runs each task, the runtime and its actors, envs per actor, batch size,
+"""A Plan: which device runs each task, the runtime and its actors, envs per actor and their env engine, batch size,
 learner kernel and replay kind. YAML in and out; complete once reconciled with a config.
 
 A plan may leave a field unset (None, or a task missing from `devices`): the config then decides

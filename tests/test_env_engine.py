@@ -59,7 +59,8 @@ def test_plan_refuses_an_unknown_engine():
 
 @pytest.mark.skipif(HAS_ENVPOOL, reason="envpool is installed: the refusal is for machines without it")
 def test_envpool_engine_without_envpool_is_one_line(tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"^plan.env_engine: envpool is not installed \(pip install 'pearl-rl\[envpool\]'\)$"):
+    refusal = r"^plan.env_engine: envpool is not installed \(pip install 'pearl-rl\[envpool\]'\)$"
+    with pytest.raises(ConfigError, match=refusal):
         Plan(env_engine="envpool").check()
     from pearl.cli import main
 
@@ -198,6 +199,7 @@ def test_estimator_prices_act_per_engine(monkeypatch):
     assert all(c.to_plan().env_engine == c.env_engine for c in cands)
     # a profile that timed Gymnasium's act but not EnvPool's: no measured-vs-analytic comparison
     assert mapper.env_engines(workload, {"act@cpu": {"1": 9.0}}) == ("gymnasium",)
-    assert mapper.env_engines(workload, {"act@cpu": {"1": 9.0}, "act|envpool@cpu": {"1": 70.0}}) == ("gymnasium", "envpool")
+    both = {"act@cpu": {"1": 9.0}, "act|envpool@cpu": {"1": 70.0}}
+    assert mapper.env_engines(workload, both) == ("gymnasium", "envpool")
     monkeypatch.setattr("pearl.envs.envpool_has", lambda env_id: False)
     assert {c.env_engine for c in mapper.candidates(platform, workload, envs=(1, 16))[0]} == {"gymnasium"}
