@@ -7,6 +7,7 @@ import functools
 import importlib
 import itertools
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -160,15 +161,13 @@ def envpool_envs(env_id: str, n_envs: int, seed: int, field: str = "plan.env_eng
                           f"use env_engine: gymnasium")
     spec = gym.registry.get(name)
     limit = {} if spec is None or spec.max_episode_steps is None else {"max_episode_steps": spec.max_episode_steps}
-    import warnings
-
-    with warnings.catch_warnings():  # its spaces' float64 bounds, cast to float32 by Gymnasium
+    with warnings.catch_warnings():  # its spaces' float64 bounds, which Gymnasium casts to float32
         warnings.simplefilter("ignore", UserWarning)
         # one worker thread: the other cores are the learner's and the other actors'. EnvPool seeds
         # env i with seed + i, an int32: a processes-runtime actor's seed is any uint32
         pool = envpool.make_gymnasium(name, num_envs=n_envs, batch_size=n_envs, num_threads=1,
                                       seed=seed % (2 ** 31 - n_envs), **limit)
-        pool.observation_space  # noqa: B018  (made here, under the filter)
+        _ = pool.observation_space, pool.action_space  # made (and cached by EnvPool) under the filter
     if len(pool.observation_space.shape) != 1:
         pool.close()
         raise ConfigError(f"{field}: envpool runs vector-observation envs here; {name} has observations "
