@@ -109,7 +109,7 @@ def parts(blocks: int = 7, calls: int = 5000) -> None:
 
     def sync_direct():  # the same into the policy's own weights (WeightBoard.read_latest)
         board.publish(policy.flat)
-        board.read_latest(policy.flat, -1)
+        board.read_latest(policy.flat, -1, lambda: True)
 
     actor = Actor("CartPole-v1", 1, 0, policy, 2, 1, 0.99)
 

@@ -150,3 +150,21 @@ def test_has_room_agrees_with_the_learners_counts(rounds, capacity, episode_capa
                 take_copies(channel)
     finally:
         channel.close()
+
+
+def test_read_latest_copies_whole_versions_and_gives_up_on_a_dead_writer():
+    """`read_latest` copies into the policy's own weights: a complete version, or (the learner
+    killed mid-write: the version stays odd) None once `alive()` says the writer is gone."""
+    board = WeightBoard.create(8)
+    try:
+        out = np.zeros(8, np.float32)
+        board.publish(np.arange(8, dtype=np.float32))
+        assert board.read_latest(out, -1, lambda: True) == board.version
+        np.testing.assert_array_equal(out, np.arange(8))
+        assert board.read_latest(out, board.version, lambda: True) == board.version  # nothing new
+        board._version[0] += 1  # a publish that never finished
+        asked = []
+        assert board.read_latest(out, 2, lambda: asked.append(1) or False) is None
+        assert len(asked) == 1
+    finally:
+        board.close()

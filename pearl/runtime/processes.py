@@ -150,6 +150,9 @@ def actor_main() -> None:
         from pearl.kernels.cpu import QPolicy
 
         direct = type(actor.policy) is QPolicy
+
+        def learner_alive() -> bool:
+            return os.getppid() == learner_pid
         version = -1
         clock = time.perf_counter_ns
         # an act round emits at most n_envs x n_step transitions (episode ends flush pending steps)
@@ -179,7 +182,11 @@ def actor_main() -> None:
                 cpu_started = cpu_clock()
             started = clock()
             if direct:
-                version = board.read_latest(actor.policy.flat, version)
+                fresh = board.read_latest(actor.policy.flat, version, learner_alive)
+                if fresh is None:  # the learner was killed while it published
+                    orphaned = True
+                    break
+                version = fresh
             else:
                 fresh = board.read(weights, version)
                 if fresh != version:

@@ -305,14 +305,20 @@ class WeightBoard(_Block):
         out[:] = self._weights
         return version if int(self._version[0]) == version else seen
 
-    def read_latest(self, out: np.ndarray, seen: int) -> int:
+    def read_latest(self, out: np.ndarray, seen: int, alive) -> int | None:
         """`read` that copies again when the learner wrote meanwhile, until a copy is complete: `out`
-        may be the weights a policy acts with (no second copy), never left half-written."""
+        may be the weights a policy acts with (no second copy), never left half-written while the
+        learner lives. None if the learner stays mid-write and `alive()` (asked every 1000 waits)
+        says it is gone (killed while it published): `out` may then be half-written."""
+        waits = 0
         while True:
             version = int(self._version[0])
             if version == seen:
                 return seen
             if version & 1:  # mid-write: the learner's copy takes a few microseconds
+                waits += 1
+                if waits % 1000 == 0 and not alive():
+                    return None
                 os.sched_yield()
                 continue
             out[:] = self._weights
