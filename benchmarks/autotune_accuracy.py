@@ -85,6 +85,11 @@ PROCESS_ACTORS = (1, 2, 3)
 PROCESSES = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=n)
              for n in PROCESS_ACTORS for e in (1, 4, 16)]
 
+# Plans that differ only in the actors' env engine (plan.env_engine: EnvPool, measured where it is
+# installed; their Gymnasium twins are FIXED plans or, with --engines-only, ENGINE_TWINS), reported apart.
+ENGINE_PLANS = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, env_engine="envpool") for e in ENVS]
+ENGINE_TWINS = [Candidate("uniform", "cpu", "cpu", "fused", e, 64) for e in ENVS]
+
 
 # The continuous plans: per algorithm, the plans measured besides autotune's pick (both learner
 # kernels where the algorithm has both, both batch sizes, 1 and 4 envs).
@@ -135,7 +140,7 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
 
 def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
         fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED, processes=PROCESSES,
-        continuous=CONTINUOUS) -> dict:
+        continuous=CONTINUOUS, engines=ENGINE_PLANS) -> dict:
     config = acceptance_config()
     load_before = os.getloadavg()[0]
     started = time.time()
@@ -156,21 +161,23 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
         overall = extra.best
     pick = result.best.candidate
     plans = list(dict.fromkeys([pick, overall.candidate] + [c for c in list(fixed) + list(threaded) + list(processes)
-                                                            if c in by_cand]))
+                                                            + list(engines) if c in by_cand]))
     rows = []
     for cand, run_ in zip(plans, measure_many(config, plans, seconds)):
         measured = run_["steps_per_s"]
         predicted = by_cand[cand].steps_per_s
-        rows.append({"plan": cand.label(), "runtime": cand.runtime, "predicted": predicted, "measured": measured,
+        rows.append({"plan": cand.label(), "runtime": cand.runtime, "engine": cand.env_engine,
+                     "predicted": predicted, "measured": measured,
                      "measured_mean": run_["mean_steps_per_s"],
                      "error": (predicted - measured) / measured, "bottleneck": by_cand[cand].bottleneck,
                      "limit": by_cand[cand].limiting_side, "watts": by_cand[cand].watts, "pick": cand == pick,
                      "overall_pick": parallel != () and cand == overall.candidate})
         if log:
             log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
-    sequential = [r for r in rows if r["runtime"] == "sequential"]
-    medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name)
-               for name in ("sequential",) + parallel}
+    sequential = [r for r in rows if r["runtime"] == "sequential" and r["engine"] == "gymnasium"]
+    medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name
+                                       and r["engine"] == "gymnasium") for name in ("sequential",) + parallel}
+    on_envpool = [abs(r["error"]) for r in rows if r["engine"] == "envpool"]
     continuous_, continuous_picks = continuous_rows(seconds, profile_seconds, continuous, log) if continuous else ([], {})
     rows += continuous_
     # processes plans with as many actors as cores are where the profile took the time-sharing
@@ -182,6 +189,8 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
             "median_abs_error": medians["sequential"],
             **{f"{name}_median_abs_error": medians[name] for name in parallel},
             "processes_predicted_median_abs_error": statistics.median(predicted) if predicted else None,
+            "envpool_median_abs_error": statistics.median(on_envpool) if on_envpool else None,
+            "envpool_plans": len(on_envpool),
             "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in sequential),
             **({"continuous_median_abs_error": statistics.median(abs(r["error"]) for r in continuous_),
                 "all_median_abs_error": statistics.median(abs(r["error"]) for r in sequential + continuous_),
@@ -202,9 +211,11 @@ def markdown(report: dict) -> str:
                      f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | "
                      f"{r['bottleneck']}{limit} |")
     count = lambda name: sum(1 for r in report["rows"] if r.get("runtime", "sequential") == name
-                             and r.get("algo", "dqn") == "dqn")
+                             and r.get("algo", "dqn") == "dqn" and r.get("engine", "gymnasium") == "gymnasium")
     apart = [f"{name} {100 * report[f'{name}_median_abs_error']:.1f}% over {count(name)}"
              for name in ("threaded", "processes") if report.get(f"{name}_median_abs_error") is not None]
+    if report.get("envpool_median_abs_error") is not None:
+        apart.append(f"env engine envpool {100 * report['envpool_median_abs_error']:.1f}% over {report['envpool_plans']}")
     predicted = report.get("processes_predicted_median_abs_error")
     if predicted is not None:
         apart.append(f"of which the processes plans whose actor count is not the cores' (no factor fitted "
@@ -433,6 +444,9 @@ def main() -> int:
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--json")
     parser.add_argument("--sequential-only", action="store_true", help="no threaded or processes plans")
+    parser.add_argument("--engines-only", action="store_true",
+                        help="only the env-engine plans and their Gymnasium twins (uniform replay, fused learner, "
+                             "sequential; needs envpool)")
     parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
     parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
     parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "
@@ -470,7 +484,13 @@ def main() -> int:
 
             atomic_write_text(args.json, json.dumps(report, indent=1))
         return 0
-    parallel = {"threaded": (), "processes": ()} if args.sequential_only else {}
+    parallel = {"threaded": (), "processes": ()} if args.sequential_only or args.engines_only else {}
+    if args.engines_only:
+        from pearl.envs import check_envpool
+
+        check_envpool("--engines-only")
+        parallel.update(replays=REPLAYS[:1], kernels=("fused",), batches=BATCHES[:1], fixed=ENGINE_TWINS,
+                        continuous={})
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
     print(markdown(report))
     if args.plots:

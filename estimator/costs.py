@@ -28,6 +28,14 @@ from pearl.kernels.registry import backend, kind_of
 # profile them on the machine.
 REFERENCE_ENV_STEP_US = 9.0
 REFERENCE_CLOCK_MHZ = 2600.0
+# The same for plan.env_engine: envpool (one EnvPool per actor, one worker thread): a fixed cost
+# per act round (a step call hands over to EnvPool's thread and back, ~50 us; a round where an
+# episode ended makes a second one, the reset) plus per env the C++ step and the actor's
+# bookkeeping; fitted to `Actor.step`'s process CPU per env step on CartPole at 1 and 32 envs
+# (benchmarks/actor_path.py --engines, docs/BENCHMARKS.md "Actor path": 75.6 and 8.6 us, 15.1 at
+# 8 envs where the fit says 14.6). Other envs cost more: profile them on the machine.
+ENVPOOL_ROUND_US = 69.0
+ENVPOOL_ENV_STEP_US = 6.4
 
 # Where a task's figure came from, most trusted first: this machine's profile at the size, between
 # two profiled sizes, beyond them; the analytic roofline; the FPGA cycle model
@@ -52,6 +60,13 @@ NSTEP_CALLS_PER_ROUND = 2
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
+
+
+def env_steps_us(engine: str, envs: int) -> float:
+    """Microseconds (at REFERENCE_CLOCK_MHZ) of one act round's env steps and bookkeeping on `engine`."""
+    if engine == "envpool":
+        return ENVPOOL_ROUND_US + envs * ENVPOOL_ENV_STEP_US
+    return envs * REFERENCE_ENV_STEP_US
 
 
 class Costs:
@@ -85,8 +100,9 @@ class Costs:
     def measured_name(task: str, cand) -> tuple[str, int]:
         """The profile table holding `task` of `cand`, and the size it is indexed by."""
         replay = f"{cand.replay_kind}@{cand.replay_device}"
-        if task == "act":
-            return f"act@{cand.act_device}", cand.envs
+        if task == "act":  # the Gymnasium engine's table keeps its old name
+            engine = "" if cand.env_engine == "gymnasium" else f"|{cand.env_engine}"
+            return f"act{engine}@{cand.act_device}", cand.envs
         if task == "insert":
             return f"insert|{replay}", cand.envs
         if task in ("sample", "update_priorities"):
@@ -178,8 +194,8 @@ class Costs:
             fixed = calls * device.launch_us * 1e-6
         seconds = fixed + max(sig.flops / peak, sig.bytes / bandwidth)
         if task == "act":  # the envs step on the host whatever runs the inference
-            host = self.platform.host
-            seconds += cand.envs * REFERENCE_ENV_STEP_US * 1e-6 * REFERENCE_CLOCK_MHZ / host.clock_mhz
+            clock = REFERENCE_CLOCK_MHZ / self.platform.host.clock_mhz
+            seconds += env_steps_us(cand.env_engine, cand.envs) * 1e-6 * clock
         return seconds
 
     def threaded_factor(self, cand) -> float:

@@ -88,10 +88,13 @@ def _distinct(devices) -> list:
 
 
 def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches=None,
-               sync_intervals=(1,), runtimes=("sequential",), actors=None) -> tuple[list[Candidate], int]:
+               sync_intervals=(1,), runtimes=("sequential",), actors=None,
+               engines=None) -> tuple[list[Candidate], int]:
     """(the plans to predict, how many were pruned as interchangeable). `actors`: the actor
     counts of processes plans (default: actor_counts of the host's cores) and per node of ray
-    plans (default: actor_counts of a node's cores); the other runtimes run one actor."""
+    plans (default: actor_counts of a node's cores); the other runtimes run one actor. `engines`:
+    the actors' env engines (default: env_engines(workload))."""
+    engines = engines or env_engines(workload)
     kinds = list(replay_kinds or [workload.replay_kind])
     if "ray" in runtimes and platform.nodes is None:
         raise ConfigError(f"--runtimes: ray plans need a platform with a nodes: section ({platform.source} has "
@@ -115,13 +118,29 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
         placements = [(replay, learn, kernel) for replay in replay_devices for learn, kernel in learners
                       if _placeable({"sample": replay, "insert": replay, "update_priorities": replay,
                                      "learn": learn, "sync_weights": learn}, work, kernel, platform)]
-        for (replay, learn, kernel), e, b, s, runtime in itertools.product(
-                placements, envs, batches, sync_intervals, runtimes):
+        for (replay, learn, kernel), e, b, s, runtime, engine in itertools.product(
+                placements, envs, batches, sync_intervals, runtimes, engines):
             if runtime == "ray" and replay != "cpu":
                 continue  # a ray run's replay table is a cpu one, in the learner's process or a server's
-            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, **layout)
+            out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine,
+                              **layout)
                     for n in counts[runtime] for layout in layouts[runtime]]
     return out, pruned
+
+
+def env_engines(workload, measured: dict | None = None) -> tuple[str, ...]:
+    """The actors' env engines a plan may use here: Gymnasium always; EnvPool where it is installed
+    and has the env, for DQN on vector observations (what pearl.envs.envpool_envs runs) - unless
+    `measured` (a profile) timed act on Gymnasium and not on EnvPool: a measured figure would be set
+    against an analytic one (`pearl profile` times EnvPool's act where it is installed)."""
+    from pearl.envs import envpool_has
+
+    if not (workload.algo == "dqn" and not workload.image and envpool_has(workload.env)):
+        return ("gymnasium",)
+    acts = [name for name in measured or {} if name.startswith("act")]
+    if acts and not any(name.startswith("act|envpool@") for name in acts):
+        return ("gymnasium",)
+    return ("gymnasium", "envpool")
 
 
 def _placeable(devices, workload, kernel, platform) -> bool:
@@ -145,7 +164,7 @@ def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, re
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
     cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes,
-                               actors=actors)
+                               actors=actors, engines=env_engines(costs.workload, costs.measured))
     predictions = [predict(c, costs, schedule) for c in cands]
     over_cap = 0
     if metric == "power_cap":

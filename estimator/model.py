@@ -43,6 +43,7 @@ class Candidate:
     act_device: str = "cpu"
     runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes | ray
     actors: int = 1  # actor processes (the processes runtime; per node for ray; the others run one)
+    env_engine: str = "gymnasium"  # what steps the actors' envs (pearl.envs.ENV_ENGINES)
     # the ray runtime's plan.ray (pearl/plan.py RayPlan, its defaults): node agents, where the
     # replay server runs (learner | server | node), its shards, the rows per chunk at most
     nodes: int = RayPlan.nodes
@@ -63,7 +64,8 @@ class Candidate:
                 + (f" {self.runtime}" if self.runtime != "sequential" else "")
                 + (f" x{self.actors}" if self.actors != 1 else "")
                 + (f" N{self.nodes} {self.placement}" + (f"x{self.shards}" if self.shards != 1 else "")
-                   + f" C{self.chunk}" if self.runtime == "ray" else ""))
+                   + f" C{self.chunk}" if self.runtime == "ray" else "")
+                + (f" {self.env_engine}" if self.env_engine != "gymnasium" else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
@@ -75,7 +77,8 @@ class Candidate:
                if self.runtime == "ray" else RayPlan())
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
-                    runtime=self.runtime, platform=platform if uses_profile else "", ray=ray)
+                    runtime=self.runtime, platform=platform if uses_profile else "", ray=ray,
+                    env_engine=self.env_engine)
 
 
 # How far a figure of each source may be off (relative, one standard band): what the accuracy

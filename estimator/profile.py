@@ -118,7 +118,9 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
     overlap = overlap or processes
     kernels = tuple(kernels or workload.learner_kernels)
     _check_grid(workload, replays, kernels)
-    wanted = _grid(replays, envs, batches, kernels)
+    from pearl.estimator.mapper import env_engines
+
+    wanted = _grid(replays, envs, batches, kernels, env_engines(workload))
     if use_cache:
         cached = load_cached(workload.key())
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
@@ -269,11 +271,13 @@ def _check_grid(workload, replays, kernels) -> None:
             raise ConfigError(f"--replays: {workload.algo} keeps its replay on the cpu, not {device}")
 
 
-def _grid(replays, envs, batches, kernels) -> list:
+def _grid(replays, envs, batches, kernels, engines=("gymnasium",)) -> list:
     from pearl.estimator.model import Candidate
 
     envs, batches = list(envs), list(batches)
-    out = []
+    # each other env engine's act at every env count (the act table is per engine)
+    out = [Candidate(*replays[0], "cpu", kernels[0], e, batches[0], env_engine=engine)
+           for engine in engines[1:] for e in envs]
     for kind, device in replays:
         for b in batches:
             out.append(Candidate(kind, device, "cpu", kernels[0], envs[0], b))

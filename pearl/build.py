@@ -30,7 +30,7 @@ from pearl.nets import TorchPolicy, check_conv, conv_shapes, encoded_policy, is_
 from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
-from pearl.runtime.actor import Actor, device_policy
+from pearl.runtime.actor import ENGINES, device_policy
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
@@ -89,7 +89,7 @@ class Discrete:
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
         frames = dict(first_stream=0) if config.replay.frame_stack else {}  # ActorRecipe.build numbers the actors
-        return ActorRecipe(Actor, policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
+        return ActorRecipe(ENGINES[plan.env_engine], policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
                                                        n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma,
                                                        **frames))
 
@@ -142,6 +142,9 @@ class Continuous:
         return functools.partial(ContinuousPolicy, algo.policy_sizes(), self.action_dim, algo.policy_kind, noise)
 
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
+        if plan.env_engine != "gymnasium":
+            raise ConfigError(f"plan.env_engine: {plan.env_engine} steps DQN's discrete-action actors; "
+                              f"{config.algo} runs env_engine: gymnasium")
         cfg = config.algo_config
         return ActorRecipe(ContinuousActor, policy_factory,
                            dict(env_id=config.env, n_envs=plan.envs_per_actor, scaler=self.scaler,

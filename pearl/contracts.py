@@ -80,7 +80,7 @@ class Actor(Protocol):
     episodes as (return, length))."""
 
     policy: Any
-    envs: list
+    n_envs: int  # envs stepped per call
 
     def step(self, epsilon: float) -> tuple[tuple | None, list[tuple[float, int]]]: ...
 

@@ -7,6 +7,7 @@ import functools
 import importlib
 import itertools
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -97,6 +98,81 @@ def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.En
     if seed is not None:
         env.action_space.seed(seed)
     return env
+
+
+def env_stepper(env: gym.Env):
+    """`env.step`, or for the chain `gym.make` builds (TimeLimit over OrderEnforcing over the env
+    itself, exactly those classes) a function doing what those two wrappers' steps do - the env's
+    own step, then TimeLimit's count and truncation - without their three Python frames (~1 us of
+    a CartPole step's ~8). The env must have been reset through `env` (OrderEnforcing's check,
+    TimeLimit's count restart), as an actor always does."""
+    from gymnasium.wrappers import OrderEnforcing, TimeLimit
+
+    inner = getattr(env, "env", None)
+    if not (type(env) is TimeLimit and type(inner) is OrderEnforcing and not isinstance(inner.env, gym.Wrapper)):
+        return env.step
+    limit, own_step, max_steps = env, inner.env.step, env._max_episode_steps
+
+    def step(action):
+        obs, reward, terminated, truncated, info = own_step(action)
+        limit._elapsed_steps += 1
+        if limit._elapsed_steps >= max_steps:
+            truncated = True
+        return obs, reward, terminated, truncated, info
+
+    return step
+
+
+# -- EnvPool: an actor's envs as one pool of C++ envs (plan.env_engine: envpool) ------------------
+ENV_ENGINES = ("gymnasium", "envpool")
+ENVPOOL_EXTRA = "pip install 'pearl-rl[envpool]'"
+
+
+def check_envpool(field: str = "plan.env_engine") -> None:
+    """One line if EnvPool is not installed (found without importing it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("envpool") is None:
+        raise ConfigError(f"{field}: envpool is not installed ({ENVPOOL_EXTRA})")
+
+
+def envpool_has(env_id: str) -> bool:
+    """Whether EnvPool is installed and has `env_id`."""
+    import importlib.util
+
+    if importlib.util.find_spec("envpool") is None:
+        return False
+    import envpool
+
+    return env_id.rpartition(":")[2] in envpool.list_all_envs()
+
+
+def envpool_envs(env_id: str, n_envs: int, seed: int, field: str = "plan.env_engine"):
+    """`n_envs` of `env_id` as one EnvPool in sync mode (every step steps them all), seeded `seed`
+    (EnvPool seeds its env i from it: not the initial states of Gymnasium's seed + i), with
+    Gymnasium's time limit for the id. Vector observations only: EnvPool's image envs preprocess
+    differently from `atari_env`."""
+    check_envpool(field)
+    import envpool
+
+    name = env_id.rpartition(":")[2]
+    if not envpool_has(name):
+        raise ConfigError(f"{field}: EnvPool has no {name!r} (envpool.list_all_envs() lists its ids); "
+                          f"use env_engine: gymnasium")
+    spec = gym.registry.get(name)
+    limit = {} if spec is None or spec.max_episode_steps is None else {"max_episode_steps": spec.max_episode_steps}
+    with warnings.catch_warnings():  # its spaces' float64 bounds, which Gymnasium casts to float32
+        warnings.simplefilter("ignore", UserWarning)
+        # one worker thread: the other cores are the learner's and the other actors'. EnvPool seeds
+        # env i with seed + i, an int32: a processes-runtime actor's seed is any uint32
+        pool = envpool.make_gymnasium(name, num_envs=n_envs, batch_size=n_envs, num_threads=1,
+                                      seed=seed % (2 ** 31 - n_envs), **limit)
+        _ = pool.observation_space, pool.action_space  # made (and cached by EnvPool) under the filter
+    if len(pool.observation_space.shape) != 1:
+        pool.close()
+        raise ConfigError(f"{field}: envpool runs vector-observation envs here; {name} has observations "
+                          f"{pool.observation_space.shape}: use env_engine: gymnasium")
+    return pool
 
 
 # -- pixels: Atari (ale-py), MinAtar, and image observations in general ----------------------------

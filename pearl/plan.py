@@ -1,4 +1,4 @@
-"""A Plan: which device runs each task, the runtime and its actors, envs per actor, batch size,
+"""A Plan: which device runs each task, the runtime and its actors, envs per actor and their env engine, batch size,
 learner kernel and replay kind. YAML in and out; complete once reconciled with a config.
 
 A plan may leave a field unset (None, or a task missing from `devices`): the config then decides
@@ -96,6 +96,9 @@ class Plan:
     # interpreter, imports and the first compiled-kernel load: ~1 s of CPU each), so a run does
     # not wait for them; it hands over to them once every one has committed its first round
     act_while_actors_start: bool = True
+    # what steps an actor's envs: real Gymnasium envs in a plain loop, or one EnvPool (C++ envs,
+    # `pip install 'pearl-rl[envpool]'`: pays from ~16 envs per actor, costs more at one)
+    env_engine: Literal["gymnasium", "envpool"] = "gymnasium"
     platform: str = ""  # platforms/ profile (name or .yaml path) whose fpga:N devices the plan names; "" = alveo_u250
     server: ServerAccess = field(default_factory=ServerAccess)  # read when a task is on server:ADDR
     ray: RayPlan = field(default_factory=RayPlan)  # read by runtime: ray
@@ -126,6 +129,12 @@ class Plan:
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")
+        from pearl.envs import ENV_ENGINES, check_envpool
+
+        if self.env_engine not in ENV_ENGINES:
+            raise ConfigError(f"plan.env_engine: expected one of {', '.join(ENV_ENGINES)}, got {self.env_engine!r}")
+        if self.env_engine == "envpool":
+            check_envpool()
         from pearl.placement import check_platform_devices
 
         check_platform_devices(self.devices, self.platform)

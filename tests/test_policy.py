@@ -40,6 +40,11 @@ def check_against_torch(algo, policy, obs):
     clear = np.ones(expected.shape[:-1], bool) if top2 is None else (top2[..., 1] - top2[..., 0]) > 1e-4
     greedy = policy.greedy(obs)
     np.testing.assert_array_equal(greedy[clear], expected.argmax(axis=-1)[clear])
+    if obs.ndim == 2:  # the actor's in-place form, row by row as a one-env actor calls it
+        into = np.full(len(obs), -1, np.int64)
+        for i in range(len(obs)):
+            policy.greedy_into(obs[i:i + 1], into[i:i + 1])
+        np.testing.assert_array_equal(into[clear], expected.argmax(axis=-1)[clear])
     return q
 
 

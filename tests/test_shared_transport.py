@@ -129,3 +129,42 @@ def test_a_round_cut_short_is_not_counted():
         replacement.close()
     finally:
         channel.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 3), st.booleans()), min_size=1, max_size=60),
+       st.integers(5, 20), st.integers(3, 8))
+def test_has_room_agrees_with_the_learners_counts(rounds, capacity, episode_capacity):
+    """`has_room` reads the learner's counts only when the ones it saw say no room: it answers as
+    free() / episode_free() (which read them every time) would."""
+    channel = ActorChannel.create(FIELDS, capacity, episode_capacity)
+    try:
+        sent = 0
+        for count, n_episodes, take in rounds:
+            fits = channel.free() >= count and channel.episode_free() >= n_episodes
+            assert channel.has_room(count, n_episodes) == fits
+            if fits:
+                channel.put(transitions(sent, count), [(0.0, 1)] * n_episodes, 1)
+                sent += count
+            if take:
+                take_copies(channel)
+    finally:
+        channel.close()
+
+
+def test_read_latest_copies_whole_versions_and_gives_up_on_a_dead_writer():
+    """`read_latest` copies into the policy's own weights: a complete version, or (the learner
+    killed mid-write: the version stays odd) None once `alive()` says the writer is gone."""
+    board = WeightBoard.create(8)
+    try:
+        out = np.zeros(8, np.float32)
+        board.publish(np.arange(8, dtype=np.float32))
+        assert board.read_latest(out, -1, lambda: True) == board.version
+        np.testing.assert_array_equal(out, np.arange(8))
+        assert board.read_latest(out, board.version, lambda: True) == board.version  # nothing new
+        board._version[0] += 1  # a publish that never finished
+        asked = []
+        assert board.read_latest(out, 2, lambda: asked.append(1) or False) is None
+        assert len(asked) == 1
+    finally:
+        board.close()

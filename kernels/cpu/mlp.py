@@ -79,6 +79,44 @@ def _greedy(params, shapes, offsets, obs, acts, act_offsets, actions):
         actions[i] = np.argmax(q[i])
 
 
+@njit(**_NJIT)
+def _greedy_into(params, meta, obs, acts, actions):
+    """`_greedy` with the network's int64 tables packed in one array, `meta` = (layers, shapes
+    (layers x 2), offsets, activation offsets): each array argument costs the dispatcher a type
+    check and an unboxing, and for one observation those are most of the call."""
+    layers = meta[0]
+    shapes = meta[1:1 + 2 * layers].reshape((layers, 2))
+    offsets = meta[1 + 2 * layers:1 + 3 * layers]
+    act_offsets = meta[1 + 3 * layers:1 + 4 * layers]
+    _greedy(params, shapes, offsets, obs, acts, act_offsets, actions)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _greedy_row(params, meta, obs, acts, actions):
+    """`_greedy_into` for one observation with loops instead of BLAS calls: each output a dot
+    product over the weight row (contiguous), which fastmath lets LLVM vectorise (a reassociated
+    sum: the Q-values differ from BLAS's in the last bits, as BLAS's differ between kernels)."""
+    layers = meta[0]
+    inputs = obs[0]
+    for layer in range(layers):
+        n_out, n_in = meta[1 + 2 * layer], meta[2 + 2 * layer]
+        start = meta[1 + 2 * layers + layer]
+        at = meta[1 + 3 * layers + layer]
+        out = acts[at:at + n_out]
+        for j in range(n_out):
+            row = params[start + j * n_in:start + (j + 1) * n_in]
+            total = params[start + n_out * n_in + j]
+            for i in range(n_in):
+                total += row[i] * inputs[i]
+            out[j] = total if (layer == layers - 1 or total > 0) else np.float32(0.0)
+        inputs = out
+    best = 0
+    for a in range(1, inputs.shape[0]):
+        if inputs[a] > inputs[best]:
+            best = a
+    actions[0] = best
+
+
 class QPolicy:
     """Q-values of a batch of observations with numpy: the actor's copy of the learner's network."""
 
@@ -91,6 +129,7 @@ class QPolicy:
         self._shapes = np.array(layout.shapes, dtype=np.int64)
         self._offsets = np.array(layout.offsets, dtype=np.int64)
         self._activations: dict[int, tuple] = {}  # rows -> (buffer, offsets) for the compiled path
+        self._packed: dict[int, tuple] = {}  # rows -> (packed tables, buffer) for greedy_into
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)
@@ -124,3 +163,19 @@ class QPolicy:
         actions = np.empty(rows, np.int64)
         _greedy(self.flat, self._shapes, self._offsets, obs, buffers[0], buffers[1], actions)
         return actions
+
+    def greedy_into(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        """`greedy` written into `actions` (int64, one per row of a 2-D `obs`): an actor's hot path.
+        A dueling net takes `greedy`'s path; any other rows the compiled pass takes as they are
+        (numba compiles one version per dtype and layout)."""
+        if self.layout.dueling:
+            actions[:] = self.greedy(obs)
+            return
+        rows = obs.shape[0]
+        packed = self._packed.get(rows)
+        if packed is None:
+            act_offsets, size = activation_offsets(self._shapes, rows)
+            meta = np.concatenate(([len(self._shapes)], self._shapes.ravel(), self._offsets, act_offsets))
+            packed = self._packed[rows] = (meta.astype(np.int64), np.empty(size, np.float32))
+        # one observation: loops beat BLAS's per-call cost (1.3 vs 2.3 us for 4-64-64-2)
+        (_greedy_row if rows == 1 else _greedy_into)(self.flat, packed[0], obs, packed[1], actions)

@@ -60,6 +60,7 @@ class NStepBuffer:
         self.pending = np.zeros(n_envs, dtype=np.int64)
         self.powers = gamma ** np.arange(n)
         self.discounts_n = np.full(n_envs, gamma ** n, dtype=np.float32)
+        self._ended = np.zeros(n_envs, dtype=np.float32)  # n = 1, one env: its terminal discount
         self.orders = [(oldest + np.arange(n)) % n for oldest in range(n)]  # ring slots, oldest first
         self.t = 0  # steps taken; step t is stored in slot t % n
 
@@ -69,8 +70,12 @@ class NStepBuffer:
         The arrays may be views of this buffer's rings, valid until the next `step`.
         """
         if self.n == 1:  # nothing to hold back: each step is its own transition
-            discounts = np.where(terminated, np.float32(0.0), np.float32(self.gamma))
-            return obs, actions, rewards.astype(np.float32), next_obs, discounts
+            if len(terminated) == 1:  # one env: one of two constant rows (an actor's hot path)
+                discounts = self._ended if terminated[0] else self.discounts_n
+            else:
+                discounts = np.where(terminated, np.float32(0.0), np.float32(self.gamma))
+            rewards = rewards if rewards.dtype == np.float32 else rewards.astype(np.float32)
+            return obs, actions, rewards, next_obs, discounts
         n, slot = self.n, self.t % self.n
         self.obs[slot], self.actions[slot], self.rewards[slot] = obs, actions, rewards
         self.t += 1

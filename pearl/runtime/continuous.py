@@ -85,7 +85,7 @@ class ContinuousActor(Actor):
     def choose(self, epsilon: float) -> np.ndarray:
         """Actions in [-1, 1]^d: uniformly random with probability `epsilon` (the warm-up), else the
         policy's exploring action."""
-        n = len(self.envs)
+        n = self.n_envs
         if epsilon >= 1.0:
             return self.rng.uniform(-1.0, 1.0, (n, self.n_actions)).astype(np.float32)
         actions = self.policy.explore(self.obs, self.rng)

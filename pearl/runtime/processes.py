@@ -143,9 +143,16 @@ def actor_main() -> None:
         # the first call of the policy's compiled kernels loads them (numba's first in a process:
         # ~0.5 s): here, before the first commit tells the learner this actor is up
         actor.choose(0.0)
-        n_envs = len(actor.envs)
+        n_envs = actor.n_envs
         counters = channel.counters
         weights = np.empty(board.n_weights, dtype=np.float32)
+        # a CPU QPolicy acts from one flat vector: the board's weights are copied straight into it
+        from pearl.kernels.cpu import QPolicy
+
+        direct = type(actor.policy) is QPolicy
+
+        def learner_alive() -> bool:
+            return os.getppid() == learner_pid
         version = -1
         clock = time.perf_counter_ns
         # an act round emits at most n_envs x n_step transitions (episode ends flush pending steps)
@@ -158,9 +165,9 @@ def actor_main() -> None:
         cpu_clock, cpu_started = time.thread_time_ns, 0
         while not counters[STOP] and not orphaned:
             waited, spins = clock(), 0
-            while channel.steps + n_envs > allowed or channel.free() < room or channel.episode_free() < n_envs:
+            while channel.steps + n_envs > allowed or not channel.has_room(room, n_envs):
                 allowed = int(counters[ALLOWED])
-                if channel.steps + n_envs <= allowed and channel.free() >= room and channel.episode_free() >= n_envs:
+                if channel.steps + n_envs <= allowed and channel.has_room(room, n_envs):
                     break
                 if counters[STOP]:
                     break
@@ -174,10 +181,17 @@ def actor_main() -> None:
             if sampled:
                 cpu_started = cpu_clock()
             started = clock()
-            fresh = board.read(weights, version)
-            if fresh != version:
-                actor.policy.load(weights)
+            if direct:
+                fresh = board.read_latest(actor.policy.flat, version, learner_alive)
+                if fresh is None:  # the learner was killed while it published
+                    orphaned = True
+                    break
                 version = fresh
+            else:
+                fresh = board.read(weights, version)
+                if fresh != version:
+                    actor.policy.load(weights)
+                    version = fresh
             transitions, finished = actor.step(board.epsilon)
             channel.put(transitions, finished, n_envs)
             act_ns += clock() - started
@@ -458,14 +472,17 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         if timer:
             timer.add("act_in_learner", clock() - t0)
 
-    def take_in(index: int) -> None:
+    def take_in(index: int) -> int:
+        """Inserts what actor `index` committed; returns how many env steps it had been ahead."""
         channel = channels[index]
         actor_steps, runs, finished = channel.take()
         for run_fields in runs:
             replay.add(*run_fields)
         channel.release()
-        taken[index] = actor_steps
-        counters.record_episodes(finished)
+        ahead_by, taken[index] = actor_steps - taken[index], actor_steps
+        if finished:
+            counters.record_episodes(finished)
+        return ahead_by
 
     learn = learn_until if prefetcher is None else learn_until_prefetching
     last_check, spins = clock(), 0
@@ -483,8 +500,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 else:
                     act_here()
             t0 = clock()
-            for index in range(n):
-                take_in(index)
+            # the actors' lead: how far their committed steps were past what the learner had taken
+            # in, read as it takes them in (the commit records it loads anyway)
+            lead = max(lead, sum(take_in(index) for index in range(n)))
             counters.env_steps = start + local_steps + sum(taken)
             replay.progress = counters.env_steps
             if timer and counters.env_steps > previous:
@@ -500,7 +518,6 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 quota = quota_left(local_steps)
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = allowed(index)
-            lead = max(lead, sum(c.totals()[2] for c in channels) - sum(taken))
             finished_all = local is None and all(t >= quota for t in taken)
             if counters.env_steps > previous:
                 spins = 0

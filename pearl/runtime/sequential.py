@@ -50,7 +50,7 @@ class Sequential:
                 replay.add(*transitions)
             t2 = clock()
             previous = counters.env_steps
-            counters.env_steps += len(actor.envs)
+            counters.env_steps += actor.n_envs
             replay.progress = counters.env_steps
             counters.record_episodes(finished)
             if timer:

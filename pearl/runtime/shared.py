@@ -20,6 +20,7 @@ e.g. ARM, this transport would need fences.)
 """
 from __future__ import annotations
 
+import os
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
@@ -132,6 +133,12 @@ class ActorChannel(_Block):
         self._totals = self.totals()  # the actor's running totals (its side only)
         self._rounds = int(self.counters[ROUNDS])  # the actor's own commit count (it is the one writer)
         self._rings = tuple(self.fields.values())
+        # what the actor last read of the learner's CONSUMED and EPISODES_READ: both only grow, so
+        # a stale value under-counts the free room; re-read (a load of a line the learner's core
+        # wrote: a cache miss) only when the stale value says there is not enough
+        self._consumed = self._episodes_read = 0
+        # the learner's side: its own CONSUMED and EPISODES_READ (it is their one writer)
+        self._taken, self._episodes_taken = int(self.counters[CONSUMED]), int(self.counters[EPISODES_READ])
 
     @classmethod
     def create(cls, fields: dict[str, tuple[np.dtype, tuple]], capacity: int,
@@ -153,8 +160,8 @@ class ActorChannel(_Block):
         rounds = int(self.counters[ROUNDS])
         if not rounds:
             return 0, 0, 0
-        committed, episodes, steps = self.records[(rounds - 1) % RECORDS]
-        return int(committed), int(episodes), int(steps)
+        committed, episodes, steps = self.records[(rounds - 1) % RECORDS].tolist()
+        return committed, episodes, steps
 
     # -- the actor's side -------------------------------------------------------------------------
     @property
@@ -167,6 +174,18 @@ class ActorChannel(_Block):
 
     def episode_free(self) -> int:
         return self.layout.episode_capacity - (self._totals[1] - int(self.counters[EPISODES_READ]))
+
+    def has_room(self, transitions: int, episodes: int) -> bool:
+        """Whether a round of up to `transitions` transitions and `episodes` episodes fits: from
+        what the actor last read of the learner's counters, re-read only if that is not enough."""
+        committed, written, _ = self._totals
+        layout = self.layout
+        if (layout.capacity - (committed - self._consumed) >= transitions
+                and layout.episode_capacity - (written - self._episodes_read) >= episodes):
+            return True
+        self._consumed, self._episodes_read = int(self.counters[CONSUMED]), int(self.counters[EPISODES_READ])
+        return (layout.capacity - (committed - self._consumed) >= transitions
+                and layout.episode_capacity - (written - self._episodes_read) >= episodes)
 
     def put(self, transitions, finished: list[tuple[float, int]], env_steps: int) -> None:
         """Writes and commits one act round: its transitions (arrays in field order, or None), the
@@ -212,22 +231,22 @@ class ActorChannel(_Block):
     def take(self) -> tuple[int, list[tuple], list[tuple[float, int]]]:
         """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
         episodes). The arrays are views of the ring: consume them before calling `release`."""
-        c = self.counters
         committed, written, steps = self.totals()
-        consumed = int(c[CONSUMED])
+        consumed, rings = self._taken, self._rings
         runs = []
         if committed > consumed:
             capacity = self.layout.capacity
             first, count = consumed % capacity, committed - consumed
             split = min(count, capacity - first)
-            runs.append(tuple(ring[first:first + split] for ring in self.fields.values()))
+            runs.append(tuple([ring[first:first + split] for ring in rings]))
             if split < count:
-                runs.append(tuple(ring[:count - split] for ring in self.fields.values()))
+                runs.append(tuple([ring[:count - split] for ring in rings]))
         episodes = []
-        for k in range(int(c[EPISODES_READ]), written):
-            episode_return, length = self.episodes[k % self.layout.episode_capacity]
-            episodes.append((float(episode_return), int(length)))
-        c[EPISODES_READ] = written
+        if written > self._episodes_taken:
+            for k in range(self._episodes_taken, written):
+                episode_return, length = self.episodes[k % self.layout.episode_capacity].tolist()
+                episodes.append((episode_return, int(length)))
+            self.counters[EPISODES_READ] = self._episodes_taken = written
         self._taken = committed
         return steps, runs, episodes
 
@@ -285,3 +304,23 @@ class WeightBoard(_Block):
             return seen
         out[:] = self._weights
         return version if int(self._version[0]) == version else seen
+
+    def read_latest(self, out: np.ndarray, seen: int, alive) -> int | None:
+        """`read` that copies again when the learner wrote meanwhile, until a copy is complete: `out`
+        may be the weights a policy acts with (no second copy), never left half-written while the
+        learner lives. None if the learner stays mid-write and `alive()` (asked every 1000 waits)
+        says it is gone (killed while it published): `out` may then be half-written."""
+        waits = 0
+        while True:
+            version = int(self._version[0])
+            if version == seen:
+                return seen
+            if version & 1:  # mid-write: the learner's copy takes a few microseconds
+                waits += 1
+                if waits % 1000 == 0 and not alive():
+                    return None
+                os.sched_yield()
+                continue
+            out[:] = self._weights
+            if int(self._version[0]) == version:
+                return version

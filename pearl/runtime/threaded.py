@@ -51,7 +51,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks, max_lag: int) -> N
     actor, replay, learner, schedule = parts.actor, parts.replay, parts.learner, parts.schedule
     rng, timer, clock = parts.rng, hooks.timer, time.perf_counter
     end = counters.env_steps + steps
-    n_envs = len(actor.envs)
+    n_envs = actor.n_envs
     due = schedule.due
 
     replay_lock = threading.Lock()
