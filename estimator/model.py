@@ -41,6 +41,7 @@ class Candidate:
     act_device: str = "cpu"
     runtime: str = "sequential"  # the Plan's runtime: sequential | threaded | processes
     actors: int = 1  # actor processes (the processes runtime; the others run one actor)
+    precision: str = "fp32"  # the learner's products (Plan.learner_precision; estimator/costs.py prices it)
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -53,7 +54,8 @@ class Candidate:
         return (f"{self.replay_kind}@{self.replay_device} learn {self.learner_kernel}@{self.learn_device} "
                 f"E{self.envs} B{self.batch}" + (f" sync{self.sync_interval}" if self.sync_interval != 1 else "")
                 + (f" {self.runtime}" if self.runtime != "sequential" else "")
-                + (f" x{self.actors}" if self.actors != 1 else ""))
+                + (f" x{self.actors}" if self.actors != 1 else "")
+                + (f" {self.precision}" if self.precision != "fp32" else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
@@ -63,7 +65,7 @@ class Candidate:
         uses_profile = any(backend(kind_of(d)).default_platform is not None for d in devices.values())
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
-                    runtime=self.runtime, platform=platform if uses_profile else "")
+                    runtime=self.runtime, platform=platform if uses_profile else "", learner_precision=self.precision)
 
 
 # How far a figure of each source may be off (relative, one standard band): what the accuracy
