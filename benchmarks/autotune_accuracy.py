@@ -98,7 +98,8 @@ CONTINUOUS = {
     "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64),
             Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
             Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16")],
-    "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128)],
+    "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
 }
 
 

@@ -32,7 +32,7 @@ from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
 from pearl.runtime.actor import Actor, device_policy
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
-from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
+from pearl.runtime.fused_actor_critic import FusedActorCriticLearner, FusedSACLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
 from pearl.runtime.processes import ActorRecipe
 from pearl import schedule
@@ -129,7 +129,9 @@ class Continuous:
         return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
-        return FusedActorCriticLearner(algo, precision) if kernel == "fused" else ContinuousLearner(algo, device)
+        if kernel != "fused":
+            return ContinuousLearner(algo, device)
+        return (FusedSACLearner if algo.name == "sac" else FusedActorCriticLearner)(algo, precision)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:

@@ -148,7 +148,7 @@ class SACConfig(ContinuousConfig):
 
 
 CONTINUOUS_ALGOS = ("ddpg", "td3", "sac")
-BF16_ALGOS = ("ddpg", "td3")  # whose learner runs bfloat16 products (pearl/runtime/fused_actor_critic.py)
+BF16_ALGOS = ("ddpg", "td3", "sac")  # whose fused learner runs bfloat16 products (pearl/runtime/fused_actor_critic.py)
 
 
 @dataclass
@@ -263,12 +263,9 @@ class ExperimentConfig:
             if self.replay.kind != "uniform":
                 raise ConfigError(f"replay.kind: {self.algo} samples its replay uniformly; expected "
                                   f"'uniform', got {self.replay.kind!r}")
-            if self.runtime.learner_kernel == "fused" and self.algo == "sac":
-                raise ConfigError("runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3; "
-                                  "sac runs on 'torch' (or 'auto')")
         if self.runtime.learner_precision != "fp32" and self.algo not in BF16_ALGOS:
             raise ConfigError(f"runtime.learner_precision: {self.runtime.learner_precision} products run in the "
-                              f"fused {' and '.join(a.upper() for a in BF16_ALGOS)} learner; {self.algo} runs 'fp32'")
+                              f"fused {', '.join(a.upper() for a in BF16_ALGOS)} learners; {self.algo} runs 'fp32'")
 
     @property
     def algo_config(self):

@@ -38,10 +38,10 @@ def test_autotune_td3_ranks_plans_and_writes_one_the_td3_agent_accepts(cache, tm
     assert len(values) == learners * 2 * 2 and values == sorted(values, reverse=True)
 
 
-def test_autotune_sac_offers_the_torch_learner_only(cache):
+def test_autotune_sac_offers_the_fused_and_torch_learners(cache):
     result = pearl.autotune(shipped("pendulum_sac.yaml"), envs=[1])
-    assert {p.candidate.learner_kernel for p in result.ranking.predictions} == {"torch"}
-    assert result.plan.learner_kernel == "torch"
+    assert {p.candidate.learner_kernel for p in result.ranking.predictions} == {"fused", "torch"}
+    assert result.plan.learner_kernel == result.best.candidate.learner_kernel
 
 
 def test_profile_times_the_continuous_loop_and_autotune_uses_it(cache):

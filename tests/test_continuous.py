@@ -325,7 +325,6 @@ BAD = [
     ("algo: sac\nsac: {hidden: []}", "sac.hidden: expected a non-empty list"),
     ("algo: sac\nsac: {batch_size: 300}\nreplay: {capacity: 100}", "sac.batch_size: expected at most replay.capacity (100)"),
     ("algo: ddpg\nreplay: {kind: prioritized}", "replay.kind: ddpg samples its replay uniformly"),
-    ("algo: sac\nruntime: {learner_kernel: fused}", "runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3"),
     ("algo: a2c", "algo: expected one of 'dqn', 'ddpg', 'td3', 'sac'"),
 ]
 

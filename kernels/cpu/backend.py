@@ -78,6 +78,9 @@ class CPUBackend(Backend):
     algo_call_counts = {("ddpg", "act"): 6, ("td3", "act"): 6, ("sac", "act"): 6,
                         ("ddpg", "learn", "fused"): 66, ("td3", "learn", "fused"): 72,
                         ("ddpg", "learn", "fused/bf16"): 85, ("td3", "learn", "fused/bf16"): 94,
+                        # SAC's fused update: the squashed Gaussian's sampling, log-probability and
+                        # their derivatives by hand (~40 elementwise calls, read off its code, not fitted)
+                        ("sac", "learn", "fused"): 110, ("sac", "learn", "fused/bf16"): 135,
                         ("ddpg", "learn", "torch"): 195, ("td3", "learn", "torch"): 190,
                         ("sac", "learn", "torch"): 360}
 
@@ -97,7 +100,7 @@ class CPUBackend(Backend):
         return workload.learner_kernels
 
     def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
-        """bf16 too for the fused DDPG / TD3 learner on a CPU with bfloat16 units."""
+        """bf16 too for the fused DDPG / TD3 / SAC learners on a CPU with bfloat16 units."""
         from pearl.config import BF16_ALGOS
 
         return ("fp32", "bf16") if kernel == "fused" and workload.algo in BF16_ALGOS and bf16_products() else ("fp32",)

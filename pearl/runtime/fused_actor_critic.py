@@ -1,4 +1,4 @@
-"""A fused CPU learner for DDPG and TD3: the algorithm's update with its matrix products and
+"""Fused CPU learners for DDPG and TD3, and SAC: the algorithm's update with its matrix products and
 elementwise steps written out on preallocated buffers, no autograd.
 
 Why: at Stable-Baselines3's 400x300 / batch 256 an update is ~620 MFLOP of matrix products (~6 ms
@@ -20,9 +20,13 @@ update within bfloat16's rounding by tests/test_learner_precision.py.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from torch.nn import functional as F
 
+from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
 from pearl.contracts import Learner, implements
 from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
@@ -270,18 +274,139 @@ class FusedActorCriticLearner:
     def sync_to_algo(self) -> None:
         """The algorithm's parameters are views of the flat tensors: nothing to copy."""
 
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """Each checkpointed network's flat float32 weights (ContinuousLearner's names and layout)."""
+        return {name: flat.data for name, flat in self.flat.items()}
+
     def state_dict(self) -> dict:
-        state = {name: self.flat[name].detach().numpy().copy()
-                 for name in ("actor", "critic", "actor_target", "critic_target")}
+        state = {name: weights.numpy().copy() for name, weights in self._weights().items()}
         state["optimizers"] = {name: optimizer_state(opt) for name, opt in self.algo.optimizers().items()}
         state["updates"] = self.algo.updates
         return state
 
     def load_state_dict(self, state: dict) -> None:
         with torch.no_grad():
-            for name in ("actor", "critic", "actor_target", "critic_target"):
-                self.flat[name].copy_(torch.from_numpy(np.asarray(state[name])))
-                self.nets[name].to_low()
+            for name, weights in self._weights().items():
+                weights.copy_(torch.from_numpy(np.asarray(state[name])).reshape(weights.shape))
+                if name in self.nets:
+                    self.nets[name].to_low()
         for name, opt in self.algo.optimizers().items():
             load_optimizer_state(opt, state["optimizers"][name])
         self.algo.updates = int(state["updates"])
+
+
+@implements(Learner)
+class FusedSACLearner(FusedActorCriticLearner):
+    """SAC's update (pearl/algos/sac.py) for plain MLPs on the CPU, written out like DDPG's above:
+    the squashed Gaussian's sampling, log-probability and their derivatives by hand, twin critics,
+    the temperature's Adam step on log alpha, the critics' Polyak step. Same checkpoint layout as
+    ContinuousLearner (its networks' flat weights: actor, critic, critic_target, temperature)."""
+
+    def __init__(self, algo, precision: str = "fp32"):
+        self.algo = algo
+        cfg = algo.config
+        self.precision, self.dtype = precision, PRECISIONS[precision]
+        self.actor_sizes = algo.policy_sizes()  # its outputs: the mean and log std of each action component
+        self.critic_sizes = [algo.obs_dim + algo.action_dim, *cfg.hidden, 1]
+        self.flat = {name: flatten_parameters(getattr(algo, name)) for name in ("actor", "critic", "critic_target")}
+        self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
+        for name in self.grads:
+            self.flat[name].grad = self.grads[name]
+        shapes = {"actor": (self.actor_sizes, 1), "critic": (self.critic_sizes, 2)}
+        self.nets = {name: FlatMLPs(self.flat[name].data, *shapes[name.removesuffix("_target")], self.dtype)
+                     for name in self.flat}
+        self.grad_nets = {name: FlatMLPs(self.grads[name], *shapes[name], self.dtype) for name in self.grads}
+        algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
+        algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
+        self._buffers: dict[int, tuple] = {}
+
+    def _buffers_for(self, batch: int):
+        if batch not in self._buffers:
+            self._buffers[batch] = (
+                MLPBuffers(self.actor_sizes, batch, self.dtype),
+                [MLPBuffers(self.critic_sizes, batch, self.dtype) for _ in range(2)],
+                torch.empty(batch, self.critic_sizes[0]),  # [s, a], the critics' input
+                torch.empty(batch), torch.empty(batch, 1),  # y, dL/dq
+                torch.empty(batch, self.algo.action_dim),  # the policy's standard normal draws
+                torch.empty(batch, self.actor_sizes[-1]),  # dL/d(mean, log std)
+            )
+        return self._buffers[batch]
+
+    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor):
+        """(tanh(u), log pi, u, std, the unclamped log std) with u = mean + std * noise, noise
+        drawn here (SquashedGaussianActor.sample, same draws from the same generator)."""
+        d = self.algo.action_dim
+        out = actor_buf.forward(self.nets["actor"], 0, obs)
+        mean, raw_log_std = out[:, :d], out[:, d:]
+        log_std = raw_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        noise.normal_()
+        std = log_std.exp()
+        u = torch.addcmul(mean, std, noise)
+        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(dim=1)
+        log_prob -= (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=1)
+        return u.tanh(), log_prob, u, std, raw_log_std
+
+    def _update(self, obs, actions, rewards, next_obs, discounts) -> float:
+        algo, cfg, nets = self.algo, self.algo.config, self.nets
+        actor_buf, critic_bufs, critic_in, y, grad_q, noise, grad_out = self._buffers_for(obs.shape[0])
+        obs_dim, d, n = algo.obs_dim, algo.action_dim, obs.shape[0]
+        alpha = float(algo.temperature.log_alpha.exp())
+
+        # y = R + discount * (min_i Q_i'(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
+        next_a, next_log_prob, *_ = self._sample(actor_buf, next_obs, noise)
+        critic_in[:, :obs_dim] = next_obs
+        critic_in[:, obs_dim:] = next_a
+        next_q = torch.minimum(critic_bufs[0].forward(nets["critic_target"], 0, critic_in),
+                               critic_bufs[1].forward(nets["critic_target"], 1, critic_in))[:, 0]
+        torch.addcmul(rewards, discounts, next_q.sub_(next_log_prob, alpha=alpha), out=y)
+
+        # critics: one Adam step on (mean((Q_1(s, a) - y)^2) + mean((Q_2(s, a) - y)^2)) / 2
+        critic_in[:, :obs_dim] = obs
+        critic_in[:, obs_dim:] = actions
+        loss = 0.0
+        for i in range(2):
+            q = critic_bufs[i].forward(nets["critic"], i, critic_in)
+            torch.sub(q[:, 0], y, out=grad_q[:, 0])
+            loss += 0.5 * float(grad_q.square().mean())
+            grad_q.mul_(1.0 / n)
+            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
+        algo.critic_optimizer.step()
+        nets["critic"].to_low()
+
+        # actor: one Adam step on mean(alpha log pi(a~|s) - min_i Q_i(s, a~)), a~ = tanh(u) reparameterised,
+        # through the just-updated critics
+        a, log_prob, u, std, raw_log_std = self._sample(actor_buf, obs, noise)
+        critic_in[:, obs_dim:] = a
+        q1 = critic_bufs[0].forward(nets["critic"], 0, critic_in)[:, 0]
+        q2 = critic_bufs[1].forward(nets["critic"], 1, critic_in)[:, 0]
+        # d min(q1, q2) / d q1: 1 where q1 is the smaller, half on a tie (torch.minimum's gradient)
+        first = (q1 < q2).float().add_((q1 == q2).float(), alpha=0.5)
+        grad_a = None
+        for i, share in enumerate((first, 1.0 - first)):
+            grad_q[:, 0] = share * (-1.0 / n)
+            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q, input_columns=slice(obs_dim, None))
+            grad_a = part if grad_a is None else grad_a.add_(part)
+        # through tanh, and log pi's own dependence on u: d/du of -2 (log 2 - u - softplus(-2u)) is 2 tanh(u)
+        grad_u = grad_a.mul_(1.0 - a.square()).add_(a, alpha=2.0 * alpha / n)
+        grad_out[:, :d] = grad_u
+        # u = mean + exp(log_std) noise, and log pi holds -log_std; clamp passes the gradient inside its range
+        inside = (raw_log_std >= LOG_STD_MIN) & (raw_log_std <= LOG_STD_MAX)
+        torch.mul(grad_u * std * noise - alpha / n, inside, out=grad_out[:, d:])
+        actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_out)
+        algo.actor_optimizer.step()
+        nets["actor"].to_low()
+
+        # temperature: one Adam step on -mean(log_alpha (log pi + target_entropy))
+        if cfg.autotune:
+            log_alpha = algo.temperature.log_alpha
+            log_alpha.grad = -(log_prob.mean() + algo.target_entropy).reshape(log_alpha.shape)
+            algo.temperature_optimizer.step()
+
+        # critic targets: theta' <- tau theta + (1 - tau) theta'
+        self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
+        nets["critic_target"].to_low()
+        algo.updates += 1
+        return loss
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        return {**super()._weights(), "temperature": self.algo.temperature.log_alpha.data.view(1)}
