@@ -5,7 +5,7 @@ This machine's cores have AMX / AVX-512 BF16 units. Two measurements, same proce
 1. Speed potential: the matrix products of one fused-learner DDPG update (captured from a real
    update, as benchmarks/e2e_ddpg.py does) replayed alone with float32 operands and again with
    bfloat16 operands: the arithmetic bound of each precision.
-2. Learning: DDPG (or `--algo td3`) on Pendulum-v1 (SB3's setup, as in e2e_ddpg.py) trained by
+2. Learning: DDPG (or `--algo td3` / `sac`) on Pendulum-v1 (SB3's setup, as in e2e_ddpg.py) trained by
    the fused learner with float32 and with bfloat16 products (runtime.learner_precision: bf16;
    float32 master weights, losses, Adam and output layers: pearl/runtime/fused_actor_critic.py),
    greedy evaluation (the same 10 initial states) every `--eval-every` steps, over seeds; the
@@ -32,7 +32,7 @@ PRECISIONS = ("fp32", "bf16")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algo", choices=["ddpg", "td3"], default="ddpg")
+    p.add_argument("--algo", choices=["ddpg", "td3", "sac"], default="ddpg")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--eval-every", type=int, default=1000)

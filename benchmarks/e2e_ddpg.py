@@ -13,6 +13,7 @@ Both agents train with Stable-Baselines3's default setup of the algorithm (`--al
           the target entropy -(action dimensions), no action noise (the policy samples).
 
 SB3's DDPG and TD3 add no action noise unless given one; both sides here get the same 0.1.
+PEARL's learner is its fused one for all three (`--learner-kernel auto`; SAC's since session 8).
 `--precision bf16`: PEARL's fused learner multiplies in bfloat16 (runtime.learner_precision;
 float32 master weights, Adam and losses); SB3 stays float32, as it ships.
 
@@ -77,9 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_common_arguments(p, steps=5000, quick_steps=1500, warmup_steps=400)
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=1500)
-    if args.precision != "fp32" and (args.algo == "sac" or args.learner_kernel == "torch"):
-        p.error(f"--precision {args.precision}: runs in PEARL's fused DDPG / TD3 learner (--algo ddpg or td3, "
-                f"--learner-kernel auto or fused)")
+    if args.precision != "fp32" and args.learner_kernel == "torch":
+        p.error(f"--precision {args.precision}: runs in PEARL's fused learner (--learner-kernel auto or fused)")
     return args
 
 
