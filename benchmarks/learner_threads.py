@@ -1,4 +1,4 @@
-"""Learner threads and precision: PEARL's fused DDPG (or TD3) update (pearl/runtime/fused_actor_critic.py)
+"""Learner threads and precision: PEARL's fused DDPG (or TD3, SAC) update (pearl/runtime/fused_actor_critic.py)
 on 1 vs 2 threads, with float32 and bfloat16 products, at Stable-Baselines3's defaults (Pendulum-v1,
 400x300, batch 256), side by side in one run.
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                         help="the learner's product precisions (runtime.learner_precision; default: both)")
-    parser.add_argument("--algo", choices=["ddpg", "td3"], default="ddpg")
+    parser.add_argument("--algo", choices=["ddpg", "td3", "sac"], default="ddpg")
     parser.add_argument("--blocks", type=int, default=10, help="blocks per variant (default: 10)")
     parser.add_argument("--block", type=int, default=40, help="updates per block (default: 40)")
     parser.add_argument("--hidden", type=int, nargs="+", default=[400, 300])
