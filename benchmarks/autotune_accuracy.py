@@ -92,13 +92,19 @@ ENGINE_TWINS = [Candidate("uniform", "cpu", "cpu", "fused", e, 64) for e in ENVS
 
 
 # The continuous plans: per algorithm, the plans measured besides autotune's pick (both learner
-# kernels where the algorithm has both, both batch sizes, 1 and 4 envs).
+# kernels where the algorithm has both, both batch sizes, 1 and 4 envs; the fused learner's bf16
+# products too, issue 19 — offered by the mapper and profiled only on a cpu with bfloat16 units).
 CONTINUOUS_ENVS, CONTINUOUS_BATCHES = (1, 4), (64, 128)
 CONTINUOUS = {
     "ddpg": [Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128),
-             Candidate("uniform", "cpu", "cpu", "torch", 1, 64)],
-    "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64)],
-    "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128)],
+             Candidate("uniform", "cpu", "cpu", "torch", 1, 64),
+             Candidate("uniform", "cpu", "cpu", "fused", 1, 64, precision="bf16"),
+             Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
+    "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16")],
+    "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
 }
 
 
@@ -124,7 +130,7 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
                           batches=CONTINUOUS_BATCHES, use_profile=True)
         by_cand = {p.candidate: p for p in result.ranking.predictions}
         pick = result.best.candidate
-        cands = list(dict.fromkeys([pick, *fixed]))
+        cands = list(dict.fromkeys([pick, *(c for c in fixed if c in by_cand)]))  # bf16: where offered
         runs = measure_many(config, cands, seconds)
         for cand, run_ in zip(cands, runs):
             predicted, steps = by_cand[cand].steps_per_s, run_["steps_per_s"]

@@ -1,11 +1,21 @@
-"""End-to-end DDPG benchmark: PEARL vs Stable-Baselines3 on Pendulum-v1, identical setup, one process.
+"""End-to-end DDPG / TD3 / SAC benchmark: PEARL vs Stable-Baselines3 on Pendulum-v1, identical setup,
+one process.
 
-Both agents train with Stable-Baselines3's default DDPG setup:
+Both agents train with Stable-Baselines3's default setup of the algorithm (`--algo`, default ddpg):
 
-    Pendulum-v1, 1 env, actor and critic MLPs 400x300 ReLU (tanh actor output), replay buffer 1M,
-    batch 256, learning_starts 100 (uniformly random actions before), 1 gradient update per env
-    step (SB3: train_freq=1, gradient_steps=1), tau 0.005, gamma 0.99, Adam lr 1e-3 for both
-    networks, Gaussian action noise N(0, 0.1^2) on the [-1, 1]-scaled action, MSE critic loss.
+    Pendulum-v1, 1 env, replay buffer 1M, batch 256, learning_starts 100 (uniformly random actions
+    before), 1 gradient update per env step (SB3: train_freq=1, gradient_steps=1), tau 0.005,
+    gamma 0.99, one Adam lr for every network, MSE critic loss;
+    ddpg: actor and critic MLPs 400x300 ReLU (tanh actor output), lr 1e-3, Gaussian action noise
+          N(0, 0.1^2) on the [-1, 1]-scaled action;
+    td3:  ddpg's, twin critics, policy delay 2, target policy noise 0.2 clipped at 0.5;
+    sac:  actor and twin critics 256x256, lr 3e-4, entropy coefficient learned from 1.0 towards
+          the target entropy -(action dimensions), no action noise (the policy samples).
+
+SB3's DDPG and TD3 add no action noise unless given one; both sides here get the same 0.1.
+PEARL's learner is its fused one for all three (`--learner-kernel auto`; SAC's since session 8).
+`--precision bf16`: PEARL's fused learner multiplies in bfloat16 (runtime.learner_precision;
+float32 master weights, Adam and losses); SB3 stays float32, as it ships.
 
 Fairness (benchmarks/side_by_side.py): one untimed warm-up run of every side first; then for each
 seed the wall time of `train()` / `learn()` alone (construction and evaluation excluded), the sides
@@ -51,6 +61,10 @@ TAU = 0.005
 GAMMA = 0.99
 LR = 1e-3
 ACTION_NOISE = 0.1
+# what SB3's defaults change per algorithm (the keys are both libraries' option names)
+ALGOS = {"ddpg": {"hidden": HIDDEN, "lr": LR},
+         "td3": {"hidden": HIDDEN, "lr": LR, "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5},
+         "sac": {"hidden": [256, 256], "lr": 3e-4}}
 TARGET_SPEEDUP = 1.5  # issue 6 (or the bound fraction below); issue 19 asks 2x with both cores
 TARGET_BOUND_FRACTION = 0.95
 WARMUP_SEED = 10_000
@@ -58,51 +72,64 @@ WARMUP_SEED = 10_000
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algo", choices=sorted(ALGOS), default="ddpg", help="the algorithm (default: ddpg)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="PEARL's learner products (runtime.learner_precision; default: fp32)")
     add_common_arguments(p, steps=5000, quick_steps=1500, warmup_steps=400)
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=1500)
+    if args.precision != "fp32" and args.learner_kernel == "torch":
+        p.error(f"--precision {args.precision}: runs in PEARL's fused learner (--learner-kernel auto or fused)")
     return args
 
 
-def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu"):
+def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu", algo: str = "ddpg",
+               precision: str = "fp32"):
     import numpy as np
 
     import pearl
     from pearl.sb3 import NormalActionNoise
 
-    return pearl.DDPG(
-        env=ENV_ID, seed=seed, total_steps=steps, hidden=list(HIDDEN), lr=LR, gamma=GAMMA, tau=TAU,
-        batch_size=BATCH, learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1,
-        action_noise=NormalActionNoise(np.zeros(1), ACTION_NOISE * np.ones(1)), replay="uniform", capacity=BUFFER, device=device,
-        learner_kernel=learner_kernel, envs_per_actor=1, torch_threads=threads)
+    # SB3's name takes SB3's noise object (pearl/sb3.py); Pendulum's action has one component
+    noise = {} if algo == "sac" else {"action_noise": NormalActionNoise(np.zeros(1), ACTION_NOISE * np.ones(1))}
+    return getattr(pearl, algo.upper())(
+        env=ENV_ID, seed=seed, total_steps=steps, gamma=GAMMA, tau=TAU, batch_size=BATCH,
+        learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1, replay="uniform", capacity=BUFFER,
+        device=device, learner_kernel=learner_kernel, learner_precision=precision, envs_per_actor=1,
+        torch_threads=threads, **noise, **ALGOS[algo])
 
 
-def make_sb3(seed: int, threads: int, device: str = "cpu"):
+def make_sb3(seed: int, threads: int, device: str = "cpu", algo: str = "ddpg"):
     import gymnasium as gym
     import numpy as np
+    import stable_baselines3
     import torch
-    from stable_baselines3 import DDPG
     from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(threads)
     env = gym.make(ENV_ID)
     dim = env.action_space.shape[0]
-    model = DDPG("MlpPolicy", env, learning_rate=LR, buffer_size=BUFFER, learning_starts=LEARNING_STARTS,
-                 batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1,
-                 action_noise=NormalActionNoise(np.zeros(dim), ACTION_NOISE * np.ones(dim)),
-                 policy_kwargs={"net_arch": list(HIDDEN)}, verbose=0, seed=seed, device=device)
+    options = dict(ALGOS[algo])
+    hidden, lr = options.pop("hidden"), options.pop("lr")
+    if algo != "sac":
+        options["action_noise"] = NormalActionNoise(np.zeros(dim), ACTION_NOISE * np.ones(dim))
+    model = getattr(stable_baselines3, algo.upper())(
+        "MlpPolicy", env, learning_rate=lr, buffer_size=BUFFER, learning_starts=LEARNING_STARTS, batch_size=BATCH,
+        tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=1, policy_kwargs={"net_arch": list(hidden)},
+        verbose=0, seed=seed, device=device, **options)
     torch.set_num_threads(threads)
     return model
 
 
 def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu",
-              episodes: int = 20) -> dict:
-    agent = make_pearl(seed, steps, threads, learner_kernel, device)
-    return time_pearl(agent, steps, threads, episodes)
+              episodes: int = 20, algo: str = "ddpg", precision: str = "fp32") -> dict:
+    agent = make_pearl(seed, steps, threads, learner_kernel, device, algo, precision)
+    return {**time_pearl(agent, steps, threads, episodes), "precision": precision}
 
 
-def run_sb3(seed: int, steps: int, threads: int, device: str = "cpu", episodes: int = 20) -> dict:
-    return time_sb3(make_sb3(seed, threads, device), ENV_ID, seed, steps, threads, episodes)
+def run_sb3(seed: int, steps: int, threads: int, device: str = "cpu", episodes: int = 20,
+            algo: str = "ddpg") -> dict:
+    return time_sb3(make_sb3(seed, threads, device, algo), ENV_ID, seed, steps, threads, episodes)
 
 
 # -- the arithmetic bound ------------------------------------------------------------------------------
@@ -177,20 +204,21 @@ def gemm_peak(threads: int, n: int = 1024, repeats: int = 20) -> float:
     return 2.0 * n ** 3 / statistics.median(samples)
 
 
-def arithmetic_bound(threads: int, learner_kernel: str) -> dict:
-    """FLOPs of one update of each library and how long its products take alone on this machine."""
+def arithmetic_bound(threads: int, learner_kernel: str, algo: str = "ddpg", precision: str = "fp32") -> dict:
+    """FLOPs of one update of each library and how long its products take alone on this machine
+    (PEARL's in its own precision: a bf16 learner's products replay in bf16)."""
     import torch
 
     from pearl.kernels.cpu import cpu_kernel_mode
 
-    agent = make_pearl(0, 10_000, threads, learner_kernel)
+    agent = make_pearl(0, 10_000, threads, learner_kernel, algo=algo, precision=precision)
     agent.train(LEARNING_STARTS + 300)  # a filled replay and warm optimizer state
     batch = agent.replay.sample(BATCH, agent.rng)
     torch.set_num_threads(threads)
     with cpu_kernel_mode():
         ours = capture_matmuls(lambda: agent.learner.update(batch))
 
-    model = make_sb3(0, threads)
+    model = make_sb3(0, threads, algo=algo)
     model.learn(LEARNING_STARTS + 300)
     torch.set_num_threads(threads)
     theirs = capture_matmuls(lambda: model.train(gradient_steps=1, batch_size=BATCH))
@@ -263,19 +291,20 @@ def main(argv=None) -> int:
         return 2
     machine = machine_info()
     print(machine_header())
-    print(f"PEARL ({args.threads} torch thread(s)) vs SB3 {found['sb3']} (torch threads {args.sb3_threads}) "
-          f"DDPG on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, torch {found['torch']}, "
-          f"gymnasium {found['gymnasium']}")
+    print(f"PEARL ({args.threads} torch thread(s), {args.precision} products) vs SB3 {found['sb3']} (torch threads "
+          f"{args.sb3_threads}) {args.algo.upper()} on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, torch "
+          f"{found['torch']}, gymnasium {found['gymnasium']}")
     runners = {"pearl": lambda seed, steps=args.steps: run_pearl(seed, steps, args.threads, args.learner_kernel,
-                                                                 args.device, args.eval_episodes)}
+                                                                 args.device, args.eval_episodes, args.algo,
+                                                                 args.precision)}
     for threads in args.sb3_threads:
         runners[sb3_name(threads)] = (lambda seed, steps=args.steps, t=threads:
-                                      run_sb3(seed, steps, t, args.device, args.eval_episodes))
+                                      run_sb3(seed, steps, t, args.device, args.eval_episodes, args.algo))
     warm_up(runners, WARMUP_SEED, args.warmup_steps)
     results = run_alternating(args.seeds, runners,
                               lambda seed, order, rows: print_seed_table(seed, order, rows, decimals=1))
 
-    bound = arithmetic_bound(args.threads, args.learner_kernel)
+    bound = arithmetic_bound(args.threads, args.learner_kernel, args.algo, args.precision)
     print_bound(bound, args.threads)
     summary = summarize(results, bound)
     print_summary(summary, len(args.seeds), args.steps, args.eval_episodes)
@@ -284,11 +313,11 @@ def main(argv=None) -> int:
 
     if args.json:
         out = {
-            "benchmark": "e2e_ddpg", "env": ENV_ID,
-            "setup": {"steps": args.steps, "seeds": args.seeds, "threads": args.threads, "hidden": HIDDEN,
-                      "buffer": BUFFER, "batch_size": BATCH, "learning_starts": LEARNING_STARTS,
-                      "updates_per_step": 1.0, "tau": TAU, "gamma": GAMMA, "lr": LR,
-                      "action_noise": ACTION_NOISE, "eval_episodes": args.eval_episodes,
+            "benchmark": "e2e_ddpg", "env": ENV_ID, "algo": args.algo,
+            "setup": {"steps": args.steps, "seeds": args.seeds, "threads": args.threads, **ALGOS[args.algo],
+                      "precision": args.precision, "buffer": BUFFER, "batch_size": BATCH,
+                      "learning_starts": LEARNING_STARTS, "updates_per_step": 1.0, "tau": TAU, "gamma": GAMMA,
+                      "action_noise": None if args.algo == "sac" else ACTION_NOISE, "eval_episodes": args.eval_episodes,
                       "sb3_threads": args.sb3_threads, "warmup_steps": args.warmup_steps,
                       "pearl_learner_kernel": args.learner_kernel},
             "versions": {"python": platform.python_version(), "torch": found["torch"],

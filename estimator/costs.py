@@ -52,6 +52,12 @@ PROFILED = SOURCES[:3]
 # 0.33-0.61, median 0.39. The held-out workloads' wider networks reach more (0.55-0.8), which a
 # profile measures; the analytic model stays on the development set's figure.
 CPU_KERNEL_EFFICIENCY = 0.4
+# How much faster a learner's matrix products run with bfloat16 operands than with float32 on a cpu
+# with bfloat16 units (kernels/cpu/backend.py bf16_products): the 28 products of a fused DDPG update
+# at 400x300 / batch 256, replayed alone in each precision on this project's Xeon (AMX), 5.11 vs
+# 2.27 ms (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md). An analytic bf16 learn divides its
+# FLOP time by it; `pearl profile` measures bf16 learns where the mapper offers them.
+PRODUCT_SPEEDUP = {"fp32": 1.0, "bf16": 2.25}
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
@@ -108,7 +114,7 @@ class Costs:
         if task in ("sample", "update_priorities"):
             return f"{task}|{replay}", cand.batch
         if task == "learn":
-            return f"learn|{cand.learner_kernel}@{cand.learn_device}", cand.batch
+            return f"learn|{learner_variant(cand)}@{cand.learn_device}", cand.batch
         return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
 
     def _measured(self, task: str, cand) -> tuple[float, str] | None:
@@ -182,9 +188,12 @@ class Costs:
     def analytic_seconds(self, task: str, cand, device) -> float:
         sig = self.signature(task, cand)
         kind = device.kind
-        calls = backend(kind).calls(task, cand.learner_kernel, self.workload.algo)
+        calls = backend(kind).calls(task, learner_variant(cand) if task == "learn" else cand.learner_kernel,
+                                    self.workload.algo)
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
+            if task == "learn":
+                peak *= PRODUCT_SPEEDUP[cand.precision]
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
@@ -337,6 +346,12 @@ class Costs:
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
             out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
         return out
+
+
+def learner_variant(cand) -> str:
+    """The candidate's learner kernel and, when not float32, its product precision ("fused/bf16"):
+    what a learn's profile table and call count are kept under."""
+    return cand.learner_kernel if cand.precision == "fp32" else f"{cand.learner_kernel}/{cand.precision}"
 
 
 def _on_wire(device_id: str) -> bool:

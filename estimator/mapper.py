@@ -2,7 +2,8 @@
 the user's metric.
 
 Search space: replay kind (those the caller allows) x where the replay table lives x where the
-learner runs and with which kernel x envs per actor x batch size x runtime, and for the processes
+learner runs and with which kernel and product precision (Backend.learner_precisions: bf16 where
+the cpu has bfloat16 units) x envs per actor x batch size x runtime, and for the processes
 runtime x actor processes (`actor_counts`: 1 up to the host's cores; more would only time-share
 the cores, each loading every weight version, so the model never ranks them higher). Only
 placements the runtime accepts are generated: act on the cpu, the replay and the learner on every device
@@ -113,17 +114,19 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
         work = dataclasses.replace(workload, replay_kind=kind)
         replay_devices = [d.id for d in distinct if all(backend(d.kind).can_run(task, work) is None
                                                          for task in REPLAY_TASKS)]
-        learners = [(d.id, kernel) for d in distinct if backend(d.kind).can_run("learn", work) is None
-                    for kernel in backend(d.kind).learner_kernels(work)]
-        placements = [(replay, learn, kernel) for replay in replay_devices for learn, kernel in learners
+        learners = [(d.id, kernel, precision) for d in distinct if backend(d.kind).can_run("learn", work) is None
+                    for kernel in backend(d.kind).learner_kernels(work)
+                    for precision in backend(d.kind).learner_precisions(work, kernel)]
+        placements = [(replay, learn, kernel, precision) for replay in replay_devices
+                      for learn, kernel, precision in learners
                       if _placeable({"sample": replay, "insert": replay, "update_priorities": replay,
                                      "learn": learn, "sync_weights": learn}, work, kernel, platform)]
-        for (replay, learn, kernel), e, b, s, runtime, engine in itertools.product(
+        for (replay, learn, kernel, precision), e, b, s, runtime, engine in itertools.product(
                 placements, envs, batches, sync_intervals, runtimes, engines):
             if runtime == "ray" and replay != "cpu":
                 continue  # a ray run's replay table is a cpu one, in the learner's process or a server's
             out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine,
-                              **layout)
+                              precision=precision, **layout)
                     for n in counts[runtime] for layout in layouts[runtime]]
     return out, pruned
 

@@ -50,6 +50,7 @@ class Candidate:
     placement: str = RayPlan.replay
     shards: int = RayPlan.shards
     chunk: int = RayPlan.chunk
+    precision: str = "fp32"  # the learner's products (Plan.learner_precision; estimator/costs.py prices it)
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -65,7 +66,8 @@ class Candidate:
                 + (f" x{self.actors}" if self.actors != 1 else "")
                 + (f" N{self.nodes} {self.placement}" + (f"x{self.shards}" if self.shards != 1 else "")
                    + f" C{self.chunk}" if self.runtime == "ray" else "")
-                + (f" {self.env_engine}" if self.env_engine != "gymnasium" else ""))
+                + (f" {self.env_engine}" if self.env_engine != "gymnasium" else "")
+                + (f" {self.precision}" if self.precision != "fp32" else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
@@ -78,7 +80,7 @@ class Candidate:
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
                     runtime=self.runtime, platform=platform if uses_profile else "", ray=ray,
-                    env_engine=self.env_engine)
+                    env_engine=self.env_engine, learner_precision=self.precision)
 
 
 # How far a figure of each source may be off (relative, one standard band): what the accuracy

@@ -9,9 +9,9 @@ minus the tasks' time; a least-squares fit over all profile runs splits it into 
 round and a cost per update.
 
 The grid is a covering design, not the full product: act and insert depend on envs per actor,
-sample and update_priorities on (replay kind, device, batch), learn on (kernel, batch) — so one
-run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one per
-torch batch size cover every table, and the model combines tables for any plan on the grid.
+sample and update_priorities on (replay kind, device, batch), learn on (kernel, precision, batch)
+— so one run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one
+per torch batch size and per reduced precision the mapper offers (bf16) cover every table, and the model combines tables for any plan on the grid.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
@@ -120,7 +120,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
     _check_grid(workload, replays, kernels)
     from pearl.estimator.mapper import env_engines
 
-    wanted = _grid(replays, envs, batches, kernels, env_engines(workload))
+    wanted = _grid(replays, envs, batches, kernels, workload, env_engines(workload))
     if use_cache:
         cached = load_cached(workload.key())
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
@@ -271,8 +271,9 @@ def _check_grid(workload, replays, kernels) -> None:
             raise ConfigError(f"--replays: {workload.algo} keeps its replay on the cpu, not {device}")
 
 
-def _grid(replays, envs, batches, kernels, engines=("gymnasium",)) -> list:
+def _grid(replays, envs, batches, kernels, workload, engines=("gymnasium",)) -> list:
     from pearl.estimator.model import Candidate
+    from pearl.kernels.registry import backend
 
     envs, batches = list(envs), list(batches)
     # each other env engine's act at every env count (the act table is per engine)
@@ -287,6 +288,9 @@ def _grid(replays, envs, batches, kernels, engines=("gymnasium",)) -> list:
     for kernel in kernels[1:]:
         for b in batches:
             out.append(Candidate(kind, device, "cpu", kernel, envs[0], b))
+    for kernel in kernels:  # the product precisions the mapper offers beside float32 (bf16)
+        for precision in backend("cpu").learner_precisions(workload, kernel)[1:]:
+            out += [Candidate(kind, device, "cpu", kernel, envs[0], b, precision=precision) for b in batches]
     return out
 
 

@@ -86,8 +86,8 @@ class Workload:
     @property
     def learner_kernels(self) -> tuple[str, ...]:
         """The cpu learner kernels the agent builds for this workload (pearl/api.py,
-        pearl/continuous.py): the fused one has no dueling head and no SAC."""
-        fused = self.algo in ("ddpg", "td3") or (self.algo == "dqn" and not self.dueling)
+        pearl/continuous.py): the fused one has no dueling head and no CNN."""
+        fused = self.continuous or not self.dueling
         return ("fused", "torch") if fused and not self.image else ("torch",)
 
     @property

@@ -96,6 +96,11 @@ class Backend(ABC):
         """The learner kernels `learn` runs with on this kind for `workload` (first: auto's pick)."""
         return ()
 
+    def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
+        """The product precisions (Plan.learner_precision) `kernel` runs `workload` in here, worth
+        offering: float32 unless the backend has faster ones."""
+        return ("fp32",)
+
     # The analytic cost model's fixed part: Python-level calls (host) or kernel launches
     # (devices) per task call, keyed task or (task, learner kernel); the algorithm's own counts
     # where they differ, keyed (algo, task) or (algo, task, kernel).

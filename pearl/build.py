@@ -32,7 +32,7 @@ from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
 from pearl.runtime.actor import ENGINES, device_policy
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
-from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
+from pearl.runtime.fused_actor_critic import FusedActorCriticLearner, FusedSACLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
 from pearl.runtime.processes import ActorRecipe
 from pearl import schedule
@@ -71,7 +71,8 @@ class Discrete:
         return algorithm_class(config.algo)(self.obs_dim, self.n_actions, config.algo_config,
                                             config.total_steps, config.seed, **image)
 
-    def learner(self, algo, device: str, kernel: str):
+    def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
+        """`precision`: always fp32 here (ExperimentConfig.check refuses another for DQN)."""
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
@@ -127,8 +128,10 @@ class Continuous:
         image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
         return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
 
-    def learner(self, algo, device: str, kernel: str):
-        return FusedActorCriticLearner(algo) if kernel == "fused" else ContinuousLearner(algo, device)
+    def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
+        if kernel != "fused":
+            return ContinuousLearner(algo, device)
+        return (FusedSACLearner if algo.name == "sac" else FusedActorCriticLearner)(algo, precision)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -266,10 +269,14 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
+    if plan.learner_precision != "fp32" and kernel != "fused":
+        raise ConfigError(f"runtime.learner_precision: {plan.learner_precision} products run in the fused cpu "
+                          f"learner; this run's learner is {kernel} on {plan.device_of('learn')} (expected "
+                          f"learner_kernel fused or auto on the cpu, or learner_precision fp32)")
 
     torch.set_num_threads(config.runtime.torch_threads)
     algo = family.algorithm(config)
-    learner = family.learner(algo, plan.device_of("learn"), kernel)
+    learner = family.learner(algo, plan.device_of("learn"), kernel, plan.learner_precision)
     # an actor process's torch (a CNN policy) on one thread: the cores are the actors' and the learner's
     policy_factory = family.policy_factory(config, algo, plan.device_of("act"), threads=1)
     policy = family.policy_factory(config, algo, "cpu")()

@@ -148,6 +148,7 @@ class SACConfig(ContinuousConfig):
 
 
 CONTINUOUS_ALGOS = ("ddpg", "td3", "sac")
+BF16_ALGOS = ("ddpg", "td3", "sac")  # whose fused learner runs bfloat16 products (pearl/runtime/fused_actor_critic.py)
 
 
 @dataclass
@@ -178,6 +179,10 @@ class ReplayConfig:
 class RuntimeConfig:
     device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N (a Plan's devices.learn)
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
+    # the learner's matrix products: float32, or bfloat16 operands accumulated in float32 with
+    # float32 master weights, Adam state and losses (the fused DDPG / TD3 learner; a Plan's
+    # learner_precision)
+    learner_precision: Literal["fp32", "bf16"] = "fp32"
     envs_per_actor: int = 1
     torch_threads: int = 1
 
@@ -258,9 +263,9 @@ class ExperimentConfig:
             if self.replay.kind != "uniform":
                 raise ConfigError(f"replay.kind: {self.algo} samples its replay uniformly; expected "
                                   f"'uniform', got {self.replay.kind!r}")
-            if self.runtime.learner_kernel == "fused" and self.algo == "sac":
-                raise ConfigError("runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3; "
-                                  "sac runs on 'torch' (or 'auto')")
+        if self.runtime.learner_precision != "fp32" and self.algo not in BF16_ALGOS:
+            raise ConfigError(f"runtime.learner_precision: {self.runtime.learner_precision} products run in the "
+                              f"fused {', '.join(a.upper() for a in BF16_ALGOS)} learners; {self.algo} runs 'fp32'")
 
     @property
     def algo_config(self):
@@ -494,7 +499,7 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
             out["replay.capacity"] = value
         elif key in ("checkpoint_interval", "checkpoint_seconds"):
             out[f"log.{key}"] = value
-        elif key in ("device", "learner_kernel", "envs_per_actor", "torch_threads"):
+        elif key in ("device", "learner_kernel", "learner_precision", "envs_per_actor", "torch_threads"):
             out[f"runtime.{key}"] = value
         else:
             raise ConfigError(f"{key}: unknown {algo.upper()} option")

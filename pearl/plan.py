@@ -85,6 +85,7 @@ class Plan:
     batch_size: int | None = None  # None: the algorithm's batch_size
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
+    learner_precision: Literal["fp32", "bf16"] | None = None  # None: runtime.learner_precision
     replay: Literal["uniform", "prioritized", "amper"] | None = None  # None: the config's replay.kind
     # a module of pearl/runtime (pearl.schedule.RUNTIMES: sequential, threaded, processes; or
     # pearl.runtime.CLUSTER_RUNTIMES: ray). ray: `actors` actor processes on each node
@@ -177,7 +178,7 @@ def load_plan(path: str | Path) -> Plan:
 # Where a Plan field and a config field say the same thing: plan field -> dotted config key. The
 # learn device is the config's runtime.device.
 _OVERLAPS = {"envs_per_actor": "runtime.envs_per_actor", "learner_kernel": "runtime.learner_kernel",
-             "replay": "replay.kind"}
+             "learner_precision": "runtime.learner_precision", "replay": "replay.kind"}
 
 
 def _config_value(config: ExperimentConfig, dotted: str):
@@ -226,7 +227,8 @@ def reconcile(config: ExperimentConfig, plan: Plan | None) -> tuple[ExperimentCo
                           f"{config.runtime.device}: make them agree or leave one unset")
     chosen["learn"] = _normal_device(learn or configured)
     plan = dataclasses.replace(plan, envs_per_actor=chosen["envs_per_actor"], batch_size=chosen["batch_size"],
-                               learner_kernel=chosen["learner_kernel"], replay=chosen["replay"],
+                               learner_kernel=chosen["learner_kernel"], learner_precision=chosen["learner_precision"],
+                               replay=chosen["replay"],
                                devices={task: plan.devices.get(task, "cpu") for task in TASK_NAMES})
     plan.devices["learn"] = chosen["learn"]
     plan.check()

@@ -7,6 +7,7 @@ import pytest
 import pearl
 from pearl.cli import main
 from pearl.config import apply_overrides, default_config_path, load_config
+from pearl.kernels.cpu.backend import bf16_products
 from pearl.plan import load_plan
 
 
@@ -32,13 +33,15 @@ def test_autotune_td3_ranks_plans_and_writes_one_the_td3_agent_accepts(cache, tm
     assert agent.plan.learner_kernel == plan.learner_kernel and agent.plan.batch_size in (128, 256)
     result = pearl.autotune(shipped("pendulum_td3.yaml"), envs=[1, 4], batches=[128, 256])
     values = [p.steps_per_s for p in result.ranking.predictions]
-    assert len(values) == 2 * 2 * 2 and values == sorted(values, reverse=True)  # kernels x envs x batches
+    # (fused, fused with bf16 products where the cpu has bfloat16 units, torch) x envs x batches
+    learners = 3 if bf16_products() else 2
+    assert len(values) == learners * 2 * 2 and values == sorted(values, reverse=True)
 
 
-def test_autotune_sac_offers_the_torch_learner_only(cache):
+def test_autotune_sac_offers_the_fused_and_torch_learners(cache):
     result = pearl.autotune(shipped("pendulum_sac.yaml"), envs=[1])
-    assert {p.candidate.learner_kernel for p in result.ranking.predictions} == {"torch"}
-    assert result.plan.learner_kernel == "torch"
+    assert {p.candidate.learner_kernel for p in result.ranking.predictions} == {"fused", "torch"}
+    assert result.plan.learner_kernel == result.best.candidate.learner_kernel
 
 
 def test_profile_times_the_continuous_loop_and_autotune_uses_it(cache):
@@ -60,8 +63,8 @@ def test_profile_times_the_continuous_loop_and_autotune_uses_it(cache):
 @pytest.mark.parametrize("argv, message", [
     (["autotune", shipped("pendulum_sac.yaml"), "--replay-kinds", "prioritized"],
      "replay kinds: sac samples its replay uniform, not prioritized"),
-    (["profile", shipped("pendulum_sac.yaml"), "--kernels", "fused"],
-     "--kernels: sac has the torch learner(s), not 'fused'"),
+    (["profile", shipped("minatar_breakout_dqn.yaml"), "--kernels", "fused"],  # a CNN learns with torch only
+     "--kernels: dqn has the torch learner(s), not 'fused'"),
     (["profile", shipped("pendulum_td3.yaml"), "--replays", "amper"],
      "--replays: td3 samples its replay uniform, not amper"),
     (["profile", shipped("pendulum_ddpg.yaml"), "--replays", "uniform@opencl:0"],

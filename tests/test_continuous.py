@@ -325,7 +325,6 @@ BAD = [
     ("algo: sac\nsac: {hidden: []}", "sac.hidden: expected a non-empty list"),
     ("algo: sac\nsac: {batch_size: 300}\nreplay: {capacity: 100}", "sac.batch_size: expected at most replay.capacity (100)"),
     ("algo: ddpg\nreplay: {kind: prioritized}", "replay.kind: ddpg samples its replay uniformly"),
-    ("algo: sac\nruntime: {learner_kernel: fused}", "runtime.learner_kernel: the fused kernel runs DQN, DDPG and TD3"),
     ("algo: a2c", "algo: expected one of 'dqn', 'ddpg', 'td3', 'sac'"),
 ]
 
@@ -355,7 +354,8 @@ def run_cli(*args, cwd=None):
     ("algo: td3\nenv: CartPole-v1\n", [], "env: CartPole-v1 has actions Discrete(2); TD3 needs Box actions"),
     ("algo: sac\nsac: {lr: -1}\n", [], "sac.lr: expected a positive number"),
     ("algo: ddpg\nenv: Pendulum-v1\n", ["--replay", "amper"], "replay.kind: ddpg samples its replay uniformly"),
-    ("algo: sac\nenv: Pendulum-v1\n", ["--learner-kernel", "fused"], "runtime.learner_kernel"),
+    ("algo: sac\nenv: Pendulum-v1\nruntime: {learner_precision: bf16}\n", ["--learner-kernel", "torch"],
+     "runtime.learner_precision: bf16 products run in the fused cpu learner"),
 ])
 def test_cli_bad_input_one_line_exit_2(tmp_path, text, extra, message):
     config = tmp_path / "exp.yaml"

@@ -3,6 +3,7 @@ reference and AMPER are the replay config's other cpu variants, pearl/replay/pri
 Light: importing it imports no numba kernel, torch or SciPy."""
 from __future__ import annotations
 
+import functools
 import os
 import platform as _platform
 
@@ -20,6 +21,29 @@ def cpu_model() -> str:
     except OSError:
         pass
     return _platform.processor() or _platform.machine()
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+# bfloat16 matrix units: AMX tiles or AVX-512 BF16 dot products (oneDNN uses either); without one,
+# torch's bfloat16 products are emulated and slower than float32
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def bf16_products(flags: frozenset[str] | None = None) -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (so a bf16 learner can pay)."""
+    return any(flag in (cpu_flags() if flags is None else flags) for flag in BF16_FLAGS)
 
 
 def _memory_gib() -> float | None:
@@ -47,9 +71,16 @@ class CPUBackend(Backend):
     # (pearl/runtime/fused_actor_critic.py; TD3's actor half every other update), each a torch
     # call on preallocated buffers; autograd's update is a few hundred ops (SAC's sampling and
     # log-prob more); acting adds the policy's head and the action scaling. Fitted as above;
-    # `pearl profile` replaces them with the real figures.
+    # `pearl profile` replaces them with the real figures. A bf16 fused update ("fused/bf16") adds
+    # its conversions, read off its code: two per MLP forward (input, output layer's input), two per
+    # backward with weight gradients, one weight copy per stepped network (DDPG ~19, TD3 ~22 on
+    # average over its policy delay).
     algo_call_counts = {("ddpg", "act"): 6, ("td3", "act"): 6, ("sac", "act"): 6,
                         ("ddpg", "learn", "fused"): 66, ("td3", "learn", "fused"): 72,
+                        ("ddpg", "learn", "fused/bf16"): 85, ("td3", "learn", "fused/bf16"): 94,
+                        # SAC's fused update: the squashed Gaussian's sampling, log-probability and
+                        # their derivatives by hand (~40 elementwise calls, read off its code, not fitted)
+                        ("sac", "learn", "fused"): 110, ("sac", "learn", "fused/bf16"): 135,
                         ("ddpg", "learn", "torch"): 195, ("td3", "learn", "torch"): 190,
                         ("sac", "learn", "torch"): 360}
 
@@ -67,6 +98,12 @@ class CPUBackend(Backend):
     def learner_kernels(self, workload) -> tuple[str, ...]:
         """The fused numba learner runs MLPs; a CNN (image observations) learns with torch."""
         return workload.learner_kernels
+
+    def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
+        """bf16 too for the fused DDPG / TD3 / SAC learners on a CPU with bfloat16 units."""
+        from pearl.config import BF16_ALGOS
+
+        return ("fp32", "bf16") if kernel == "fused" and workload.algo in BF16_ALGOS and bf16_products() else ("fp32",)
 
     def sum_tree(self, device, capacity: int, fanout: int, platform=None):
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree

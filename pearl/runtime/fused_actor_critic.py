@@ -1,4 +1,4 @@
-"""A fused CPU learner for DDPG and TD3: the algorithm's update with its matrix products and
+"""Fused CPU learners for DDPG and TD3, and SAC: the algorithm's update with its matrix products and
 elementwise steps written out on preallocated buffers, no autograd.
 
 Why: at Stable-Baselines3's 400x300 / batch 256 an update is ~620 MFLOP of matrix products (~6 ms
@@ -11,12 +11,22 @@ a buffer allocated once per batch size, and Adam and the target update are one c
 The algorithm's torch modules keep working: their parameters become views of the flat tensors, so
 evaluation, `act`, checkpoints and a later switch to the autograd learner see the same weights.
 The update is held to the algorithm's own autograd `update` by tests/test_continuous.py.
+
+`runtime.learner_precision: bf16` (a Plan's learner_precision) runs the hidden layers' products on
+bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than float32 on
+this project's Xeon, docs/BENCHMARKS.md), accumulated in float32; master weights, Adam state,
+losses, the output layers and the target updates stay float32 (FlatMLPs). Held to the float32
+update within bfloat16's rounding by tests/test_learner_precision.py.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from torch.nn import functional as F
 
+from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
 from pearl.contracts import Learner, implements
 from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
@@ -45,48 +55,113 @@ def layer_views(flat: torch.Tensor, sizes: list[int]) -> list[tuple[torch.Tensor
     return out
 
 
+# the learner's product precisions (runtime.learner_precision): the dtype of the products' operands
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class FlatMLPs:
+    """`n` MLPs of one shape back to back in a flat float32 tensor (weights or their gradients),
+    as the products read them: each layer's (weight, bias) in float32 (`master`) and in the
+    product precision (`low`; the same views for fp32).
+
+    Reduced precision (bf16) runs every hidden layer's products on a copy of the flat tensor in
+    that dtype (oneDNN accumulates them in float32) and the output layer's in float32: a Q value
+    of ~-300 rounded to bfloat16 is off by up to 1, which the TD error would see, while the output
+    layer is ~0.1% of an update's FLOPs. Weights: `to_low` after each optimizer or target step.
+    Gradients: the hidden layers' are written in the low precision and `from_low` widens them into
+    the float32 gradient Adam reads; the output layer's are float32 already."""
+
+    def __init__(self, flat: torch.Tensor, sizes: list[int], n: int, dtype: torch.dtype):
+        size = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        hidden = size - (sizes[-2] * sizes[-1] + sizes[-1])
+        self.flat = flat
+        self.low_flat = flat if dtype == torch.float32 else torch.empty(flat.shape, dtype=dtype)
+        self.master = [layer_views(flat[i * size:(i + 1) * size], sizes) for i in range(n)]
+        self.low = [layer_views(self.low_flat[i * size:(i + 1) * size], sizes) for i in range(n)]
+        self.hidden = [slice(i * size, i * size + hidden) for i in range(n)]
+        self.to_low()
+
+    def to_low(self) -> None:
+        if self.low_flat is not self.flat:
+            self.low_flat.copy_(self.flat)
+
+    def from_low(self, k: int) -> None:
+        if self.low_flat is not self.flat:
+            self.flat[self.hidden[k]].copy_(self.low_flat[self.hidden[k]])
+
+
 class MLPBuffers:
-    """Forward activations and input gradients of one MLP shape at one batch size."""
+    """Forward activations and input gradients of one MLP shape at one batch size, in the product
+    precision `dtype` (the output layer's in float32: FlatMLPs)."""
 
-    def __init__(self, sizes: list[int], batch: int):
+    def __init__(self, sizes: list[int], batch: int, dtype: torch.dtype = torch.float32):
         self.sizes = sizes
-        self.out = [torch.empty(batch, n) for n in sizes[1:]]
-        self.grad_in = [torch.empty(batch, n) for n in sizes[:-1]]
+        self.low = dtype != torch.float32
+        self.out = [torch.empty(batch, n, dtype=dtype) for n in sizes[1:-1]] + [torch.empty(batch, sizes[-1])]
+        self.grad_in = [torch.empty(batch, n, dtype=dtype) for n in sizes[:-1]]
+        if self.low:  # the input and the output layer's input and gradient, converted
+            self.x_low = torch.empty(batch, sizes[0], dtype=dtype)
+            self.last_in, self.grad_last = torch.empty(batch, sizes[-2]), torch.empty(batch, sizes[-2])
+        self.inputs: list[torch.Tensor] = []  # what each layer multiplied in the last forward
 
-    def forward(self, layers, x: torch.Tensor) -> torch.Tensor:
-        """ReLU between layers, none after the last; keeps every layer's output for `backward`."""
-        h, last = x, len(layers) - 1
-        for i, (weight, bias) in enumerate(layers):
+    def forward(self, net: FlatMLPs, k: int, x: torch.Tensor) -> torch.Tensor:
+        """MLP `k` of `net` on float32 `x`: ReLU between layers, none after the last; keeps every
+        layer's input for `backward`. Returns the float32 output."""
+        master, low = net.master[k], net.low[k]
+        last = len(master) - 1
+        h = self.x_low.copy_(x) if self.low else x
+        self.inputs = []
+        for i in range(last):
+            weight, bias = low[i]
+            self.inputs.append(h)
             torch.addmm(bias, h, weight.t(), out=self.out[i])
-            if i < last:
-                self.out[i].clamp_(min=0.0)
+            self.out[i].clamp_(min=0.0)
             h = self.out[i]
-        return h
+        if self.low:
+            h = x if last == 0 else self.last_in.copy_(h)
+        self.inputs.append(h)
+        weight, bias = master[last]
+        return torch.addmm(bias, h, weight.t(), out=self.out[last])
 
-    def backward(self, layers, grads, x: torch.Tensor, g: torch.Tensor, input_columns: slice | None = None):
-        """Back-propagates dL/d(output) `g` through the last `forward` on `x`. Writes weight and bias
-        gradients into `grads` (views like `layers`) unless it is None; returns dL/dx[:, input_columns]
-        when `input_columns` is given (the first layer's product is then restricted to them)."""
-        for i in range(len(layers) - 1, -1, -1):
-            weight, _ = layers[i]
-            inp = x if i == 0 else self.out[i - 1]
+    def backward(self, net: FlatMLPs, k: int, grads: FlatMLPs | None, g: torch.Tensor,
+                 input_columns: slice | None = None):
+        """Back-propagates dL/d(output) `g` (float32) through the last `forward` of MLP `k`. Writes
+        weight and bias gradients into MLP `k` of `grads` unless it is None; returns dL/dx[:,
+        input_columns] (float32) when `input_columns` is given (the first layer's product is then
+        restricted to them)."""
+        last = len(net.master[k]) - 1
+        found = None
+        for i in range(last, -1, -1):
+            top = i == last
+            weight = (net.master if top else net.low)[k][i][0]
             if grads is not None:
-                grad_w, grad_b = grads[i]
-                torch.mm(g.t(), inp, out=grad_w)
+                grad_w, grad_b = (grads.master if top else grads.low)[k][i]
+                torch.mm(g.t(), self.inputs[i], out=grad_w)
                 torch.sum(g, dim=0, out=grad_b)
             if i > 0:
-                g = torch.mm(g, weight, out=self.grad_in[i])
-                # ReLU's derivative, in place: autograd's own kernel (~13 us at 256 x 400; a
-                # comparison mask and a multiply take ~150 us)
-                torch.ops.aten.threshold_backward.grad_input(g, self.out[i - 1], 0.0, grad_input=g)
+                if top and self.low:  # back into the low precision after the float32 output layer
+                    wide = torch.mm(g, weight, out=self.grad_last)
+                    relu_backward(wide, self.last_in)
+                    g = self.grad_in[i].copy_(wide)
+                else:
+                    g = relu_backward(torch.mm(g, weight, out=self.grad_in[i]), self.out[i - 1])
             elif input_columns is not None:
-                return torch.mm(g, weight[:, input_columns])
-        return None
+                found = torch.mm(g, weight[:, input_columns]).float()
+        if grads is not None:
+            grads.from_low(k)
+        return found
+
+
+def relu_backward(g: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """ReLU's derivative, in place on `g` where the layer's output `out` is 0: autograd's own
+    kernel (~13 us at 256 x 400; a comparison mask and a multiply take ~150 us)."""
+    return torch.ops.aten.threshold_backward.grad_input(g, out, 0.0, grad_input=g)
 
 
 @implements(Learner)
 class FusedActorCriticLearner:
-    """DDPG's or TD3's update (pearl/algos/ddpg.py, td3.py) for plain MLPs on the CPU.
+    """DDPG's or TD3's update (pearl/algos/ddpg.py, td3.py) for plain MLPs on the CPU, its matrix
+    products in `precision` (fp32, or bf16: FlatMLPs).
 
     Same interface and checkpoint layout as ContinuousLearner (flat weights per network, flat Adam
     moments per optimizer), so either learner loads the other's checkpoints.
@@ -94,9 +169,10 @@ class FusedActorCriticLearner:
 
     kernel = "fused"
 
-    def __init__(self, algo):
+    def __init__(self, algo, precision: str = "fp32"):
         self.algo = algo
         cfg = algo.config
+        self.precision, self.dtype = precision, PRECISIONS[precision]
         self.twin = algo.name == "td3"
         self.actor_sizes = algo.policy_sizes()
         self.critic_sizes = [algo.obs_dim + algo.action_dim, *cfg.hidden, 1]
@@ -104,18 +180,15 @@ class FusedActorCriticLearner:
         self.flat = {"actor": flatten_parameters(algo.actor), "actor_target": flatten_parameters(algo.actor_target)}
         for tag, module in (("critic", algo.critic), ("critic_target", algo.critic_target)):
             self.flat[tag] = flatten_parameters(module)
-        critic_size = sum(p.numel() for p in (algo.critic.q1 if self.twin else algo.critic).parameters())
-        # views: each network's layers; for the twin, critic i lives at [i * size, (i + 1) * size)
-        self.layers = {name: layer_views(self.flat[name], self.actor_sizes) for name in ("actor", "actor_target")}
-        for name in ("critic", "critic_target"):
-            self.layers[name] = [layer_views(self.flat[name][i * critic_size:(i + 1) * critic_size], self.critic_sizes)
-                                 for i in range(n_critics)]
         self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
         self.flat["actor"].grad = self.grads["actor"]
         self.flat["critic"].grad = self.grads["critic"]
-        self.grad_layers = {"actor": layer_views(self.grads["actor"], self.actor_sizes),
-                            "critic": [layer_views(self.grads["critic"][i * critic_size:(i + 1) * critic_size],
-                                                   self.critic_sizes) for i in range(n_critics)]}
+        # each network's layers as the products read them; for the twin, critic i lives at
+        # [i * size, (i + 1) * size) of the flat tensor
+        shapes = {"actor": (self.actor_sizes, 1), "critic": (self.critic_sizes, n_critics)}
+        self.nets = {name: FlatMLPs(self.flat[name].data, *shapes[name.removesuffix("_target")], self.dtype)
+                     for name in self.flat}
+        self.grad_nets = {name: FlatMLPs(self.grads[name], *shapes[name], self.dtype) for name in self.grads}
         # the algorithm's optimizers are rebuilt over the flat tensors (same Adam, same state layout)
         algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
         algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
@@ -125,8 +198,8 @@ class FusedActorCriticLearner:
         if batch not in self._buffers:
             n_critics = 2 if self.twin else 1
             self._buffers[batch] = (
-                MLPBuffers(self.actor_sizes, batch),
-                [MLPBuffers(self.critic_sizes, batch) for _ in range(n_critics)],
+                MLPBuffers(self.actor_sizes, batch, self.dtype),
+                [MLPBuffers(self.critic_sizes, batch, self.dtype) for _ in range(n_critics)],
                 torch.empty(batch, self.critic_sizes[0]),  # [s, a], the critic's input
                 torch.empty(batch), torch.empty(batch, 1),  # y, dL/dq
                 torch.empty(batch, self.algo.action_dim),  # smoothing noise / action gradient
@@ -139,21 +212,21 @@ class FusedActorCriticLearner:
                                                                    batch.next_obs, batch.discounts))), None
 
     def _update(self, obs, actions, rewards, next_obs, discounts) -> float:
-        algo, cfg = self.algo, self.algo.config
+        algo, cfg, nets = self.algo, self.algo.config, self.nets
         actor_buf, critic_bufs, critic_in, y, grad_q, noise = self._buffers_for(obs.shape[0])
         obs_dim = algo.obs_dim
         critics = range(len(critic_bufs))
 
         # y = R + discount * Q'(s', mu'(s'))   (TD3: smoothed target action, min over twin targets)
-        next_a = actor_buf.forward(self.layers["actor_target"], next_obs).tanh_()
+        next_a = actor_buf.forward(nets["actor_target"], 0, next_obs).tanh_()
         if self.twin:
             noise.normal_().mul_(cfg.target_policy_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
             next_a.add_(noise).clamp_(-1.0, 1.0)
         critic_in[:, :obs_dim] = next_obs
         critic_in[:, obs_dim:] = next_a
-        next_q = critic_bufs[0].forward(self.layers["critic_target"][0], critic_in)
+        next_q = critic_bufs[0].forward(nets["critic_target"], 0, critic_in)
         if self.twin:
-            next_q = torch.minimum(next_q, critic_bufs[1].forward(self.layers["critic_target"][1], critic_in))
+            next_q = torch.minimum(next_q, critic_bufs[1].forward(nets["critic_target"], 1, critic_in))
         torch.addcmul(rewards, discounts, next_q[:, 0], out=y)
 
         # critic(s): one Adam step on sum_i mean((Q_i(s, a) - y)^2)
@@ -161,30 +234,33 @@ class FusedActorCriticLearner:
         critic_in[:, obs_dim:] = actions
         loss = 0.0
         for i in critics:
-            q = critic_bufs[i].forward(self.layers["critic"][i], critic_in)
+            q = critic_bufs[i].forward(nets["critic"], i, critic_in)
             torch.sub(q[:, 0], y, out=grad_q[:, 0])
             loss += float(grad_q.square().mean())
             grad_q.mul_(2.0 / len(y))
-            critic_bufs[i].backward(self.layers["critic"][i], self.grad_layers["critic"][i], critic_in, grad_q)
+            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
         algo.critic_optimizer.step()
+        nets["critic"].to_low()
 
         algo.updates += 1
         if self.twin and algo.updates % cfg.policy_delay:
             return loss
         # actor: one Adam step on -mean(Q_1(s, mu(s))), through the just-updated critic
-        pi = actor_buf.forward(self.layers["actor"], obs).tanh_()
+        pi = actor_buf.forward(nets["actor"], 0, obs).tanh_()
         critic_in[:, obs_dim:] = pi
-        critic_bufs[0].forward(self.layers["critic"][0], critic_in)
+        critic_bufs[0].forward(nets["critic"], 0, critic_in)
         grad_q.fill_(-1.0 / len(y))
-        grad_a = critic_bufs[0].backward(self.layers["critic"][0], None, critic_in, grad_q,
-                                         input_columns=slice(obs_dim, None))
+        grad_a = critic_bufs[0].backward(nets["critic"], 0, None, grad_q, input_columns=slice(obs_dim, None))
         grad_a.mul_(1.0 - pi.square())  # tanh's derivative
-        actor_buf.backward(self.layers["actor"], self.grad_layers["actor"], obs, grad_a)
+        actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_a)
         algo.actor_optimizer.step()
+        nets["actor"].to_low()
 
         # targets: theta' <- tau theta + (1 - tau) theta', one call per network
         self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
         self.flat["actor_target"].data.lerp_(self.flat["actor"].data, cfg.tau)
+        nets["critic_target"].to_low()
+        nets["actor_target"].to_low()
         return loss
 
     def update_target(self) -> None:
@@ -198,17 +274,139 @@ class FusedActorCriticLearner:
     def sync_to_algo(self) -> None:
         """The algorithm's parameters are views of the flat tensors: nothing to copy."""
 
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """Each checkpointed network's flat float32 weights (ContinuousLearner's names and layout)."""
+        return {name: flat.data for name, flat in self.flat.items()}
+
     def state_dict(self) -> dict:
-        state = {name: self.flat[name].detach().numpy().copy()
-                 for name in ("actor", "critic", "actor_target", "critic_target")}
+        state = {name: weights.numpy().copy() for name, weights in self._weights().items()}
         state["optimizers"] = {name: optimizer_state(opt) for name, opt in self.algo.optimizers().items()}
         state["updates"] = self.algo.updates
         return state
 
     def load_state_dict(self, state: dict) -> None:
         with torch.no_grad():
-            for name in ("actor", "critic", "actor_target", "critic_target"):
-                self.flat[name].copy_(torch.from_numpy(np.asarray(state[name])))
+            for name, weights in self._weights().items():
+                weights.copy_(torch.from_numpy(np.asarray(state[name])).reshape(weights.shape))
+                if name in self.nets:
+                    self.nets[name].to_low()
         for name, opt in self.algo.optimizers().items():
             load_optimizer_state(opt, state["optimizers"][name])
         self.algo.updates = int(state["updates"])
+
+
+@implements(Learner)
+class FusedSACLearner(FusedActorCriticLearner):
+    """SAC's update (pearl/algos/sac.py) for plain MLPs on the CPU, written out like DDPG's above:
+    the squashed Gaussian's sampling, log-probability and their derivatives by hand, twin critics,
+    the temperature's Adam step on log alpha, the critics' Polyak step. Same checkpoint layout as
+    ContinuousLearner (its networks' flat weights: actor, critic, critic_target, temperature)."""
+
+    def __init__(self, algo, precision: str = "fp32"):
+        self.algo = algo
+        cfg = algo.config
+        self.precision, self.dtype = precision, PRECISIONS[precision]
+        self.actor_sizes = algo.policy_sizes()  # its outputs: the mean and log std of each action component
+        self.critic_sizes = [algo.obs_dim + algo.action_dim, *cfg.hidden, 1]
+        self.flat = {name: flatten_parameters(getattr(algo, name)) for name in ("actor", "critic", "critic_target")}
+        self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
+        for name in self.grads:
+            self.flat[name].grad = self.grads[name]
+        shapes = {"actor": (self.actor_sizes, 1), "critic": (self.critic_sizes, 2)}
+        self.nets = {name: FlatMLPs(self.flat[name].data, *shapes[name.removesuffix("_target")], self.dtype)
+                     for name in self.flat}
+        self.grad_nets = {name: FlatMLPs(self.grads[name], *shapes[name], self.dtype) for name in self.grads}
+        algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
+        algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
+        self._buffers: dict[int, tuple] = {}
+
+    def _buffers_for(self, batch: int):
+        if batch not in self._buffers:
+            self._buffers[batch] = (
+                MLPBuffers(self.actor_sizes, batch, self.dtype),
+                [MLPBuffers(self.critic_sizes, batch, self.dtype) for _ in range(2)],
+                torch.empty(batch, self.critic_sizes[0]),  # [s, a], the critics' input
+                torch.empty(batch), torch.empty(batch, 1),  # y, dL/dq
+                torch.empty(batch, self.algo.action_dim),  # the policy's standard normal draws
+                torch.empty(batch, self.actor_sizes[-1]),  # dL/d(mean, log std)
+            )
+        return self._buffers[batch]
+
+    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor):
+        """(tanh(u), log pi, u, std, the unclamped log std) with u = mean + std * noise, noise
+        drawn here (SquashedGaussianActor.sample, same draws from the same generator)."""
+        d = self.algo.action_dim
+        out = actor_buf.forward(self.nets["actor"], 0, obs)
+        mean, raw_log_std = out[:, :d], out[:, d:]
+        log_std = raw_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        noise.normal_()
+        std = log_std.exp()
+        u = torch.addcmul(mean, std, noise)
+        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(dim=1)
+        log_prob -= (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=1)
+        return u.tanh(), log_prob, u, std, raw_log_std
+
+    def _update(self, obs, actions, rewards, next_obs, discounts) -> float:
+        algo, cfg, nets = self.algo, self.algo.config, self.nets
+        actor_buf, critic_bufs, critic_in, y, grad_q, noise, grad_out = self._buffers_for(obs.shape[0])
+        obs_dim, d, n = algo.obs_dim, algo.action_dim, obs.shape[0]
+        alpha = float(algo.temperature.log_alpha.exp())
+
+        # y = R + discount * (min_i Q_i'(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
+        next_a, next_log_prob, *_ = self._sample(actor_buf, next_obs, noise)
+        critic_in[:, :obs_dim] = next_obs
+        critic_in[:, obs_dim:] = next_a
+        next_q = torch.minimum(critic_bufs[0].forward(nets["critic_target"], 0, critic_in),
+                               critic_bufs[1].forward(nets["critic_target"], 1, critic_in))[:, 0]
+        torch.addcmul(rewards, discounts, next_q.sub_(next_log_prob, alpha=alpha), out=y)
+
+        # critics: one Adam step on (mean((Q_1(s, a) - y)^2) + mean((Q_2(s, a) - y)^2)) / 2
+        critic_in[:, :obs_dim] = obs
+        critic_in[:, obs_dim:] = actions
+        loss = 0.0
+        for i in range(2):
+            q = critic_bufs[i].forward(nets["critic"], i, critic_in)
+            torch.sub(q[:, 0], y, out=grad_q[:, 0])
+            loss += 0.5 * float(grad_q.square().mean())
+            grad_q.mul_(1.0 / n)
+            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
+        algo.critic_optimizer.step()
+        nets["critic"].to_low()
+
+        # actor: one Adam step on mean(alpha log pi(a~|s) - min_i Q_i(s, a~)), a~ = tanh(u) reparameterised,
+        # through the just-updated critics
+        a, log_prob, u, std, raw_log_std = self._sample(actor_buf, obs, noise)
+        critic_in[:, obs_dim:] = a
+        q1 = critic_bufs[0].forward(nets["critic"], 0, critic_in)[:, 0]
+        q2 = critic_bufs[1].forward(nets["critic"], 1, critic_in)[:, 0]
+        # d min(q1, q2) / d q1: 1 where q1 is the smaller, half on a tie (torch.minimum's gradient)
+        first = (q1 < q2).float().add_((q1 == q2).float(), alpha=0.5)
+        grad_a = None
+        for i, share in enumerate((first, 1.0 - first)):
+            grad_q[:, 0] = share * (-1.0 / n)
+            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q, input_columns=slice(obs_dim, None))
+            grad_a = part if grad_a is None else grad_a.add_(part)
+        # through tanh, and log pi's own dependence on u: d/du of -2 (log 2 - u - softplus(-2u)) is 2 tanh(u)
+        grad_u = grad_a.mul_(1.0 - a.square()).add_(a, alpha=2.0 * alpha / n)
+        grad_out[:, :d] = grad_u
+        # u = mean + exp(log_std) noise, and log pi holds -log_std; clamp passes the gradient inside its range
+        inside = (raw_log_std >= LOG_STD_MIN) & (raw_log_std <= LOG_STD_MAX)
+        torch.mul(grad_u * std * noise - alpha / n, inside, out=grad_out[:, d:])
+        actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_out)
+        algo.actor_optimizer.step()
+        nets["actor"].to_low()
+
+        # temperature: one Adam step on -mean(log_alpha (log pi + target_entropy))
+        if cfg.autotune:
+            log_alpha = algo.temperature.log_alpha
+            log_alpha.grad = -(log_prob.mean() + algo.target_entropy).reshape(log_alpha.shape)
+            algo.temperature_optimizer.step()
+
+        # critic targets: theta' <- tau theta + (1 - tau) theta'
+        self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
+        nets["critic_target"].to_low()
+        algo.updates += 1
+        return loss
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        return {**super()._weights(), "temperature": self.algo.temperature.log_alpha.data.view(1)}
