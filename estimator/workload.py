@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pearl.algos import algorithm_class
-from pearl.config import CONTINUOUS_ALGOS
+from pearl.config import BF16_ALGOS, CONTINUOUS_ALGOS
 from pearl.estimator.signatures import FLOAT_BYTES, Cost, mlp_parameter_count
 
 REPLAY_KINDS = ("uniform", "prioritized", "amper")
@@ -89,6 +89,11 @@ class Workload:
         pearl/continuous.py): the fused one has no dueling head and no CNN."""
         fused = self.continuous or not self.dueling
         return ("fused", "torch") if fused and not self.image else ("torch",)
+
+    @property
+    def fused_precisions(self) -> tuple[str, ...]:
+        """The product precisions the algorithm's fused learner has (runtime.learner_precision)."""
+        return ("fp32", "bf16") if self.algo in BF16_ALGOS else ("fp32",)
 
     @property
     def replay_kinds(self) -> tuple[str, ...]:

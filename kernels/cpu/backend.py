@@ -101,9 +101,7 @@ class CPUBackend(Backend):
 
     def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
         """bf16 too for the fused DDPG / TD3 / SAC learners on a CPU with bfloat16 units."""
-        from pearl.config import BF16_ALGOS
-
-        return ("fp32", "bf16") if kernel == "fused" and workload.algo in BF16_ALGOS and bf16_products() else ("fp32",)
+        return workload.fused_precisions if kernel == "fused" and bf16_products() else ("fp32",)
 
     def sum_tree(self, device, capacity: int, fanout: int, platform=None):
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
