@@ -421,8 +421,9 @@ def test_fused_learner_follows_the_autograd_update(algo_class, config):
                                   torch.cat([p.detach().reshape(-1) for p in fused.algo.actor.parameters()]).numpy())
 
 
-def test_fused_and_torch_learner_checkpoints_interchange(tmp_path):
-    agent = pearl.TD3("Pendulum-v1", **FAST)
+@pytest.mark.parametrize("algo", ["TD3", "SAC"])
+def test_fused_and_torch_learner_checkpoints_interchange(tmp_path, algo):
+    agent = getattr(pearl, algo)("Pendulum-v1", **FAST)
     assert agent.learner.kernel == "fused"
     agent.train(300)
     agent.save(tmp_path / "fused.npz")

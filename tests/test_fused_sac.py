@@ -63,17 +63,7 @@ def test_fused_sac_bf16_stays_near_float32():
             assert 0.98 < cosine < 1.0 - 1e-9, (net, cosine)  # close, and not float32
 
 
-def test_sac_agent_builds_the_fused_learner_and_its_checkpoints_interchange(tmp_path):
+def test_sac_agent_builds_the_fused_learner():
+    # its checkpoints interchange with the autograd learner's: tests/test_continuous.py
     agent = pearl.SAC("Pendulum-v1", total_steps=2000, learning_starts=100, hidden=[32, 32], batch_size=32)
     assert type(agent.learner) is FusedSACLearner and agent.learner.kernel == "fused"
-    agent.train(300)
-    agent.save(tmp_path / "fused.npz")
-    from pearl.checkpoint import load_checkpoint
-
-    header, _ = load_checkpoint(tmp_path / "fused.npz")
-    header["plan"]["learner_kernel"] = "torch"
-    restored = pearl.load(tmp_path / "fused.npz", plan=pearl.Plan(**header["plan"]))
-    assert restored.learner.kernel == "torch"
-    np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
-    assert restored.evaluate(1)["returns"] == agent.evaluate(1)["returns"]
-    restored.train(50)

@@ -180,18 +180,23 @@ class FusedActorCriticLearner:
         self.flat = {"actor": flatten_parameters(algo.actor), "actor_target": flatten_parameters(algo.actor_target)}
         for tag, module in (("critic", algo.critic), ("critic_target", algo.critic_target)):
             self.flat[tag] = flatten_parameters(module)
+        self._flat_networks(n_critics)
+
+    def _flat_networks(self, n_critics: int) -> None:
+        """Gradients, the products' views of each flat network and the algorithm's optimizers over
+        the flat tensors (same Adam, same state layout), from `self.flat`."""
         self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
-        self.flat["actor"].grad = self.grads["actor"]
-        self.flat["critic"].grad = self.grads["critic"]
-        # each network's layers as the products read them; for the twin, critic i lives at
+        for name in self.grads:
+            self.flat[name].grad = self.grads[name]
+        # each network's layers as the products read them; for twin critics, critic i lives at
         # [i * size, (i + 1) * size) of the flat tensor
         shapes = {"actor": (self.actor_sizes, 1), "critic": (self.critic_sizes, n_critics)}
         self.nets = {name: FlatMLPs(self.flat[name].data, *shapes[name.removesuffix("_target")], self.dtype)
                      for name in self.flat}
         self.grad_nets = {name: FlatMLPs(self.grads[name], *shapes[name], self.dtype) for name in self.grads}
-        # the algorithm's optimizers are rebuilt over the flat tensors (same Adam, same state layout)
-        algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
-        algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
+        lr = self.algo.config.lr
+        self.algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=lr, fused=True)
+        self.algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=lr, fused=True)
         self._buffers: dict[int, tuple] = {}
 
     def _buffers_for(self, batch: int):
@@ -309,16 +314,7 @@ class FusedSACLearner(FusedActorCriticLearner):
         self.actor_sizes = algo.policy_sizes()  # its outputs: the mean and log std of each action component
         self.critic_sizes = [algo.obs_dim + algo.action_dim, *cfg.hidden, 1]
         self.flat = {name: flatten_parameters(getattr(algo, name)) for name in ("actor", "critic", "critic_target")}
-        self.grads = {name: torch.zeros_like(self.flat[name]) for name in ("actor", "critic")}
-        for name in self.grads:
-            self.flat[name].grad = self.grads[name]
-        shapes = {"actor": (self.actor_sizes, 1), "critic": (self.critic_sizes, 2)}
-        self.nets = {name: FlatMLPs(self.flat[name].data, *shapes[name.removesuffix("_target")], self.dtype)
-                     for name in self.flat}
-        self.grad_nets = {name: FlatMLPs(self.grads[name], *shapes[name], self.dtype) for name in self.grads}
-        algo.actor_optimizer = torch.optim.Adam([self.flat["actor"]], lr=cfg.lr, fused=True)
-        algo.critic_optimizer = torch.optim.Adam([self.flat["critic"]], lr=cfg.lr, fused=True)
-        self._buffers: dict[int, tuple] = {}
+        self._flat_networks(2)
 
     def _buffers_for(self, batch: int):
         if batch not in self._buffers:
