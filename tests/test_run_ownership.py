@@ -115,6 +115,16 @@ def test_kill_9_during_checkpoint_writes(tmp_path):
     assert time.monotonic() - started < 60
 
 
+@pytest.fixture
+def ctrl_c():
+    """SIGINT raises KeyboardInterrupt here, as at a terminal, even when the suite was started with
+    SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c")
 def test_interrupts_deferred_act_after_the_block():
     with pytest.raises(KeyboardInterrupt):
         with interrupts_deferred():
@@ -124,6 +134,7 @@ def test_interrupts_deferred_act_after_the_block():
     assert finished
 
 
+@pytest.mark.usefixtures("ctrl_c")
 @pytest.mark.parametrize("runtime", ["sequential", "processes"])
 def test_two_quick_ctrl_c_still_end_in_a_checkpoint(tmp_path, runtime):
     agent = pearl.DQN("CartPole-v1", plan=pearl.Plan(runtime=runtime), **{**TINY, "checkpoint_interval": 10**5})
