@@ -9,7 +9,7 @@ ingest: 2 writer processes each send --rows CartPole-size transitions (obs 4 flo
   action, reward, next obs, discount: 48 bytes) in chunks of --chunk rows to a uniform table,
   as fast as the protocol lets them, each side at its best measured setting (PEARL: `pearl
   replay-server` process, warm, ReplayClient writers with --window 16 chunks in flight, an ack
-  asked for every 4th; Ray: one actor holding the same PEARL UniformReplay, warmed with one chunk,
+  asked for every 8th; Ray: one actor holding the same PEARL UniformReplay, warmed with one chunk,
   2 Ray writer actors calling `table.add.remote(chunk)` - the chunk's 5 arrays as one tuple
   argument - with --ray-window 64 calls in flight, the same chunks). Transitions/s = all rows /
   (last writer done - start signal).
@@ -38,7 +38,7 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
-WINDOW = 16  # PEARL writers' chunks in flight (ReplayClient window=; an ack asked for every 4th)
+WINDOW = 16  # PEARL writers' chunks in flight (ReplayClient window=; an ack asked for every 8th)
 # Ray writers' calls in flight, each carrying one chunk as one tuple argument: Ray's best measured
 # form (session 10, 50k-row runs under load 13-15: one tuple, 64 in flight 134-156k transitions/s;
 # one tuple, 16: 90-151k; five array arguments, 16: 93-127k, 64: 81-147k; ray.put of each chunk

@@ -282,7 +282,7 @@ def _insert_frames(columns, writer, seq):
 def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     """FLAG_NO_ACK: the chunk is stored without a reply; a later chunk's ACK (cumulative) or a
     WRITER request covers it; a resend of it is a silent duplicate. A client with a window of 16
-    asks for every 4th ack and still stores each chunk exactly once, resends included."""
+    asks for every 8th ack and still stores each chunk exactly once, resends included."""
     srv = server("uniform", capacity=1000)
     raw = Raw(srv.address)
     silent = [bytes(f) for f in pack(Header(Op.INSERT, writer=5, seq=1, rows=10, arg0=10, flags=FLAG_NO_ACK),
@@ -297,8 +297,8 @@ def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     assert header.op == Op.ACK and header.seq == 2
     raw.close()
     client = ReplayClient(srv.address, writer=6, window=16)
-    assert client._writer.ack_every == 4
-    for k in range(23):  # not a multiple of 4: flush() has to ask where the server is
+    assert client._writer.ack_every == 8
+    for k in range(23):  # not a multiple of 8: flush() has to ask where the server is
         client.add(*chunk(20 + 10 * k, 10))
     assert client.flush() == 23
     w = client._writer
