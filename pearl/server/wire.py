@@ -192,7 +192,8 @@ class Columns(list):
         self.checked = None  # the schema (list of Column) these columns equal, once checked
 
     def layout(self, rows: int, last_rows: int | None) -> tuple:
-        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame."""
+        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame;
+        shape None for a column of scalars (np.frombuffer's 1-D view is already its shape)."""
         key = (rows, last_rows)
         found = self.layouts.get(key)
         if found is not None:
@@ -203,7 +204,7 @@ class Columns(list):
             offset += -offset % 8
             n = rows if last_rows is None or i < len(self) - 1 else last_rows
             items = n * column.row_bytes // column.dtype.itemsize
-            parts.append((column.dtype, items, offset, (n,) + column.shape))
+            parts.append((column.dtype, items, offset, (n,) + column.shape if column.shape else None))
             offset += n * column.row_bytes
         found = (offset, parts)
         if len(self.layouts) < 64:
@@ -232,7 +233,8 @@ def message_arrays(frames, header: Header, columns: Columns, last_rows: int | No
     if total != nbytes:
         raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {nbytes} bytes, the descriptors and "
                                               f"{rows} rows need {total}")
-    return [np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
+    return [np.frombuffer(frame, dtype, items, offset) if shape is None else
+            np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
 
 
 def check_columns(columns: Columns, schema: list, what: str) -> None:
