@@ -7,10 +7,12 @@
 
 ingest: 2 writer processes each send --rows CartPole-size transitions (obs 4 float32, int64
   action, reward, next obs, discount: 48 bytes) in chunks of --chunk rows to a uniform table,
-  as fast as the protocol lets them (PEARL: `pearl replay-server` process, ReplayClient writers
-  with 16 chunks in flight, every chunk acknowledged; Ray: one actor holding the same PEARL
-  UniformReplay, 2 Ray task processes calling `actor.add.remote(*chunk)` with 16 calls in flight,
-  the same chunks). Transitions/s = all rows / (last writer done - start signal).
+  as fast as the protocol lets them, each side at its best measured setting (PEARL: `pearl
+  replay-server` process, warm, ReplayClient writers with --window 16 chunks in flight, an ack
+  asked for every 8th; Ray: one actor holding the same PEARL UniformReplay, warmed with one chunk,
+  2 Ray writer actors calling `table.add.remote(chunk)` - the chunk's 5 arrays as one tuple
+  argument - with --ray-window 64 calls in flight, the same chunks). Transitions/s = all rows /
+  (last writer done - start signal).
 latency: a prioritized table of --capacity rows on a `pearl replay-server` process; the learner
   (this process) samples 256 and sends the previous batch's |TD|: piggybacked (UPDATE_SAMPLE, one
   round trip) and separate (UPDATE then SAMPLE, two), alternating blocks of 250 rounds; per-round
@@ -36,7 +38,12 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
-WINDOW = 16
+WINDOW = 16  # PEARL writers' chunks in flight (ReplayClient window=; an ack asked for every 8th)
+# Ray writers' calls in flight, each carrying one chunk as one tuple argument: Ray's best measured
+# form (session 10, 50k-row runs under load 13-15: one tuple, 64 in flight 134-156k transitions/s;
+# one tuple, 16: 90-151k; five array arguments, 16: 93-127k, 64: 81-147k; ray.put of each chunk
+# first, 16: 37k)
+RAY_WINDOW = 64
 # a Ray instance of our own (address="local"), its files apart: another Ray on the machine is
 # neither joined nor made the machine's "current cluster"
 RAY_TEMP = "/tmp/ray-pearl-replay-bench"
@@ -83,12 +90,12 @@ def stop(process) -> None:
 
 
 # ---- ingest ----------------------------------------------------------------------------------
-def writer_main(address: str, writer: int, rows: int, chunk: int) -> None:
+def writer_main(address: str, writer: int, rows: int, chunk: int, window: int = WINDOW) -> None:
     """A writer process: build the chunks, say ready, wait for go, send all, flush, report."""
     from pearl.server.client import ReplayClient
 
     data = chunks(writer, rows, chunk)
-    client = ReplayClient(address, writer=writer, window=WINDOW, timeout=60, retain=0)
+    client = ReplayClient(address, writer=writer, window=window, timeout=60, retain=0)
     print("ready", flush=True)
     sys.stdin.readline()
     cpu = time.process_time()  # every thread of this process: Python and ZeroMQ's I/O thread
@@ -105,13 +112,15 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None, spin_us: float | None = None) -> float:
+def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None, spin_us: float | None = None,
+                 window: int = WINDOW) -> float:
     """Transitions/s; appends (writer CPU us per chunk, server CPU us per chunk) to `cpu`.
     `spin_us`: the server's (default: `pearl replay-server`'s)."""
     server, address = start_server("--capacity", str(writers * rows), "--kind", "uniform",
                                    *(() if spin_us is None else ("--spin-us", str(spin_us))))
     try:
-        procs = [subprocess.Popen([sys.executable, __file__, "_writer", address, str(w + 1), str(rows), str(chunk)],
+        procs = [subprocess.Popen([sys.executable, __file__, "_writer", address, str(w + 1), str(rows), str(chunk),
+                                   str(window)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
                  for w in range(writers)]
         for p in procs:
@@ -133,7 +142,7 @@ def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = Non
         stop(server)
 
 
-def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
+def ray_ingest(rows: int, chunk: int, writers: int = 2, window: int = RAY_WINDOW) -> float:
     import ray
 
     @ray.remote
@@ -143,33 +152,35 @@ def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
 
             self.table = UniformReplay(capacity, 4)
 
-        def add(self, obs, actions, rewards, next_obs, discounts):
-            self.table.add(obs, actions, rewards, next_obs, discounts)
+        def add(self, chunk):
+            self.table.add(*chunk)
 
         def size(self):
             return self.table.size
 
     @ray.remote
     class Writer:  # a writer process: builds its chunks, then sends them when told
-        def prepare(self, table, seed, rows, chunk):
-            self.table, self.data = table, chunks(seed, rows, chunk)
+        def prepare(self, table, seed, rows, chunk, window):
+            self.table, self.data, self.window = table, chunks(seed, rows, chunk), window
 
         def run(self):
             pending = []
             for c in self.data:
-                pending.append(self.table.add.remote(*c))
-                if len(pending) >= WINDOW:
+                pending.append(self.table.add.remote(c))
+                if len(pending) >= self.window:
                     _, pending = ray.wait(pending, num_returns=1)
             ray.get(pending)
             return time.time()
 
-    table = Table.remote(writers * rows)
-    ray.get(table.size.remote())
+    table = Table.remote(writers * rows + chunk)
+    # one chunk before the clock starts: the actor's first add loads numba's target and kernels
+    # (~0.7 s), as the PEARL server does at its start (ReplayService._warm)
+    ray.get(table.add.remote(chunks(0, chunk, chunk)[0]))
     procs = [Writer.remote() for _ in range(writers)]
-    ray.get([p.prepare.remote(table, w + 1, rows, chunk) for w, p in enumerate(procs)])
+    ray.get([p.prepare.remote(table, w + 1, rows, chunk, window) for w, p in enumerate(procs)])
     start = time.time()
     ends = ray.get([p.run.remote() for p in procs], timeout=600)
-    assert ray.get(table.size.remote()) == writers * rows
+    assert ray.get(table.size.remote()) == writers * rows + chunk
     for p in procs + [table]:
         ray.kill(p)
     return writers * rows / (max(ends) - start)
@@ -178,7 +189,8 @@ def ray_ingest(rows: int, chunk: int, writers: int = 2) -> float:
 def ingest(args) -> None:
     print(f"## ingest: 2 writer processes x {args.rows} CartPole-size transitions, chunks of {args.chunk} rows")
     cpu = []
-    ours = [pearl_ingest(args.rows, args.chunk, cpu=cpu, spin_us=args.ingest_spin_us) for _ in range(args.repeats)]
+    ours = [pearl_ingest(args.rows, args.chunk, cpu=cpu, spin_us=args.ingest_spin_us, window=args.window)
+            for _ in range(args.repeats)]
     print(f"pearl replay-server: {', '.join(f'{x / 1e6:.2f}M' for x in ours)} transitions/s; CPU per chunk "
           f"(all threads): writers {', '.join(f'{w:.0f}' for w, _ in cpu)} us, server "
           f"{', '.join(f'{v:.0f}' for _, v in cpu)} us", flush=True)
@@ -193,8 +205,9 @@ def ingest(args) -> None:
         ray.init(address="local", num_cpus=3, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                  _temp_dir=RAY_TEMP)
         # warm-up (worker start, imports) outside the timed runs
-        ray_ingest(args.chunk * WINDOW * 2, args.chunk)
-        theirs = [ray_ingest(max(args.chunk * 4, args.rows // args.ray_divisor), args.chunk) for _ in range(args.repeats)]
+        ray_ingest(args.chunk * args.ray_window * 2, args.chunk, window=args.ray_window)
+        theirs = [ray_ingest(max(args.chunk * 4, args.rows // args.ray_divisor), args.chunk, window=args.ray_window)
+                  for _ in range(args.repeats)]
         ray.shutdown()
         print(f"ray {ray.__version__} actor calls: {', '.join(f'{x / 1e3:.1f}k' for x in theirs)} transitions/s")
     except ImportError as error:
@@ -438,7 +451,7 @@ def reverb(args) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_writer":
-        writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=["ingest", "latency", "reverb", "all"])
@@ -452,6 +465,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-ray", action="store_true", help="without the Ray actor comparison")
+    parser.add_argument("--window", type=int, default=WINDOW, help="ingest: PEARL writers' chunks in flight")
+    parser.add_argument("--ray-window", type=int, default=RAY_WINDOW, help="ingest: Ray writers' calls in flight")
     parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
     parser.add_argument("--spins", default="0/0",
                         help="latency: server/learner spin_us configurations, interleaved, e.g. 0/0,50/50")

@@ -282,7 +282,7 @@ def _insert_frames(columns, writer, seq):
 def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     """FLAG_NO_ACK: the chunk is stored without a reply; a later chunk's ACK (cumulative) or a
     WRITER request covers it; a resend of it is a silent duplicate. A client with a window of 16
-    asks for every 4th ack and still stores each chunk exactly once, resends included."""
+    asks for every 8th ack and still stores each chunk exactly once, resends included."""
     srv = server("uniform", capacity=1000)
     raw = Raw(srv.address)
     silent = [bytes(f) for f in pack(Header(Op.INSERT, writer=5, seq=1, rows=10, arg0=10, flags=FLAG_NO_ACK),
@@ -297,8 +297,8 @@ def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     assert header.op == Op.ACK and header.seq == 2
     raw.close()
     client = ReplayClient(srv.address, writer=6, window=16)
-    assert client._writer.ack_every == 4
-    for k in range(23):  # not a multiple of 4: flush() has to ask where the server is
+    assert client._writer.ack_every == 8
+    for k in range(23):  # not a multiple of 8: flush() has to ask where the server is
         client.add(*chunk(20 + 10 * k, 10))
     assert client.flush() == 23
     w = client._writer
@@ -369,6 +369,57 @@ def test_inline_pack_pads_with_zeros_and_takes_strided_columns():
     assert frame[first:first + 40] == obs[:5].tobytes()
     assert frame[first + 45:first + 48] == b"\0\0\0"  # after the int8 column, before the int64 one
     assert len(frame) == first + 48 + 40
+
+
+def test_pack_layout_cached_per_dtypes_and_shapes():
+    """pack works out descriptors and padding once per column layout: a layout met again (other
+    contents), the same dtypes at other row counts (other padding after an int8 column) and other
+    per-row shapes each round-trip exactly."""
+    def packed(rows, width):
+        obs = np.arange(rows * width, dtype=np.float32).reshape(rows, width) + rows
+        flags = (np.arange(rows) % 3).astype(np.int8)
+        ids = np.arange(rows, dtype=np.int64) * 7
+        frames = pack(Header(Op.INSERT, rows=rows), [obs, flags, ids])
+        arrays = message_arrays(frames, *unpack_header(frames[0]))
+        for got, sent in zip(arrays, (obs, flags, ids)):
+            assert got.shape == sent.shape and np.array_equal(got, sent)
+        return bytes(frames[0])
+
+    for rows, width in [(5, 2), (5, 2), (8, 2), (3, 2), (5, 3), (5, 2)]:
+        frame = packed(rows, width)
+        first = HEADER.size + 3 * COLUMN.size
+        first += -first % 8
+        ids_at = first + rows * width * 4 + rows
+        ids_at += -ids_at % 8
+        assert len(frame) == ids_at + 8 * rows
+    with pytest.raises(ValueError, match="per-row dims"):
+        pack(Header(Op.INSERT, rows=1), [np.zeros((1, 1, 1, 1, 1, 1), np.float32)])
+
+
+def test_service_warms_its_kernels_without_changing_the_table():
+    """A fresh ReplayService has the insert kernel compiled for the read-only arrays a received
+    frame gives (a process's first numba call would otherwise stall the first chunk ~0.7 s), and
+    its table is untouched: run in a fresh interpreter, where nothing else compiled it."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from pearl.kernels.cpu.fast_storage import insert_rows
+from pearl.server.config import RateLimiterConfig, ServerConfig, TableConfig
+from pearl.server.service import ReplayService
+for kind in ("uniform", "prioritized"):
+    s = ReplayService(ServerConfig(table=TableConfig(kind=kind, capacity=64),
+                                   rate_limiter=RateLimiterConfig(samples_per_insert=1.0, min_size_to_sample=8)))
+    t = s.table
+    assert (t.size, t.cursor, t.inserted, t.rate_limiter.inserts) == (0, 0, 0, 0), (kind, t.size, t.cursor)
+    assert not any(s.counts.values()) and s.env_steps == 0
+    assert not t.prioritized or t.tree.total == 0
+print(any(not sig[3].types[0].mutable for sig in insert_rows.signatures))  # read-only columns
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "True"
 
 
 def test_ratio_exact_at_end_and_within_credit_bound(server):

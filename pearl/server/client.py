@@ -179,7 +179,7 @@ class _Writer:
         # chunks whose seq is a multiple of ack_every ask for an ACK, the others carry FLAG_NO_ACK
         # (fewer messages per chunk on both sides); with a ratio every chunk asks, as credit
         # requests wait for their own reply
-        self.ack_every = 1 if ratio else max(1, window // 4)
+        self.ack_every = 1 if ratio else max(1, window // 2)
         self.expect = 0                 # highest seq a reply is on its way for (this socket)
         self.resync()
 

@@ -121,6 +121,22 @@ class ReplayService:
         self.snapshot = None                    # a checkpoint in progress (pearl/server/checkpoint.py)
         self.outbox: list = []                  # replies made outside a request (sample_here), to send
         self.last_error = ""
+        self._warm()
+
+    def _warm(self) -> None:
+        """Calls the insert path's and the update check's compiled kernels once on zero rows, with
+        the array types a request gives them (read-only views of a received frame): a process's
+        first numba call loads its target and the cached kernels (~0.7 s measured), which would
+        otherwise stall the first writer's first chunk. Nothing is stored or changed."""
+        def received(schema):
+            frames = pack(Header(Op.INSERT), [np.zeros((0,) + c.shape, c.dtype) for c in schema], inline=True)
+            return message_arrays(frames, *unpack_header(frames[0]))
+
+        limiter = self.table.rate_limiter
+        if limiter is None or limiter.can_insert(0):
+            self.table.add(*received(self.schema))
+        for schema in (UPDATE_FLOAT32, UPDATE_FLOAT64):
+            _check_update(*received(schema), 0)
 
     # ---- the replay ratio -------------------------------------------------------------------
     @property

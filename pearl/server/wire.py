@@ -129,23 +129,32 @@ class Header:
     arg1: int = 0
 
 
-_DESCRIBED: dict[tuple, bytes] = {}
-
-
 INLINE_BYTES = 1 << 16  # messages up to this size go as one frame (fewer zmq parts per message)
 
 
 def _descriptor(array: np.ndarray) -> bytes:
-    key = (array.dtype, array.shape[1:])
-    descriptor = _DESCRIBED.get(key)
-    if descriptor is None:
-        dims = tuple(array.shape[1:])
-        if len(dims) > MAX_DIMS:
-            raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
-        descriptor = COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
-        if len(_DESCRIBED) < 256:
-            _DESCRIBED[key] = descriptor
-    return descriptor
+    dims = tuple(array.shape[1:])
+    if len(dims) > MAX_DIMS:
+        raise ValueError(f"a column has {len(dims)} per-row dims (at most {MAX_DIMS})")
+    return COLUMN.pack(dtype_code(array.dtype), len(dims), *(dims + (0,) * (MAX_DIMS - len(dims))))
+
+
+_PADDING = [b"\0" * n for n in range(8)]
+# (dtype, shape) of each column -> (descriptor bytes, total column bytes, padding before each column
+# of an inline frame): a writer's chunks repeat one layout, so each is worked out once
+_PACKED: dict[tuple, tuple] = {}
+
+
+def _packed_layout(columns: list, key: tuple) -> tuple:
+    descriptors = b"".join([_descriptor(a) for a in columns])
+    offset, pads = HEADER.size + len(descriptors), []
+    for array in columns:
+        pads.append(_PADDING[-offset % 8])
+        offset += -offset % 8 + array.nbytes
+    found = (descriptors, sum(a.nbytes for a in columns), pads)
+    if len(_PACKED) < 256:
+        _PACKED[key] = found
+    return found
 
 
 def pack(header: Header, columns: list[np.ndarray] | tuple = (), inline: bool | None = None) -> list:
@@ -154,24 +163,22 @@ def pack(header: Header, columns: list[np.ndarray] | tuple = (), inline: bool | 
     `inline` (default: when the columns total <= INLINE_BYTES): one bytes frame, each column
     copied once into it after the header (bytes.join reads the arrays' buffers directly)."""
     columns = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in columns]
+    key = tuple([(a.dtype, a.shape) for a in columns])
+    layout = _PACKED.get(key)
+    descriptors, nbytes, pads = layout if layout is not None else _packed_layout(columns, key)
     if inline is None:
-        inline = bool(columns) and sum(a.nbytes for a in columns) <= INLINE_BYTES
+        inline = bool(columns) and nbytes <= INLINE_BYTES
     flags = header.flags | FLAG_INLINE if inline else header.flags & ~FLAG_INLINE
     head = HEADER.pack(MAGIC, VERSION, header.op, flags, len(columns), header.table, header.writer, header.rows,
-                       header.status, header.seq, header.arg0, header.arg1) + b"".join([_descriptor(a) for a in columns])
+                       header.status, header.seq, header.arg0, header.arg1) + descriptors
     if not inline:
         return [head] + columns
-    parts, offset = [head], len(head)
-    for array in columns:
-        pad = -offset % 8
+    parts = [head]
+    for pad, array in zip(pads, columns):
         if pad:
-            parts.append(_PADDING[pad])
+            parts.append(pad)
         parts.append(array)
-        offset += pad + array.nbytes
     return [b"".join(parts)]
-
-
-_PADDING = [b"\0" * n for n in range(8)]
 
 
 class Columns(list):
@@ -185,7 +192,8 @@ class Columns(list):
         self.checked = None  # the schema (list of Column) these columns equal, once checked
 
     def layout(self, rows: int, last_rows: int | None) -> tuple:
-        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame."""
+        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame;
+        shape None for a column of scalars (np.frombuffer's 1-D view is already its shape)."""
         key = (rows, last_rows)
         found = self.layouts.get(key)
         if found is not None:
@@ -196,7 +204,7 @@ class Columns(list):
             offset += -offset % 8
             n = rows if last_rows is None or i < len(self) - 1 else last_rows
             items = n * column.row_bytes // column.dtype.itemsize
-            parts.append((column.dtype, items, offset, (n,) + column.shape))
+            parts.append((column.dtype, items, offset, (n,) + column.shape if column.shape else None))
             offset += n * column.row_bytes
         found = (offset, parts)
         if len(self.layouts) < 64:
@@ -225,7 +233,8 @@ def message_arrays(frames, header: Header, columns: Columns, last_rows: int | No
     if total != nbytes:
         raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {nbytes} bytes, the descriptors and "
                                               f"{rows} rows need {total}")
-    return [np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
+    return [np.frombuffer(frame, dtype, items, offset) if shape is None else
+            np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
 
 
 def check_columns(columns: Columns, schema: list, what: str) -> None:
