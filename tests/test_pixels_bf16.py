@@ -123,3 +123,37 @@ def test_bf16_for_an_mlp_q_network_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 products run in DQN's torch learner "
                                           r"for a CNN Q-network; CartPole-v1's observations are flat"):
         pearl.DQN("CartPole-v1", learner_precision="bf16", hidden=[8])
+
+
+def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
+    """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
+    Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
+    from pearl.config import parse_config
+    from pearl.estimator.costs import TORCH_CNN_BF16_SPEEDUP, Costs
+    from pearl.estimator.mapper import candidates
+    from pearl.estimator.model import Candidate
+    from pearl.estimator.workload import Workload, workload_from_config
+    from pearl.kernels.cpu import backend as cpu_backend
+    from pearl.platforms import load_platform
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+    platform = load_platform("ci_2core")
+    workload = workload_from_config(parse_config({"env": "MinAtar/Breakout-v1",
+                                                  "dqn": {"conv": [[16, 3, 1]], "hidden": [128]}}))
+    cands, _ = candidates(platform, workload, envs=(1,), batches=(32,))
+    assert {(c.learner_kernel, c.precision) for c in cands} == {("torch", "fp32"), ("torch", "bf16")}
+    assert next(c for c in cands if c.precision == "bf16").to_plan().learner_precision == "bf16"
+    mlp, _ = candidates(platform, Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 1000, 16, 0.25, 100),
+                        envs=(1,), batches=(64,))
+    assert {c.precision for c in mlp} == {"fp32"}
+    # the Nature CNN's update is FLOP-bound (MinAtar's is bytes- and call-bound)
+    costs = Costs(platform, workload_from_config(parse_config({"env": "BreakoutNoFrameskip-v4",
+                                                               "dqn": {"hidden": [512]}})))
+    fp32, bf16 = (Candidate("uniform", "cpu", "cpu", "torch", 1, 32, precision=p) for p in ("fp32", "bf16"))
+    overhead = platform.device("cpu").call_overhead_us * 1e-6
+    fixed = {c.precision: cpu_backend.CPUBackend().calls("learn", k, "dqn") * overhead
+             for c, k in ((fp32, "torch"), (bf16, "torch/bf16"))}
+    learn = {c.precision: costs.task_seconds("learn", c) for c in (fp32, bf16)}
+    assert learn["fp32"][1] == learn["bf16"][1] == "analytic" and fixed["bf16"] > fixed["fp32"]
+    assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
+        TORCH_CNN_BF16_SPEEDUP)
