@@ -14,7 +14,10 @@ terminal_on_life_loss set False to match; SB3 also presses FIRE at reset, which 
 
 Only `train()` / `learn()` is timed (construction excluded); no greedy evaluation (a greedy Breakout
 policy that never presses FIRE plays until the 108k-frame cap). The order rotates per seed.
-PEARL runs once per `--runtimes` entry (sequential; processes with `--actors` actor processes) at
+Replay: PEARL's frame table by default (`--frame-stack 4`, as configs/breakout_dqn.yaml: each frame
+stored once, obs and next obs assembled at sample time; 0: whole stacked observations), SB3's
+ReplayBuffer with whole observations (optimize_memory_usage=False, its default); same capacity,
+batch and uniform sampling. PEARL runs once per `--runtimes` entry (sequential; processes with `--actors` actor processes) at
 `--precision` (bf16: the learner's CNN in bfloat16, runtime.learner_precision); SB3 once per
 `--sb3-threads` count, its best (highest median env steps/s) the rival the ratios are against.
 Target (issue 16): PEARL >= 2x SB3's env steps/s, 2 seeds x >= 50k steps.
@@ -57,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runtimes", nargs="+", choices=["sequential", "processes"], default=["sequential"])
     p.add_argument("--actors", type=int, default=1, help="actor processes of the processes runtime")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="PEARL's learner precision")
+    p.add_argument("--frame-stack", type=int, default=4, help="PEARL's replay.frame_stack (default 4, as "
+                   "configs/breakout_dqn.yaml: each frame stored once; 0: whole stacked observations, as SB3)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     args.learning_starts = args.steps // 4 if args.learning_starts is None else args.learning_starts
@@ -69,10 +74,12 @@ def run_pearl(seed: int, args, runtime: str) -> dict:
     import torch
 
     import pearl
+    from pearl.config import ExperimentConfig, apply_overrides
     from pearl.plan import Plan
 
+    config = apply_overrides(ExperimentConfig(algo="dqn", env=ENV_ID), {"replay.frame_stack": args.frame_stack})
     agent = pearl.DQN(
-        env=ENV_ID, seed=seed, total_steps=args.steps, conv=[[32, 8, 4], [64, 4, 2], [64, 3, 1]], hidden=[512],
+        env=ENV_ID, config=config, seed=seed, total_steps=args.steps, conv=[[32, 8, 4], [64, 4, 2], [64, 3, 1]], hidden=[512],
         lr=LR, gamma=GAMMA, batch_size=BATCH, learning_starts=args.learning_starts,
         updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0, double=False,
         n_step=1, max_grad_norm=MAX_GRAD_NORM, exploration={"initial": 1.0, "final": EPS_FINAL, "fraction": EPS_FRACTION},
@@ -141,7 +148,7 @@ def main(argv=None) -> int:
                platform.processor())
     print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, learning_starts "
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
-          f"{args.precision}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
+          f"{args.precision}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
     runners = {f"pearl-{runtime}": (lambda seed, runtime=runtime: run_pearl(seed, args, runtime))
                for runtime in args.runtimes}
