@@ -1,17 +1,35 @@
-"""Which CPU path runs the CNN Q-network's update and act fastest: the default (NCHW, oneDNN),
-channels_last memory format, oneDNN off (torch's native convolution), torch.compile; 1 and 2
-threads. One DQN update (double DQN: three forwards, one backward, Adam) on a batch of uint8 frames,
-and one act (a single observation), for the Nature DQN stack on 4x84x84 and MinAtar's on 4x10x10.
+"""Which CPU path runs the CNN Q-network's DQN update fastest (issue 16). One update = double DQN's
+three forwards (Q(s), Q(s'), Q_target(s')), the backward, gradient clipping and Adam, on a batch of
+uint8 frames, through pearl's TorchLearner (the learner a run builds), for the Nature DQN stack on
+4x84x84 and MinAtar's on 4x10x10, at 1 and 2 torch threads. Paths:
 
-    python benchmarks/cnn_paths.py [--repeats 30]
+  fp32            the default: NCHW float32, oneDNN convolutions, torch's default (foreach) Adam
+                  (what Stable-Baselines3's DQN runs)
+  fp32_cl         channels_last float32 modules
+  fp32_fused      float32 with torch's fused Adam (one pass over the weights)
+  mkldnn_bf16     float32 modules, oneDNN told it may compute float32 convolutions and matmuls in
+                  bfloat16 (torch.backends.mkldnn.{conv,matmul}.fp32_precision = "bf16")
+  no_onednn       torch.backends.mkldnn disabled (torch's native convolutions)
+  autocast        torch.autocast(cpu, bfloat16) around the float32 update (per-op casts)
+  autocast_cl     autocast on channels_last modules, fused Adam
+  bf16            learner_precision bf16: bfloat16 channels_last copies of the networks, float32
+                  master weights, fused Adam, float32 loss (pearl.nets.BF16Copy)
+  compile         torch.compile of the networks' forward (float32; --compile, slow to build)
+
+and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last.
+
+    python benchmarks/cnn_paths.py [--repeats 20] [--nets nature minatar] [--threads 1 2] [--compile]
 
 Paths are interleaved (round-robin over the repeats) so that the load of a shared machine falls on
-all alike; prints the median ms per call.
+all alike. Prints, per path, the median over the repeats of the wall ms and of the process's CPU ms
+(time.process_time: every thread of the process) per update, and the fp32 path's CPU time over the
+path's (the speedup).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import platform
 import statistics
 import time
@@ -21,68 +39,110 @@ import torch
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
+from pearl.replay import Batch
+from pearl.runtime.learners import TorchLearner
 
-NETS = {"nature 4x84x84": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 255),
-        "minatar 4x10x10": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
+NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
+        "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
+PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16")
 
 
-def make(name: str, path: str, batch: int):
-    shape, conv, hidden, scale, high = NETS[name]
-    algo = DQN(int(np.prod(shape)), 4, DQNConfig(hidden=hidden, conv=conv), 1000, 0, obs_shape=shape, obs_scale=scale)
-    if path == "channels_last":
-        algo.online.to(memory_format=torch.channels_last)
-        algo.target.to(memory_format=torch.channels_last)
+@contextlib.contextmanager
+def mkldnn_bf16():
+    conv, matmul = torch.backends.mkldnn.conv, torch.backends.mkldnn.matmul
+    saved = conv.fp32_precision, matmul.fp32_precision
+    conv.fp32_precision = matmul.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        conv.fp32_precision, matmul.fp32_precision = saved
+
+
+CONTEXTS = {"mkldnn_bf16": mkldnn_bf16, "no_onednn": lambda: torch.backends.mkldnn.flags(enabled=False),
+            "autocast": lambda: torch.autocast("cpu", torch.bfloat16),
+            "autocast_cl": lambda: torch.autocast("cpu", torch.bfloat16)}
+
+
+def make(net: str, path: str, batch: int):
+    shape, conv, hidden, scale, high = NETS[net]
+    algo = DQN(int(np.prod(shape)), 4, DQNConfig(hidden=hidden, conv=conv, double=True), 1000, 0,
+               obs_shape=shape, obs_scale=scale)
+    if path in ("fp32_cl", "autocast_cl"):
+        for module in algo.networks().values():
+            module.to(memory_format=torch.channels_last)
+    if path in ("fp32_fused", "autocast_cl"):
+        algo.optimizer = torch.optim.Adam(algo.online.parameters(), lr=algo.config.lr, fused=True)
     if path == "compile":
-        algo.online.forward = torch.compile(algo.online.forward)
-        algo.target.forward = torch.compile(algo.target.forward)
+        for module in algo.networks().values():
+            module.forward = torch.compile(module.forward)
+    learner = TorchLearner(algo, "cpu", "bf16" if path == "bf16" else "fp32")
     rng = np.random.default_rng(0)
-    obs = torch.from_numpy(rng.integers(0, high, (batch, *shape), dtype=np.uint8))
-    batch_args = (obs, torch.from_numpy(rng.integers(0, 4, batch)), torch.zeros(batch), obs, torch.full((batch,), 0.99))
-    one = obs[:1]
+    data = Batch(rng.integers(0, high, (batch, *shape), dtype=np.uint8), rng.integers(0, 4, batch),
+                 np.zeros(batch, np.float32), rng.integers(0, high, (batch, *shape), dtype=np.uint8),
+                 np.full(batch, 0.99, np.float32), indices=np.arange(batch))
+    context = CONTEXTS.get(path, contextlib.nullcontext)
 
     def update():
-        algo.update(*batch_args)
+        with context():
+            learner.update(data)
+    return update
 
-    def act():
-        with torch.inference_mode():
-            algo.online(one).argmax(1)
-    return update, act
+
+def timed(fn) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def conversions(net: str, batch: int, repeats: int) -> None:
+    shape, _, _, scale, high = NETS[net]
+    frames = torch.from_numpy(np.random.default_rng(0).integers(0, high, (batch, *shape), dtype=np.uint8))
+    ways = {"uint8->fp32 NCHW": lambda: frames.to(torch.float32) * scale,
+            "uint8->bf16 channels_last": lambda: frames.to(torch.bfloat16, memory_format=torch.channels_last) * scale}
+    times = {name: [] for name in ways}
+    for _ in range(repeats * 5):
+        for name, way in ways.items():
+            times[name].append(timed(way)[1])
+    print("  input conversion (CPU us per batch): "
+          + ", ".join(f"{name} {statistics.median(t) * 1e6:.0f}" for name, t in times.items()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--nets", nargs="+", choices=list(NETS), default=list(NETS))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--paths", nargs="+", choices=[*PATHS, "compile"], default=list(PATHS))
+    parser.add_argument("--compile", action="store_true", help="add the torch.compile path")
     args = parser.parse_args()
+    paths = list(args.paths) + (["compile"] if args.compile and "compile" not in args.paths else [])
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    print(f"# CPU: {cpu}; torch {torch.__version__}; batch {args.batch}; load {open('/proc/loadavg').read().split()[:3]}")
-    paths = ("default", "channels_last", "no_onednn", "compile")
-    for name in NETS:
-        for threads in (1, 2):
+    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
+    print(f"# CPU: {cpu}, {os.cpu_count()} cores, {' '.join(f for f in flags if f.startswith(('amx', 'avx512_bf16')))}; "
+          f"torch {torch.__version__}; batch {args.batch}; load {os.getloadavg()}")
+    for net in args.nets:
+        for threads in args.threads:
             torch.set_num_threads(threads)
             runs = {}
             for path in paths:
-                with (no_onednn() if path == "no_onednn" else contextlib.nullcontext()):
-                    update, act = make(name, path, args.batch)
-                    for _ in range(3):  # warm-up (and compilation)
-                        update(); act()
-                runs[path] = (update, act, [], [])
+                runs[path] = (make(net, path, args.batch), [], [])
+                for _ in range(3):  # warm-up (oneDNN primitive creation, compilation)
+                    runs[path][0]()
             for _ in range(args.repeats):
-                for path, (update, act, updates, acts) in runs.items():
-                    with (no_onednn() if path == "no_onednn" else contextlib.nullcontext()):
-                        t = time.perf_counter(); update(); updates.append(time.perf_counter() - t)
-                        t = time.perf_counter(); act(); acts.append(time.perf_counter() - t)
-            for path, (_, _, updates, acts) in runs.items():
-                print(f"{name:16s} threads {threads}  {path:14s} update {statistics.median(updates) * 1e3:8.2f} ms"
-                      f"   act {statistics.median(acts) * 1e3:7.3f} ms")
-    print(f"# load after: {open('/proc/loadavg').read().split()[:3]}")
-
-
-@contextlib.contextmanager
-def no_onednn():
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
+                for update, walls, cpus in runs.values():
+                    wall, cpu_s = timed(update)
+                    walls.append(wall)
+                    cpus.append(cpu_s)
+            base = statistics.median(runs["fp32"][2]) if "fp32" in runs else None
+            for path, (_, walls, cpus) in runs.items():
+                cpu_ms = statistics.median(cpus) * 1e3
+                speedup = f"  fp32/this {base * 1e3 / cpu_ms:5.2f}x" if base else ""
+                print(f"{net:8s} threads {threads}  {path:12s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
+                      f"  cpu {cpu_ms:8.2f} ms{speedup}")
+            conversions(net, args.batch, args.repeats)
+            print(f"# load {os.getloadavg()}")
 
 
 if __name__ == "__main__":

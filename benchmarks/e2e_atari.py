@@ -13,12 +13,18 @@ with max-pool, 84x84 grey, rewards clipped, 4 frames stacked, no episode end at 
 terminal_on_life_loss set False to match; SB3 also presses FIRE at reset, which PEARL does not).
 
 Only `train()` / `learn()` is timed (construction excluded); no greedy evaluation (a greedy Breakout
-policy that never presses FIRE plays until the 108k-frame cap). The order alternates per seed.
+policy that never presses FIRE plays until the 108k-frame cap). The order rotates per seed.
+Replay: PEARL's frame table by default (`--frame-stack 4`, as configs/breakout_dqn.yaml: each frame
+stored once, obs and next obs assembled at sample time; 0: whole stacked observations), SB3's
+ReplayBuffer with whole observations (optimize_memory_usage=False, its default); same capacity,
+batch and uniform sampling. PEARL runs once per `--runtimes` entry (sequential; processes with `--actors` actor processes) at
+`--precision` (bf16: the learner's CNN in bfloat16, runtime.learner_precision); SB3 once per
+`--sb3-threads` count, its best (highest median env steps/s) the rival the ratios are against.
 Target (issue 16): PEARL >= 2x SB3's env steps/s, 2 seeds x >= 50k steps.
 
-    python benchmarks/e2e_atari.py                          # 2 seeds x 50k steps (hours on 2 cores)
+    python benchmarks/e2e_atari.py                          # 2 seeds x 50k steps
     python benchmarks/e2e_atari.py --steps 8000 --seeds 0 1 # a shorter window
-    python benchmarks/e2e_atari.py --runtime processes --actors 2
+    python benchmarks/e2e_atari.py --runtimes sequential processes --precision bf16 --sb3-threads 1 2
 """
 from __future__ import annotations
 
@@ -26,13 +32,14 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import run_alternating, versions  # noqa: E402  (benchmarks/ is the script's own directory)
+from side_by_side import best_rival, median_of, ratios_per_seed, run_alternating, sb3_name, versions  # noqa: E402
 
 ENV_ID = "BreakoutNoFrameskip-v4"
 BUFFER, BATCH, LR, GAMMA = 100_000, 32, 1e-4, 0.99
@@ -47,9 +54,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--learning-starts", type=int, default=None, help="both (default: steps // 4)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for both (default: 1)")
-    p.add_argument("--runtime", choices=["sequential", "processes"], default="sequential")
-    p.add_argument("--actors", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="PEARL's torch threads (default: 1)")
+    p.add_argument("--sb3-threads", type=int, nargs="+", default=[1],
+                   help="SB3's torch thread counts to run; its best is the rival (default: 1)")
+    p.add_argument("--runtimes", nargs="+", choices=["sequential", "processes"], default=["sequential"])
+    p.add_argument("--actors", type=int, default=1, help="actor processes of the processes runtime")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="PEARL's learner precision")
+    p.add_argument("--frame-stack", type=int, default=4, help="PEARL's replay.frame_stack (default 4, as "
+                   "configs/breakout_dqn.yaml: each frame stored once; 0: whole stacked observations, as SB3)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     args.learning_starts = args.steps // 4 if args.learning_starts is None else args.learning_starts
@@ -58,36 +70,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_pearl(seed: int, args) -> dict:
+def run_pearl(seed: int, args, runtime: str) -> dict:
     import torch
 
     import pearl
+    from pearl.config import ExperimentConfig, apply_overrides
     from pearl.plan import Plan
 
+    config = apply_overrides(ExperimentConfig(algo="dqn", env=ENV_ID), {"replay.frame_stack": args.frame_stack})
     agent = pearl.DQN(
-        env=ENV_ID, seed=seed, total_steps=args.steps, conv=[[32, 8, 4], [64, 4, 2], [64, 3, 1]], hidden=[512],
+        env=ENV_ID, config=config, seed=seed, total_steps=args.steps, conv=[[32, 8, 4], [64, 4, 2], [64, 3, 1]], hidden=[512],
         lr=LR, gamma=GAMMA, batch_size=BATCH, learning_starts=args.learning_starts,
         updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0, double=False,
         n_step=1, max_grad_norm=MAX_GRAD_NORM, exploration={"initial": 1.0, "final": EPS_FINAL, "fraction": EPS_FRACTION},
-        replay="uniform", capacity=BUFFER, torch_threads=args.threads,
-        plan=Plan(batch_size=BATCH, runtime=args.runtime, actors=args.actors))
+        replay="uniform", capacity=BUFFER, torch_threads=args.threads, learner_precision=args.precision,
+        plan=Plan(batch_size=BATCH, runtime=runtime, actors=args.actors if runtime == "processes" else 1))
     torch.set_num_threads(args.threads)
     _ = agent.actor  # the env is built before the clock starts
-    started = time.perf_counter()
-    summary = agent.train(args.steps, time_tasks=True)
-    wall = time.perf_counter() - started
+    started, cpu = time.perf_counter(), cpu_seconds()
+    summary = agent.train(args.steps, time_tasks=True)  # the processes runtime joins its actors at the end
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     return {"impl": "pearl", "seed": seed, "env_steps": summary["env_steps"], "updates": summary["updates"],
-            "wall_s": wall, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
+            "wall_s": wall, "cpu_s": cpu, "steps_per_s": summary["env_steps"] / wall, "updates_per_s": summary["updates"] / wall,
             "train_mean_return_100": summary["mean_return_100"], "task_us": summary.get("task_us")}
 
 
-def run_sb3(seed: int, args) -> dict:
+def run_sb3(seed: int, args, threads: int) -> dict:
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=seed, wrapper_kwargs={"terminal_on_life_loss": False}),
                         n_stack=4)
     model = DQN("CnnPolicy", env, learning_rate=LR, buffer_size=BUFFER, learning_starts=args.learning_starts,
@@ -95,26 +109,33 @@ def run_sb3(seed: int, args) -> dict:
                 target_update_interval=TARGET_UPDATE, exploration_fraction=EPS_FRACTION,
                 exploration_final_eps=EPS_FINAL, max_grad_norm=MAX_GRAD_NORM, optimize_memory_usage=False,
                 verbose=0, seed=seed, device="cpu")
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
+    torch.set_num_threads(threads)
+    started, cpu = time.perf_counter(), cpu_seconds()
     model.learn(total_timesteps=args.steps, progress_bar=False)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     recent = [info["r"] for info in model.ep_info_buffer] if model.ep_info_buffer else []
     env.close()
     return {"impl": "sb3", "seed": seed, "env_steps": int(model.num_timesteps), "updates": int(model._n_updates),
-            "wall_s": wall, "steps_per_s": model.num_timesteps / wall, "updates_per_s": model._n_updates / wall,
+            "wall_s": wall, "cpu_s": cpu, "steps_per_s": model.num_timesteps / wall, "updates_per_s": model._n_updates / wall,
             "train_mean_return_100": float(statistics.fmean(recent)) if recent else None}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its reaped children (actor processes): on a
+    shared machine, CPU per env step is the figure load does not scale."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def report(seed: int, order: list[str], rows: dict) -> None:
     print(f"\nseed {seed} (ran {' then '.join(order)}; load {os.getloadavg()[0]:.2f})")
-    for name in ("pearl", "sb3"):
+    for name in order:
         r = rows[name]
-        print(f"  {name:<6} {r['env_steps']:>7d} steps {r['updates']:>6d} updates {r['wall_s']:>8.1f} s "
+        print(f"  {name:<16} {r['env_steps']:>7d} steps {r['updates']:>6d} updates {r['wall_s']:>8.1f} s "
               f"{r['steps_per_s']:>7.1f} steps/s {r['updates_per_s']:>6.2f} updates/s "
-              f"train return {r['train_mean_return_100']}")
-    print(f"  ratio pearl/sb3 env steps/s: {rows['pearl']['steps_per_s'] / rows['sb3']['steps_per_s']:.2f}x;"
-          f" pearl us per task call: {rows['pearl'].get('task_us')}")
+              f"CPU {r['cpu_s'] / r['env_steps'] * 1e3:6.2f} ms/step "
+              f"train return {r['train_mean_return_100']}" + (f"\n    us per task call: {r['task_us']}"
+                                                               if r.get("task_us") else ""))
     sys.stdout.flush()
 
 
@@ -126,18 +147,28 @@ def main(argv=None) -> int:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, learning_starts "
-          f"{args.learning_starts}, torch {found['torch']} with {args.threads} thread(s), PEARL runtime "
-          f"{args.runtime} ({args.actors} actor(s)); CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}")
-    results = run_alternating(args.seeds, {"pearl": lambda seed: run_pearl(seed, args),
-                                           "sb3": lambda seed: run_sb3(seed, args)}, report)
-    ratios = [r["pearl"]["steps_per_s"] / r["sb3"]["steps_per_s"] for r in results]
-    median = statistics.median(ratios)
-    print(f"\nenv steps/s ratio pearl/sb3 per seed: {', '.join(f'{x:.2f}x' for x in ratios)}; median {median:.2f}x "
-          f"({'meets' if median >= TARGET_SPEEDUP else 'below'} the {TARGET_SPEEDUP:g}x target); "
-          f"load {os.getloadavg()}")
+          f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
+          f"{args.precision}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
+          f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
+    runners = {f"pearl-{runtime}": (lambda seed, runtime=runtime: run_pearl(seed, args, runtime))
+               for runtime in args.runtimes}
+    runners.update({sb3_name(threads): (lambda seed, threads=threads: run_sb3(seed, args, threads))
+                    for threads in args.sb3_threads})
+    results = run_alternating(args.seeds, runners, report)
+    rival = best_rival(results)
+    print(f"\nSB3's best: {rival} ({median_of(results, rival, 'steps_per_s'):.1f} steps/s median)")
+    for runtime in args.runtimes:
+        ratios = ratios_per_seed(results, f"pearl-{runtime}", rival)
+        median = statistics.median(ratios)
+        cpu = [r[rival]["cpu_s"] / r[rival]["env_steps"] / (r[f"pearl-{runtime}"]["cpu_s"] / r[f"pearl-{runtime}"]["env_steps"])
+               for r in results]
+        print(f"pearl-{runtime} / {rival} env steps/s per seed: {', '.join(f'{x:.2f}x' for x in ratios)}; median "
+              f"{median:.2f}x ({'meets' if median >= TARGET_SPEEDUP else 'below'} the {TARGET_SPEEDUP:g}x target); "
+              f"{rival}'s CPU per env step / pearl-{runtime}'s: {', '.join(f'{x:.2f}x' for x in cpu)}")
+    print(f"load {os.getloadavg()}")
     if args.json:
         Path(args.json).write_text(json.dumps({"benchmark": "e2e_atari", "env": ENV_ID, "args": vars(args),
-                                               "per_seed": results, "ratios": ratios}, indent=2) + "\n")
+                                               "per_seed": results, "rival": rival}, indent=2) + "\n")
     return 0
 
 

@@ -193,7 +193,7 @@ class Costs:
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
             if task == "learn":
-                peak *= PRODUCT_SPEEDUP[cand.precision]
+                peak *= learn_speedup(self.workload, cand)
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
@@ -346,6 +346,24 @@ class Costs:
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
             out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
         return out
+
+
+# DQN's torch learner with a CNN Q-network in bfloat16 (runtime.learner_precision: bf16; pearl/nets.py
+# BF16Copy: channels-last bfloat16 copies on oneDNN's AMX kernels, float32 masters, fused Adam): the
+# whole update against the float32 one, Nature CNN at batch 32, one thread, CPU time, interleaved
+# (benchmarks/cnn_paths.py on this project's Xeon, docs/BENCHMARKS.md "Pixels end to end"):
+# 56.1 vs 27.6 ms. MinAtar's one small conv gains less (3.75 vs 3.19 ms), but its update is the
+# call overhead the call counts price, not FLOPs. Kept apart from PRODUCT_SPEEDUP (the fused MLP
+# learners' products) so each figure stays with what it measured.
+TORCH_CNN_BF16_SPEEDUP = 2.0
+
+
+def learn_speedup(workload, cand) -> float:
+    """How much faster than float32 a candidate's learn FLOPs run at its precision: DQN's torch CNN
+    learner in bf16 (TORCH_CNN_BF16_SPEEDUP), else the fused learners' products (PRODUCT_SPEEDUP)."""
+    if cand.precision == "bf16" and cand.learner_kernel == "torch" and workload.image:
+        return TORCH_CNN_BF16_SPEEDUP
+    return PRODUCT_SPEEDUP[cand.precision]
 
 
 def learner_variant(cand) -> str:

@@ -71,9 +71,12 @@ class Discrete:
         return algorithm_class(config.algo)(self.obs_dim, self.n_actions, config.algo_config,
                                             config.total_steps, config.seed, **image)
 
+    def precision_kernels(self) -> tuple[str, ...]:
+        """The learner kernels with a bf16 precision: DQN's torch learner for a CNN Q-network."""
+        return ("torch",) if self.image else ()
+
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
-        """`precision`: always fp32 here (ExperimentConfig.check refuses another for DQN)."""
-        return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device)
+        return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device, precision)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -127,6 +130,10 @@ class Continuous:
     def algorithm(self, config: ExperimentConfig):
         image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
         return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
+
+    def precision_kernels(self) -> tuple[str, ...]:
+        """The learner kernels with a bf16 precision: the fused DDPG / TD3 / SAC learners."""
+        return ("fused",)
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
         if kernel != "fused":
@@ -269,7 +276,11 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
-    if plan.learner_precision != "fp32" and kernel != "fused":
+    if plan.learner_precision != "fp32" and kernel not in family.precision_kernels():
+        if config.algo == "dqn":
+            raise ConfigError(f"runtime.learner_precision: {plan.learner_precision} products run in DQN's torch "
+                              f"learner for a CNN Q-network; {config.env}'s observations are flat (expected "
+                              f"image observations, or learner_precision fp32)")
         raise ConfigError(f"runtime.learner_precision: {plan.learner_precision} products run in the fused cpu "
                           f"learner; this run's learner is {kernel} on {plan.device_of('learn')} (expected "
                           f"learner_kernel fused or auto on the cpu, or learner_precision fp32)")

@@ -180,8 +180,8 @@ class RuntimeConfig:
     device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N (a Plan's devices.learn)
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
     # the learner's matrix products: float32, or bfloat16 operands accumulated in float32 with
-    # float32 master weights, Adam state and losses (the fused DDPG / TD3 learner; a Plan's
-    # learner_precision)
+    # float32 master weights, Adam state and losses (the fused DDPG / TD3 / SAC learners, and DQN's
+    # torch learner for a CNN Q-network; pearl/build.py refuses the rest; a Plan's learner_precision)
     learner_precision: Literal["fp32", "bf16"] = "fp32"
     envs_per_actor: int = 1
     torch_threads: int = 1
@@ -263,9 +263,6 @@ class ExperimentConfig:
             if self.replay.kind != "uniform":
                 raise ConfigError(f"replay.kind: {self.algo} samples its replay uniformly; expected "
                                   f"'uniform', got {self.replay.kind!r}")
-        if self.runtime.learner_precision != "fp32" and self.algo not in BF16_ALGOS:
-            raise ConfigError(f"runtime.learner_precision: {self.runtime.learner_precision} products run in the "
-                              f"fused {', '.join(a.upper() for a in BF16_ALGOS)} learners; {self.algo} runs 'fp32'")
 
     @property
     def algo_config(self):

@@ -65,8 +65,11 @@ class ConvEncoder(nn.Module):
         self.out_features = int(np.prod(shapes[-1]))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # (N, C, H, W), (N, H, W) (one channel) or rows of the flattened image: a view as (N, C, H, W)
-        x = obs.reshape(obs.shape[0], *self.in_shape).to(torch.float32)
+        # (N, C, H, W), (N, H, W) (one channel) or rows of the flattened image: a view as (N, C, H, W),
+        # converted once to the convolutions' dtype (float32, or a BF16Copy's bfloat16) and layout
+        weight = self.convs[0].weight
+        layout = torch.channels_last if weight.dtype == torch.bfloat16 else torch.contiguous_format
+        x = obs.reshape(obs.shape[0], *self.in_shape).to(weight.dtype, memory_format=layout)
         if self.obs_scale != 1.0:
             x = x * self.obs_scale
         return self.convs(x).flatten(1)
@@ -106,6 +109,36 @@ class CNNQNetwork(nn.Module):
         return self.value(h) + advantage - advantage.mean(dim=-1, keepdim=True)
 
 
+class BF16Copy(nn.Module):
+    """A bfloat16, channels-last copy of a float32 network, for a learner whose convolutions and
+    products run in bfloat16 (runtime.learner_precision: bf16) while the float32 network stays the
+    master: Adam updates it, checkpoints and actors read it. Why a kept copy rather than autocast:
+    autocast converts every weight at every forward (three per DQN update) and its gradients come back
+    through per-op casts; oneDNN's bfloat16 kernels (AMX on this Xeon) want the channels-last bfloat16
+    operands directly (benchmarks/cnn_paths.py: full-bf16 copies vs autocast, docs/BENCHMARKS.md).
+
+    Outputs are float32, so losses and targets are computed in float32. `refresh` copies the master's
+    weights in (after each optimizer step or target update); `grads_to_master` hands this copy's
+    gradients to the master's parameters as float32 and clears its own."""
+
+    def __init__(self, master: nn.Module):
+        super().__init__()
+        self.net = copy.deepcopy(master).to(dtype=torch.bfloat16, memory_format=torch.channels_last)
+        self._pairs = (list(self.net.parameters()), list(master.parameters()))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).float()
+
+    def refresh(self) -> None:
+        with torch.no_grad():
+            torch._foreach_copy_(*self._pairs)
+
+    def grads_to_master(self) -> None:
+        for low, master in zip(*self._pairs):
+            master.grad = None if low.grad is None else low.grad.to(master.dtype).contiguous()
+            low.grad = None
+
+
 class TorchPolicy:
     """The actor's copy of a network the numpy act kernels cannot run (a CNN): the network built by
     `build()` on the cpu, loaded from the flat float32 weights every learner publishes.
@@ -122,15 +155,18 @@ class TorchPolicy:
         self.net = build().requires_grad_(False)
         self.net.eval()
         self.flat = np.zeros(sum(p.numel() for p in self.net.parameters()), dtype=np.float32)
+        # the parameters are views of `flat`, so a load is one copy (a sync of the Nature CNN's 1.7M
+        # weights every update: two copies cost ~1 ms more)
+        offset = 0
+        for p in self.net.parameters():
+            n = p.numel()
+            view = torch.from_numpy(self.flat[offset:offset + n]).view_as(p)
+            view.copy_(p.data)
+            p.data = view
+            offset += n
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)
-        offset = 0
-        with torch.no_grad():
-            for p in self.net.parameters():
-                n = p.numel()
-                p.copy_(torch.from_numpy(self.flat[offset:offset + n]).view_as(p))
-                offset += n
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():

@@ -82,7 +82,10 @@ class CPUBackend(Backend):
                         # their derivatives by hand (~40 elementwise calls, read off its code, not fitted)
                         ("sac", "learn", "fused"): 110, ("sac", "learn", "fused/bf16"): 135,
                         ("ddpg", "learn", "torch"): 195, ("td3", "learn", "torch"): 190,
-                        ("sac", "learn", "torch"): 360}
+                        ("sac", "learn", "torch"): 360,
+                        # DQN's torch CNN learner in bf16: the autograd update's ops plus BF16Copy's
+                        # conversions (a gradient per parameter, the weight copy, the float32 outputs)
+                        ("dqn", "learn", "torch/bf16"): 175}
 
     def detect(self) -> list[dict]:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -100,8 +103,13 @@ class CPUBackend(Backend):
         return workload.learner_kernels
 
     def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
-        """bf16 too for the fused DDPG / TD3 / SAC learners on a CPU with bfloat16 units."""
-        return workload.fused_precisions if kernel == "fused" and bf16_products() else ("fp32",)
+        """bf16 too, on a CPU with bfloat16 units, for the fused DDPG / TD3 / SAC learners and for
+        DQN's torch learner of a CNN Q-network (pearl/runtime/learners.py)."""
+        if not bf16_products():
+            return ("fp32",)
+        if kernel == "torch" and workload.algo == "dqn" and workload.image:
+            return ("fp32", "bf16")
+        return workload.fused_precisions if kernel == "fused" else ("fp32",)
 
     def sum_tree(self, device, capacity: int, fanout: int, platform=None):
         from pearl.kernels.cpu.fast_sumtree import NumbaSumTree

@@ -1,0 +1,159 @@
+"""DQN's torch learner with bfloat16 CNN products (runtime.learner_precision: bf16, issue 16): the
+update against the float32 update from the same weights (loss and gradients within bfloat16's
+rounding, measured against torch's own autocast path as in tests/test_learner_precision.py), the
+bfloat16 copies following the float32 masters, learning, checkpoints, and the one-line refusal for
+an MLP Q-network."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pearl
+from pearl.algos.dqn import DQN
+from pearl.config import DQNConfig
+from pearl.errors import ConfigError
+from pearl.replay import Batch
+from pearl.runtime.learners import TorchLearner
+
+NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
+        "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
+B = 32
+LOSS_RTOL = 1e-3  # measured ~3e-5: float32 outputs and loss, the rounding averages over the batch
+VS_AUTOCAST = 1.5  # our gradient's error may be this much above autocast's at the same update,
+GRADIENT_RTOL = 0.05  # or up to this
+MIN_COSINE = 0.98
+MINATAR = dict(conv=[[16, 3, 1]], hidden=[32], batch_size=8, learning_starts=64, capacity=500,
+               target_update_interval=50, updates_per_step=0.25)
+
+
+def frames(net: str, seed: int) -> Batch:
+    shape, _, _, _, high = NETS[net]
+    rng = np.random.default_rng(seed)
+    return Batch(rng.integers(0, high, (B, *shape), dtype=np.uint8), rng.integers(0, 4, B),
+                 rng.normal(size=B).astype(np.float32), rng.integers(0, high, (B, *shape), dtype=np.uint8),
+                 np.where(rng.random(B) < 0.1, 0.0, 0.99).astype(np.float32), indices=np.arange(B))
+
+
+def algorithm(net: str, lr: float = 1e-5) -> DQN:
+    shape, conv, hidden, scale, _ = NETS[net]
+    return DQN(int(np.prod(shape)), 4, DQNConfig(hidden=hidden, conv=conv, lr=lr), 1000, seed=5,
+               obs_shape=shape, obs_scale=scale)
+
+
+class AutocastLearner(TorchLearner):
+    """torch's own bfloat16 path: the float32 update under torch.autocast (the yardstick)."""
+
+    def update(self, batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().update(batch)
+
+
+def gradient(algo) -> np.ndarray:
+    return torch.cat([p.grad.reshape(-1) for p in algo.online.parameters()]).numpy().copy()
+
+
+def relative_error(got, want) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def assert_copies_are_the_masters_rounded(learner) -> None:
+    for name, low in learner._low.items():
+        for copy, master in zip(low.net.parameters(), learner.algo.networks()[name].parameters()):
+            assert copy.dtype == torch.bfloat16
+            np.testing.assert_array_equal(copy.detach().float().numpy(), master.detach().to(torch.bfloat16).float().numpy())
+
+
+@pytest.mark.parametrize("net", NETS)
+def test_bf16_update_follows_the_float32_update(net):
+    """Each update's loss and master gradient against the float32 update from the same weights (a
+    small lr keeps the runs together, so each update is compared alone); a target update between."""
+    algos = {name: algorithm(net) for name in ("fp32", "autocast", "bf16")}
+    learners = {"fp32": TorchLearner(algos["fp32"], "cpu"), "autocast": AutocastLearner(algos["autocast"], "cpu"),
+                "bf16": TorchLearner(algos["bf16"], "cpu", "bf16")}
+    bf16 = learners["bf16"]
+    for step in range(4):
+        losses, grads, tds = {}, {}, {}
+        for name, learner in learners.items():
+            losses[name], tds[name] = learner.update(frames(net, step))
+            grads[name] = gradient(algos[name])
+        assert tds["bf16"].dtype == np.float32
+        assert losses["bf16"] == pytest.approx(losses["fp32"], rel=LOSS_RTOL)
+        error, yardstick = relative_error(grads["bf16"], grads["fp32"]), relative_error(grads["autocast"], grads["fp32"])
+        assert 1e-5 < error < max(VS_AUTOCAST * yardstick, GRADIENT_RTOL), (step, error, yardstick)
+        cosine = grads["bf16"] @ grads["fp32"] / (np.linalg.norm(grads["bf16"]) * np.linalg.norm(grads["fp32"]))
+        assert cosine > MIN_COSINE, (step, cosine)
+        assert_copies_are_the_masters_rounded(bf16)  # the step reached the copy the next forward reads
+        if step == 1:
+            for learner in learners.values():
+                learner.update_target()
+            assert_copies_are_the_masters_rounded(bf16)
+    assert all(p.dtype == torch.float32 for p in algos["bf16"].online.parameters())
+    assert bf16.algo.optimizer.defaults["fused"]
+
+
+def test_bf16_learner_fits_a_fixed_batch_like_float32():
+    """Learning: repeated updates on one batch (targets from a frozen target net) cut the loss as the
+    float32 learner's do."""
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        learner = TorchLearner(algorithm("minatar", lr=1e-3), "cpu", precision)
+        batch = frames("minatar", 0)
+        losses[precision] = [learner.update(batch)[0] for _ in range(150)]
+    for precision, curve in losses.items():
+        assert curve[-1] < 0.05 * curve[0], (precision, curve[0], curve[-1])
+    assert losses["bf16"][-1] < 3 * losses["fp32"][-1] + 1e-3
+
+
+def test_minatar_trains_with_bf16_and_reloads(tmp_path):
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="bf16", **MINATAR)
+    assert agent.learner.kernel == "torch" and agent.learner.precision == "bf16"
+    agent.train(300)
+    assert agent.counters.updates == (300 - 64) // 4
+    assert_copies_are_the_masters_rounded(agent.learner)
+    agent.save(tmp_path / "bf16.npz")
+    restored = pearl.load(tmp_path / "bf16.npz")
+    assert restored.learner.precision == "bf16"
+    np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
+    assert_copies_are_the_masters_rounded(restored.learner)  # the loaded weights reached the copies
+    restored.train(50)
+
+
+def test_bf16_for_an_mlp_q_network_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 products run in DQN's torch learner "
+                                          r"for a CNN Q-network; CartPole-v1's observations are flat"):
+        pearl.DQN("CartPole-v1", learner_precision="bf16", hidden=[8])
+
+
+def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
+    """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
+    Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
+    from pearl.config import parse_config
+    from pearl.estimator.costs import TORCH_CNN_BF16_SPEEDUP, Costs
+    from pearl.estimator.mapper import candidates
+    from pearl.estimator.model import Candidate
+    from pearl.estimator.workload import Workload, workload_from_config
+    from pearl.kernels.cpu import backend as cpu_backend
+    from pearl.platforms import load_platform
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+    platform = load_platform("ci_2core")
+    workload = workload_from_config(parse_config({"env": "MinAtar/Breakout-v1",
+                                                  "dqn": {"conv": [[16, 3, 1]], "hidden": [128]}}))
+    cands, _ = candidates(platform, workload, envs=(1,), batches=(32,))
+    assert {(c.learner_kernel, c.precision) for c in cands} == {("torch", "fp32"), ("torch", "bf16")}
+    assert next(c for c in cands if c.precision == "bf16").to_plan().learner_precision == "bf16"
+    mlp, _ = candidates(platform, Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 1000, 16, 0.25, 100),
+                        envs=(1,), batches=(64,))
+    assert {c.precision for c in mlp} == {"fp32"}
+    # the Nature CNN's update is FLOP-bound (MinAtar's is bytes- and call-bound)
+    costs = Costs(platform, workload_from_config(parse_config({"env": "BreakoutNoFrameskip-v4",
+                                                               "dqn": {"hidden": [512]}})))
+    fp32, bf16 = (Candidate("uniform", "cpu", "cpu", "torch", 1, 32, precision=p) for p in ("fp32", "bf16"))
+    overhead = platform.device("cpu").call_overhead_us * 1e-6
+    fixed = {c.precision: cpu_backend.CPUBackend().calls("learn", k, "dqn") * overhead
+             for c, k in ((fp32, "torch"), (bf16, "torch/bf16"))}
+    learn = {c.precision: costs.task_seconds("learn", c) for c in (fp32, bf16)}
+    assert learn["fp32"][1] == learn["bf16"][1] == "analytic" and fixed["bf16"] > fixed["fp32"]
+    assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
+        TORCH_CNN_BF16_SPEEDUP)
