@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import statistics
@@ -141,6 +142,25 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
     return snapshot
 
 
+def driver_threads() -> dict[int, str]:
+    """This process's threads by role (cpu_snapshot's `threads`): the learner's, the replay server's."""
+    import threading
+
+    threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
+    threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
+                    if t.name == "replay-server"})
+    return threads
+
+
+# cpu_snapshot's roles as the ray model's sides (--accuracy); Ray's own processes are the rest
+MODEL_ROLES = (("driver", "driver"), ("node agents", "agents"), ("replay shards", "servers"),
+               ("actor processes", "actors"))
+
+
+def model_role(role: str) -> str:
+    return next((side for prefix, side in MODEL_ROLES if role.startswith(prefix)), "ray")
+
+
 def cpu_delta(before: dict, after: dict) -> dict[str, float]:
     """Seconds on the CPU by role between two snapshots (threads born since count whole)."""
     spent: dict[str, float] = {}
@@ -175,8 +195,6 @@ def _actor_clocks(agent) -> tuple[float, float, float, int]:
 def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
     """One run; over its steady part (env steps 25% -> 90% of `steps`): CPU seconds per 1,000 env
     steps by role, the actors' act / wait / act-CPU time per round, env steps/s."""
-    import threading
-
     from pearl.api import make_agent
     from pearl.config import apply_overrides, default_config_path, load_config
 
@@ -191,10 +209,7 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
         if not first:
             first.append(time.perf_counter())  # the first round: start-up done
         if len(marks) < 2 and a.env_steps >= (steps // 4, steps * 9 // 10)[len(marks)]:
-            threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
-            threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
-                            if t.name == "replay-server"})
-            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a), cpu_snapshot(threads)))
+            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a), cpu_snapshot(driver_threads())))
 
     started = time.perf_counter()
     agent.train(steps, on_round=mark)
@@ -228,7 +243,8 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
 
     def on_round(a):
         now = time.perf_counter()
-        marks.append((now, a.env_steps))
+        # the ray runtime's env steps of its learner's own actor so far (act_while_actors_start)
+        marks.append((now, a.env_steps, getattr(a.counters, "learner_env_steps", 0)))
         if probe is not None:
             for name, at in (("start", steps // 4), ("end", last)):
                 if name not in probes and a.env_steps >= at:
@@ -237,32 +253,14 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
     started = time.perf_counter()
     agent.train(steps, on_round=on_round)
     wall = time.perf_counter() - started
-    steady = [m for m in marks if m[1] >= steps // 4 and (until is None or m[1] <= last)]
+    # the steady part: from steps / 4 on, and (ray) once the node agents' steps are in
+    steady = [m for m in marks if m[1] >= steps // 4 and m[1] > m[2] and (until is None or m[1] <= last)]
     rate = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else float("nan")
     assert agent.updates == int(max(0, agent.env_steps - 1000) * 0.25), "the replay ratio is not exact"
-    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes}
-
-
-# The processes of a ray run by role, from their command lines (Ray titles its workers ray::Class)
-ROLES = (("agents", "ray::NodeAgent"), ("servers", "ray::ReplayShard"), ("actors", "actor_main"))
-
-
-def cpu_by_role() -> dict[int, tuple[str, float]]:
-    """pid -> (role, CPU seconds so far) of this process (the driver: learner and, with `learner`,
-    the replay server's thread) and of its descendants: node agents, replay shards, actor
-    processes, and Ray's own (raylets, GCS, agents, idle workers)."""
-    import ray  # noqa: F401  (Ray's thirdparty_files carry psutil)
-    import psutil
-
-    me = psutil.Process()
-    out = {me.pid: ("driver", sum(me.cpu_times()[:2]))}
-    for proc in me.children(recursive=True):
-        try:
-            line = " ".join(proc.cmdline())
-            out[proc.pid] = (next((name for name, mark in ROLES if mark in line), "ray"), sum(proc.cpu_times()[:2]))
-        except psutil.Error:
-            continue  # gone meanwhile
-    return out
+    # the env steps the learner's own actor took while the actors / node agents started
+    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes,
+                                          "learner_steps": getattr(agent.counters, "learner_env_steps", 0),
+                                          "first_round_s": marks[0][0] - started if marks else None}
 
 
 PUBLISHED = {"sends": 0, "puts": 0, "cpu_s": 0.0}  # the driver's publisher, counted by `watch_publisher`
@@ -287,13 +285,12 @@ def watch_publisher() -> None:
 
 
 def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
-    """Per role, CPU us per env step between two probes (time, env steps, cpu_by_role()) of the
-    processes alive at both (an actor process that ended or started between them is left out)."""
+    """Per side of the ray model (model_role), CPU us per env step between two probes (time, env
+    steps, (cpu_snapshot, PUBLISHED)): the same accounting as --cpu."""
     (_, s0, (c0, p0)), (_, s1, (c1, p1)) = start, end
     out = {role: 0.0 for role in ("driver", "agents", "servers", "actors", "ray")}
-    for pid, (role, seconds) in c1.items():
-        if pid in c0:
-            out[role] += 1e6 * (seconds - c0[pid][1]) / (s1 - s0)
+    for role, seconds in cpu_delta(c0, c1).items():
+        out[model_role(role)] += 1e6 * seconds / (s1 - s0)
     puts = p1["puts"] - p0["puts"]
     out.update(publishes_per_step=puts / (s1 - s0), us_per_publish=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / max(1, puts),
                publisher_us=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / (s1 - s0))
@@ -301,7 +298,7 @@ def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
 
 
 def probe() -> tuple:
-    return cpu_by_role(), dict(PUBLISHED)
+    return cpu_snapshot(driver_threads()), dict(PUBLISHED)
 
 
 def learning_run(plan, seed: int) -> dict:
@@ -405,7 +402,9 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
         for _ in range(passes):  # in turns: a burst of load hits one run of several plans
             for cand in cands:
                 loads[cand].append(os.getloadavg()[0])
-                _, steady, info = pearl_run(cand.to_plan(), steps, 0, 1, until=0.9, probe=probe)
+                # the model prices the agents' steady state: no learner's own actor at the start
+                plan = dataclasses.replace(cand.to_plan(), act_while_actors_start=False)
+                _, steady, info = pearl_run(plan, steps, 0, 1, until=0.9, probe=probe)
                 if steady >= max(rates[cand], default=0.0):
                     cpu[cand] = cpu_per_step(info["probes"]["start"], info["probes"]["end"])
                 rates[cand].append(steady)
@@ -665,8 +664,9 @@ def run_main(args) -> None:
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
     plans = {name: plans[name] for name in args.runtimes.split(",")}
-    if args.cpu:
-        return cpu_report(plans, args)
+    if args.cpu:  # the steady part's CPU: the agents' and actors', not the learner's own actor at the start
+        return cpu_report({name: dataclasses.replace(plan, act_while_actors_start=False)
+                           for name, plan in plans.items()}, args)
     results: dict[str, list] = {name: [] for name in (*plans, *(["rllib"] if args.rllib else []))}
     for seed in range(args.seeds):
         for name, plan in plans.items():
