@@ -10,8 +10,10 @@ step, batch 64, 64x64) at n-step --n-step (default 1) for --steps env steps per 
   (the same updates per env step), its own defaults otherwise.
 Runs alternate (processes, ray, rllib) per seed so load changes hit each alike. Figures: env steps/s
 over the whole `train` call (start-up included) and over the steady part (after the first quarter
-of the steps), per seed, the ratio ray / processes beside them; the machine's load average before
-and after.
+of the steps; for ray also after its learner's own actor handed over to the node agents), per
+seed, the ratio ray / processes beside them; the machine's load average before and after. Both
+runtimes step the learner's own actor while their actors start (plan.act_while_actors_start);
+`--no-learner-start` turns that off for ray (its node agents take every step).
 
     RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 \
         python benchmarks/ray_runtime.py --steps 20000 --seeds 3 --actors 2 --envs 8 [--rllib]
@@ -625,6 +627,8 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
     parser.add_argument("--scaling", metavar="PLATFORM", help="the model's figures for 1-64 nodes on a cluster profile")
     parser.add_argument("--runtimes", default="processes,ray", help="which of processes, ray to run")
+    parser.add_argument("--no-learner-start", action="store_true",
+                        help="ray: the node agents take every step (plan.act_while_actors_start off)")
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
@@ -662,6 +666,7 @@ def run_main(args) -> None:
           f"{args.actors} actors x {args.envs} envs")
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
+                         act_while_actors_start=not args.no_learner_start,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
     plans = {name: plans[name] for name in args.runtimes.split(",")}
     if args.cpu:  # the steady part's CPU: the agents' and actors', not the learner's own actor at the start
