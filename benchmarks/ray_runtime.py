@@ -68,9 +68,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-# -- CPU accounting (--cpu): every thread of this process and of its descendants (Ray's GCS,
-# raylets, their agents and workers, the node agents and their actor processes; the processes
-# runtime's actors), from /proc/PID/task/TID/schedstat (ns on the CPU), by role.
+# -- CPU accounting (--cpu, --accuracy, --calls): every thread of this process and of its
+# descendants (Ray's GCS, raylets, their agents and workers, the node agents and their actor
+# processes; the processes runtime's actors), from /proc/PID/task/TID/schedstat (ns on the CPU), by role.
 def _processes() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, command line) of every process."""
     found = {}
@@ -211,7 +211,8 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
         if not first:
             first.append(time.perf_counter())  # the first round: start-up done
         if len(marks) < 2 and a.env_steps >= (steps // 4, steps * 9 // 10)[len(marks)]:
-            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a), cpu_snapshot(driver_threads())))
+            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a),
+                          cpu_snapshot(driver_threads())))
 
     started = time.perf_counter()
     agent.train(steps, on_round=mark)
@@ -480,7 +481,6 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
     per node while idle."""
     import numpy as np
     import ray
-    import psutil  # after ray: Ray's thirdparty_files carry it
 
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
     with local_cluster(nodes):
@@ -527,12 +527,9 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
             ray.get(held)
         ray.kill(echo)
         time.sleep(2.0)
-        ours = psutil.Process()
-        procs = [p for p in ours.children(recursive=True)]
-        before = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-        time.sleep(idle_s)
-        after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-        print(f"Ray's processes while idle ({len(procs)}): {(after - before) / idle_s / nodes:.3f} cores per node")
+        idle = idle_cpu(idle_s)  # the same accounting as --cpu and --accuracy
+        ray_cores = sum(cores for role, cores in idle.items() if model_role(role) == "ray")
+        print(f"Ray's processes while idle: {ray_cores / nodes:.3f} cores per node")
     best = [min(r[i] for r in results) for i in range(5)]
     print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip {1e6 * best[2]:.0f} us, "
           f"wait {1e6 * best[3]:.0f} us, publish delivered {1e6 * best[4]:.0f} us; load average after: "
