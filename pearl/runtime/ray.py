@@ -228,6 +228,15 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if clock() - last_poll > (ENDING_POLL_S if ending else POLL_S) or len(finished) == nodes:
                 last_poll = clock()
                 reports.collect(counters)
+                if ending and stop_by is None:
+                    # an agent still booting when the run's steps are in (the learner's own actor
+                    # took them): it has not even connected to the server, so it holds nothing to
+                    # flush; killed now rather than waited for (its Ray worker: seconds under load)
+                    for ref, node in list(runs.items()):
+                        if not side.connected(node):
+                            runs.pop(ref)
+                            ray.kill(agents[node], no_restart=True)
+                            finished[node] = {}
                 done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
                 for ref in done:
                     node = runs.pop(ref)
@@ -448,6 +457,11 @@ class _InProcess:
             self.replay.progress = service.env_steps
         return finished
 
+    def connected(self, node: int) -> bool:
+        """Whether node agent `node`'s writer has reached the server (its client connects in the
+        agent's __init__, before it starts any actor process)."""
+        return node + 1 in self.service.acked
+
     def grant(self, agents, updates: int) -> None:
         """The server grants credit itself."""
 
@@ -552,6 +566,10 @@ class _Remote:
 
     def regrant(self, node: int) -> None:
         self.granted[node] = None  # a restarted agent starts with no grant
+
+    def connected(self, node: int) -> bool:
+        """Taken as so: the agents take every step here (the learner acts only with `learner`)."""
+        return True
 
     def pull(self) -> tuple[dict, int]:
         """The shards' tables as the run's one table, and the env steps their chunks committed."""
