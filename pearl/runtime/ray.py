@@ -19,6 +19,9 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   object-store put (`ray.put`) that every node agent reads; a sync due sooner, or while the
   previous one is still being delivered, is folded into the next one.
 No transition travels through a Ray call (a checkpoint's pull of remote shards aside).
+While the node agents start (a Ray worker each, then their actor processes), with `learner` and
+`plan.act_while_actors_start` the driver steps the learner's own actor into the table as the
+processes runtime does, until an agent's env steps arrive (docs/RAY.md "Start-up").
 
 The replay ratio: with `learner` the server keeps it (pearl/server/service.py): it counts the env
 steps the agents commit, serves a sample only while updates < floor((env_steps - learning_starts)
