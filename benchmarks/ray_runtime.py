@@ -10,8 +10,10 @@ step, batch 64, 64x64) at n-step --n-step (default 1) for --steps env steps per 
   (the same updates per env step), its own defaults otherwise.
 Runs alternate (processes, ray, rllib) per seed so load changes hit each alike. Figures: env steps/s
 over the whole `train` call (start-up included) and over the steady part (after the first quarter
-of the steps), per seed, the ratio ray / processes beside them; the machine's load average before
-and after.
+of the steps; for ray also after its learner's own actor handed over to the node agents), per
+seed, the ratio ray / processes beside them; the machine's load average before and after. Both
+runtimes step the learner's own actor while their actors start (plan.act_while_actors_start);
+`--no-learner-start` turns that off for ray (its node agents take every step).
 
     RAY_USAGE_STATS_ENABLED=0 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 \
         python benchmarks/ray_runtime.py --steps 20000 --seeds 3 --actors 2 --envs 8 [--rllib]
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import statistics
@@ -65,9 +68,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-# -- CPU accounting (--cpu): every thread of this process and of its descendants (Ray's GCS,
-# raylets, their agents and workers, the node agents and their actor processes; the processes
-# runtime's actors), from /proc/PID/task/TID/schedstat (ns on the CPU), by role.
+# -- CPU accounting (--cpu, --accuracy, --calls): every thread of this process and of its
+# descendants (Ray's GCS, raylets, their agents and workers, the node agents and their actor
+# processes; the processes runtime's actors), from /proc/PID/task/TID/schedstat (ns on the CPU), by role.
 def _processes() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, command line) of every process."""
     found = {}
@@ -141,6 +144,25 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
     return snapshot
 
 
+def driver_threads() -> dict[int, str]:
+    """This process's threads by role (cpu_snapshot's `threads`): the learner's, the replay server's."""
+    import threading
+
+    threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
+    threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
+                    if t.name == "replay-server"})
+    return threads
+
+
+# cpu_snapshot's roles as the ray model's sides (--accuracy); Ray's own processes are the rest
+MODEL_ROLES = (("driver", "driver"), ("node agents", "agents"), ("replay shards", "servers"),
+               ("actor processes", "actors"))
+
+
+def model_role(role: str) -> str:
+    return next((side for prefix, side in MODEL_ROLES if role.startswith(prefix)), "ray")
+
+
 def cpu_delta(before: dict, after: dict) -> dict[str, float]:
     """Seconds on the CPU by role between two snapshots (threads born since count whole)."""
     spent: dict[str, float] = {}
@@ -175,8 +197,6 @@ def _actor_clocks(agent) -> tuple[float, float, float, int]:
 def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
     """One run; over its steady part (env steps 25% -> 90% of `steps`): CPU seconds per 1,000 env
     steps by role, the actors' act / wait / act-CPU time per round, env steps/s."""
-    import threading
-
     from pearl.api import make_agent
     from pearl.config import apply_overrides, default_config_path, load_config
 
@@ -191,10 +211,8 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
         if not first:
             first.append(time.perf_counter())  # the first round: start-up done
         if len(marks) < 2 and a.env_steps >= (steps // 4, steps * 9 // 10)[len(marks)]:
-            threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
-            threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
-                            if t.name == "replay-server"})
-            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a), cpu_snapshot(threads)))
+            marks.append((time.perf_counter(), a.env_steps, a.updates, _actor_clocks(a),
+                          cpu_snapshot(driver_threads())))
 
     started = time.perf_counter()
     agent.train(steps, on_round=mark)
@@ -228,7 +246,8 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
 
     def on_round(a):
         now = time.perf_counter()
-        marks.append((now, a.env_steps))
+        # the ray runtime's env steps of its learner's own actor so far (act_while_actors_start)
+        marks.append((now, a.env_steps, getattr(a.counters, "learner_env_steps", 0)))
         if probe is not None:
             for name, at in (("start", steps // 4), ("end", last)):
                 if name not in probes and a.env_steps >= at:
@@ -237,32 +256,14 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
     started = time.perf_counter()
     agent.train(steps, on_round=on_round)
     wall = time.perf_counter() - started
-    steady = [m for m in marks if m[1] >= steps // 4 and (until is None or m[1] <= last)]
+    # the steady part: from steps / 4 on, and (ray) once the node agents' steps are in
+    steady = [m for m in marks if m[1] >= steps // 4 and m[1] > m[2] and (until is None or m[1] <= last)]
     rate = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else float("nan")
     assert agent.updates == int(max(0, agent.env_steps - 1000) * 0.25), "the replay ratio is not exact"
-    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes}
-
-
-# The processes of a ray run by role, from their command lines (Ray titles its workers ray::Class)
-ROLES = (("agents", "ray::NodeAgent"), ("servers", "ray::ReplayShard"), ("actors", "actor_main"))
-
-
-def cpu_by_role() -> dict[int, tuple[str, float]]:
-    """pid -> (role, CPU seconds so far) of this process (the driver: learner and, with `learner`,
-    the replay server's thread) and of its descendants: node agents, replay shards, actor
-    processes, and Ray's own (raylets, GCS, agents, idle workers)."""
-    import ray  # noqa: F401  (Ray's thirdparty_files carry psutil)
-    import psutil
-
-    me = psutil.Process()
-    out = {me.pid: ("driver", sum(me.cpu_times()[:2]))}
-    for proc in me.children(recursive=True):
-        try:
-            line = " ".join(proc.cmdline())
-            out[proc.pid] = (next((name for name, mark in ROLES if mark in line), "ray"), sum(proc.cpu_times()[:2]))
-        except psutil.Error:
-            continue  # gone meanwhile
-    return out
+    # the env steps the learner's own actor took while the actors / node agents started
+    return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes,
+                                          "learner_steps": getattr(agent.counters, "learner_env_steps", 0),
+                                          "first_round_s": marks[0][0] - started if marks else None}
 
 
 PUBLISHED = {"sends": 0, "puts": 0, "cpu_s": 0.0}  # the driver's publisher, counted by `watch_publisher`
@@ -287,13 +288,12 @@ def watch_publisher() -> None:
 
 
 def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
-    """Per role, CPU us per env step between two probes (time, env steps, cpu_by_role()) of the
-    processes alive at both (an actor process that ended or started between them is left out)."""
+    """Per side of the ray model (model_role), CPU us per env step between two probes (time, env
+    steps, (cpu_snapshot, PUBLISHED)): the same accounting as --cpu."""
     (_, s0, (c0, p0)), (_, s1, (c1, p1)) = start, end
     out = {role: 0.0 for role in ("driver", "agents", "servers", "actors", "ray")}
-    for pid, (role, seconds) in c1.items():
-        if pid in c0:
-            out[role] += 1e6 * (seconds - c0[pid][1]) / (s1 - s0)
+    for role, seconds in cpu_delta(c0, c1).items():
+        out[model_role(role)] += 1e6 * seconds / (s1 - s0)
     puts = p1["puts"] - p0["puts"]
     out.update(publishes_per_step=puts / (s1 - s0), us_per_publish=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / max(1, puts),
                publisher_us=1e6 * (p1["cpu_s"] - p0["cpu_s"]) / (s1 - s0))
@@ -301,7 +301,7 @@ def cpu_per_step(start: tuple, end: tuple) -> dict[str, float]:
 
 
 def probe() -> tuple:
-    return cpu_by_role(), dict(PUBLISHED)
+    return cpu_snapshot(driver_threads()), dict(PUBLISHED)
 
 
 def learning_run(plan, seed: int) -> dict:
@@ -405,7 +405,9 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
         for _ in range(passes):  # in turns: a burst of load hits one run of several plans
             for cand in cands:
                 loads[cand].append(os.getloadavg()[0])
-                _, steady, info = pearl_run(cand.to_plan(), steps, 0, 1, until=0.9, probe=probe)
+                # the model prices the agents' steady state: no learner's own actor at the start
+                plan = dataclasses.replace(cand.to_plan(), act_while_actors_start=False)
+                _, steady, info = pearl_run(plan, steps, 0, 1, until=0.9, probe=probe)
                 if steady >= max(rates[cand], default=0.0):
                     cpu[cand] = cpu_per_step(info["probes"]["start"], info["probes"]["end"])
                 rates[cand].append(steady)
@@ -479,7 +481,6 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
     per node while idle."""
     import numpy as np
     import ray
-    import psutil  # after ray: Ray's thirdparty_files carry it
 
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
     with local_cluster(nodes):
@@ -526,12 +527,9 @@ def calls(nodes: int, rounds: int = 400, idle_s: float = 5.0) -> None:
             ray.get(held)
         ray.kill(echo)
         time.sleep(2.0)
-        ours = psutil.Process()
-        procs = [p for p in ours.children(recursive=True)]
-        before = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-        time.sleep(idle_s)
-        after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-        print(f"Ray's processes while idle ({len(procs)}): {(after - before) / idle_s / nodes:.3f} cores per node")
+        idle = idle_cpu(idle_s)  # the same accounting as --cpu and --accuracy
+        ray_cores = sum(cores for role, cores in idle.items() if model_role(role) == "ray")
+        print(f"Ray's processes while idle: {ray_cores / nodes:.3f} cores per node")
     best = [min(r[i] for r in results) for i in range(5)]
     print(f"# best of 3: call {1e6 * best[0]:.0f} us, put {1e6 * best[1]:.0f} us, round trip {1e6 * best[2]:.0f} us, "
           f"wait {1e6 * best[3]:.0f} us, publish delivered {1e6 * best[4]:.0f} us; load average after: "
@@ -626,6 +624,8 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
     parser.add_argument("--scaling", metavar="PLATFORM", help="the model's figures for 1-64 nodes on a cluster profile")
     parser.add_argument("--runtimes", default="processes,ray", help="which of processes, ray to run")
+    parser.add_argument("--no-learner-start", action="store_true",
+                        help="ray: the node agents take every step (plan.act_while_actors_start off)")
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
@@ -663,10 +663,12 @@ def run_main(args) -> None:
           f"{args.actors} actors x {args.envs} envs")
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
+                         act_while_actors_start=not args.no_learner_start,
                          ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
     plans = {name: plans[name] for name in args.runtimes.split(",")}
-    if args.cpu:
-        return cpu_report(plans, args)
+    if args.cpu:  # the steady part's CPU: the agents' and actors', not the learner's own actor at the start
+        return cpu_report({name: dataclasses.replace(plan, act_while_actors_start=False)
+                           for name, plan in plans.items()}, args)
     results: dict[str, list] = {name: [] for name in (*plans, *(["rllib"] if args.rllib else []))}
     for seed in range(args.seeds):
         for name, plan in plans.items():

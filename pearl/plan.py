@@ -95,7 +95,8 @@ class Plan:
     prefetch: bool = False
     # processes runtime: the learner steps its own actor while the actor processes start (an
     # interpreter, imports and the first compiled-kernel load: ~1 s of CPU each), so a run does
-    # not wait for them; it hands over to them once every one has committed its first round
+    # not wait for them; it hands over to them once every one has committed its first round.
+    # ray runtime (replay: learner): the same while the node agents start, until an agent's steps arrive
     act_while_actors_start: bool = True
     # what steps an actor's envs: real Gymnasium envs in a plain loop, or one EnvPool (C++ envs,
     # `pip install 'pearl-rl[envpool]'`: pays from ~16 envs per actor, costs more at one)

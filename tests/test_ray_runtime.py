@@ -44,8 +44,11 @@ def cluster():
         cluster.shutdown()
 
 
-def on_ray(nodes=2, actors=1, envs=2, chunk=64, **ray_plan) -> Plan:
-    return Plan(runtime="ray", actors=actors, envs_per_actor=envs, ray=RayPlan(nodes=nodes, chunk=chunk, **ray_plan))
+def on_ray(nodes=2, actors=1, envs=2, chunk=64, local=False, **ray_plan) -> Plan:
+    """A ray plan; `local`: plan.act_while_actors_start (off: the node agents take every step, as
+    the tests of their data path, restarts and stops need; a short run may end before they are up)."""
+    return Plan(runtime="ray", actors=actors, envs_per_actor=envs, act_while_actors_start=local,
+                ray=RayPlan(nodes=nodes, chunk=chunk, **ray_plan))
 
 
 def due(agent, ratio=0.25, learning_starts=300) -> int:
@@ -153,6 +156,24 @@ def test_two_nodes_store_every_transition_once_and_keep_the_ratio(cluster):
     assert addresses and all(ip.is_loopback for ip in addresses), addresses
 
 
+def test_the_learner_acts_while_the_node_agents_start(cluster):
+    """plan.act_while_actors_start (the default): the driver's own actor fills the in-process
+    replay until an agent's steps arrive; its rounds are counted with the agents' chunks against
+    the server's ratio: exact at the end, bounded during the run, every transition stored once."""
+    plan = on_ray(local=True)
+    agent = pearl.DQN("CartPole-v1", plan=plan, **FAST)
+    seen = []
+    agent.train(3000, on_round=lambda a: seen.append((a.env_steps, a.updates)))
+    assert agent.env_steps >= 3000 and agent.updates == due(agent)
+    assert_stored_once(agent)
+    lags = [int(max(0, steps - 300) * 0.25) - updates for steps, updates in seen]
+    assert max(lags) <= lag_bound(plan, 0.25, 1)
+    local = agent.counters.learner_env_steps
+    assert local > 0 and local % plan.envs_per_actor == 0  # the driver acted first, whole rounds
+    # the learner's steps and the agents' committed ones are the run's, none twice
+    assert local + sum(n["env_steps"] for n in agent.counters.node_rates) == agent.env_steps
+
+
 @pytest.mark.parametrize("replay, shards, kind", [("server", 1, "uniform"), ("server", 2, "prioritized"),
                                                   ("node", 1, "uniform")])
 def test_replay_placements_store_every_transition_once_and_keep_the_ratio(cluster, replay, shards, kind):
@@ -201,7 +222,7 @@ def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
 
     def kill_once(a):
         agents = a.counters.ray_agents
-        if not killed and a.env_steps > 1200 and agents:
+        if not killed and a.env_steps > 400 and agents:
             killed.append(ray.get(agents[0].pid.remote()))
             os.kill(killed[0], signal.SIGKILL)
 

@@ -161,15 +161,9 @@ class NodeAgent:
                                 config=SimpleNamespace(env=spec["env"]))
         # seeds differ per node and per restart of the agent (its start: the steps already committed)
         start = self.start_steps + self.committed + (self.node << 40)
-        while not self.have_weights.wait(0.05):  # the learner's first publish (a concurrent call)
-            if self.stopping.is_set():
-                return self.report()
         with self.lock:
             actors = _ActorProcesses(parts, start, spec["n_weights"], quota)
-            self._janitor(set(_CREATED))
-            actors.board.publish(self.weights)
-            actors.board.epsilon = self.epsilon
-            self.actors = actors
+            self.actors = actors  # `publish` writes the board from now on
         taken = [0] * n
         pending: list[tuple] = []  # runs copied out of the rings, not yet sent
         rows = steps = 0
@@ -184,10 +178,20 @@ class NodeAgent:
             for index, channel in enumerate(channels):
                 channel.counters[ALLOWED] = min(quota, taken[index] + room)
 
-        allow_actors()
         try:
+            # the actor processes boot (an interpreter, imports, the first kernel load: ~1 s) while
+            # the janitor starts and the learner's first weights arrive; they act only once allowed
             for index in range(n):
                 actors.start(index)
+            self._janitor(set(_CREATED))
+            while not self.have_weights.wait(0.01):  # the learner's first publish (a concurrent call)
+                if self.stopping.is_set():
+                    break
+            if self.weights is not None:  # (not if stopped before the first publish)
+                with self.lock:
+                    actors.board.publish(self.weights)
+                    actors.board.epsilon = self.epsilon
+                allow_actors()
             clock = time.perf_counter
             last_check, oldest = clock(), None  # when the oldest transition of `pending` was taken
             while not self.stopping.is_set():

@@ -19,6 +19,9 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   object-store put (`ray.put`) that every node agent reads; a sync due sooner, or while the
   previous one is still being delivered, is folded into the next one.
 No transition travels through a Ray call (a checkpoint's pull of remote shards aside).
+While the node agents start (a Ray worker each, then their actor processes), with `learner` and
+`plan.act_while_actors_start` the driver steps the learner's own actor into the table as the
+processes runtime does, until an agent's env steps arrive (docs/RAY.md "Start-up").
 
 The replay ratio: with `learner` the server keeps it (pearl/server/service.py): it counts the env
 steps the agents commit, serves a sample only while updates < floor((env_steps - learning_starts)
@@ -68,8 +71,12 @@ def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     """Updates the credit lets the learner trail the count due: the processes runtime's bound, plus
     room for each node agent to hold the credit of one chunk (at most `chunk` rows, each with the
     env steps it commits; n-step heads add up to n_step x envs per actor)."""
-    per_chunk = plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
-    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * per_chunk)
+    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
+
+
+def chunk_steps(plan, n_step: int) -> int:
+    """The env steps one chunk of a node agent may commit: `chunk` rows, and n-step heads."""
+    return plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
 
 
 def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
@@ -193,7 +200,12 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         published = _Publisher(agents)
         published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
         runs = {agents[node].run.remote(): node for node in range(nodes)}
-        loop = _Learning(parts, counters, hooks, side, published)
+        # the learner's own actor steps while the node agents start (a Ray worker, then their actor
+        # processes: ~2-4 s here), as the processes runtime's does, until an agent's steps arrive
+        local = parts.actor if plan.act_while_actors_start and not remote_replay else None
+        loop = _Learning(parts, counters, hooks, side, published, local)
+        counters.learner_env_steps = 0
+        reports = _Reports(agents, rates)
         clock = time.perf_counter
         last_poll = last_report = clock()
         while True:
@@ -210,16 +222,31 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 ending = True
                 for agent in agents:
                     agent.stop.remote()
+            if loop.local is not None:
+                if ending or stop_by is not None or side.env_steps() > start + loop.local_steps:
+                    loop.local = None  # an agent's steps are in (or the run is over): the agents take over
+                else:
+                    loop.act_here()
             loop.learn_due(clock() + LEARN_S)
             if clock() - last_poll > (ENDING_POLL_S if ending else POLL_S) or len(finished) == nodes:
                 last_poll = clock()
-                _collect(agents, counters, rates)
+                reports.collect(counters)
+                if ending and stop_by is None:
+                    # an agent still booting when the run's steps are in (the learner's own actor
+                    # took them): it has not even connected to the server, so it holds nothing to
+                    # flush; killed now rather than waited for (its Ray worker: seconds under load)
+                    for ref, node in list(runs.items()):
+                        if not side.connected(node):
+                            runs.pop(ref)
+                            ray.kill(agents[node], no_restart=True)
+                            finished[node] = {}
                 done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
                 for ref in done:
                     node = runs.pop(ref)
                     try:
                         finished[node] = ray.get(ref)
                         counters.record_episodes(finished[node]["episodes"])
+                        rates.add(finished[node])  # its final report
                     except ray.exceptions.RayActorError as error:
                         if stop_by is not None or ending:  # stopping anyway: its acknowledged chunks are in
                             finished[node] = {}
@@ -245,7 +272,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 break
             if stop_by is not None and clock() > stop_by and counters.updates >= schedule.due(counters.env_steps):
                 break  # an agent that did not finish in time is killed below; its unacknowledged chunks are lost
-            if not moved and counters.updates >= schedule.due(counters.env_steps):
+            if not moved and loop.local is None and counters.updates >= schedule.due(counters.env_steps):
                 time.sleep(IDLE_S)
         _stop_agents(agents, runs, STOP_WAIT_S if stop_by is None else 1)
         # what reached the replay before the agents were gone: its updates too, so the count is exact
@@ -289,8 +316,9 @@ class _Learning:
     target updates after the update completing the count due at each crossing of the interval,
     weights published every sync_interval updates."""
 
-    def __init__(self, parts, counters, hooks, side, published):
+    def __init__(self, parts, counters, hooks, side, published, local=None):
         self.parts, self.counters, self.hooks, self.side, self.published = parts, counters, hooks, side, published
+        self.local, self.local_steps = local, 0  # the learner's own actor while the agents start; its env steps
         self.targets: list[int] = []  # env steps crossed whose target updates are owed
         self.seen = counters.env_steps  # env steps whose crossings are in `targets`
 
@@ -309,6 +337,17 @@ class _Learning:
             self.targets += crossings(self.seen, counters.env_steps, self.parts.schedule.target_interval)
             self.seen = counters.env_steps
         return moved
+
+    def act_here(self) -> None:
+        """One round of the learner's own actor into the table (`_InProcess.act_here`), then counted."""
+        parts, counters = self.parts, self.counters
+        envs = parts.plan.envs_per_actor
+        finished = self.side.act_here(self.local, parts.algo.epsilon(counters.env_steps), envs)
+        if finished is not None:
+            self.local_steps += envs
+            counters.learner_env_steps = self.local_steps  # (the rounds' hooks see it)
+            counters.record_episodes(finished)
+            self.advance()
 
     def learn_due(self, deadline: float = math.inf) -> None:
         """The updates due, until `deadline` (perf_counter): while the learner is the bottleneck
@@ -332,6 +371,8 @@ class _Learning:
                 self.targets.pop(0)
             if sync_due(counters.updates, schedule.sync_interval):
                 self.published.due = True
+                if self.local is not None:
+                    self.local.policy.load(learner.policy_weights())
             if self.published.due:
                 self.published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
             side.grant(self.published.agents, counters.updates)
@@ -368,6 +409,7 @@ class _InProcess:
         self.replay = replay
         self.limiter, replay.rate_limiter = replay.rate_limiter, None  # the server's credits keep the band
         self.pending = None  # the last batch's (indices, |td|), applied before the next draw
+        self.reserve = plan.ray.nodes * chunk_steps(plan, parts.n_step)  # the agents' credit (act_here)
         try:
             self.server.start()
         except BaseException:
@@ -399,6 +441,29 @@ class _InProcess:
 
     def update_priorities(self, indices, abs_td) -> None:
         self.pending = (indices.copy(), np.abs(abs_td, dtype=np.float32))
+
+    def act_here(self, actor, epsilon: float, envs: int):
+        """One round of the learner's own actor stored and counted as a writer's chunk would be, if
+        the ratio leaves room for its env steps beside the credit the agents hold and a chunk's
+        credit for each of them (so the lag stays within the server's bound and an agent that comes
+        up is granted credit at once); its finished episodes, or None if it did not act. Under the
+        server's lock: no insert or grant between the check and the count."""
+        service = self.service
+        with self.server.lock:
+            room = service.ceiling() - service.env_steps - sum(service.credit.values()) - self.reserve
+            if service.snapshot is not None or room < envs:
+                return None
+            transitions, finished = actor.step(epsilon)
+            if transitions is not None:
+                self.replay.add(*transitions)
+            service.env_steps += envs
+            self.replay.progress = service.env_steps
+        return finished
+
+    def connected(self, node: int) -> bool:
+        """Whether node agent `node`'s writer has reached the server (its client connects in the
+        agent's __init__, before it starts any actor process)."""
+        return node + 1 in self.service.acked
 
     def grant(self, agents, updates: int) -> None:
         """The server grants credit itself."""
@@ -505,6 +570,10 @@ class _Remote:
     def regrant(self, node: int) -> None:
         self.granted[node] = None  # a restarted agent starts with no grant
 
+    def connected(self, node: int) -> bool:
+        """Taken as so: the agents take every step here (the learner acts only with `learner`)."""
+        return True
+
     def pull(self) -> tuple[dict, int]:
         """The shards' tables as the run's one table, and the env steps their chunks committed."""
         import ray
@@ -557,18 +626,31 @@ class _CheckpointView:
         return getattr(self._table, name)
 
 
-def _collect(agents, counters: Counters, rates) -> None:
-    """The agents' finished episodes and rates (a dead agent's are lost with it)."""
-    import ray
+class _Reports:
+    """The agents' finished episodes and rates, asked without waiting: one report call in flight
+    per agent, its answer taken at a later poll (an agent still starting, a Ray worker booting,
+    answers only once it is up; the driver learns and acts meanwhile). A dead agent's are lost."""
 
-    refs = [agent.report.remote() for agent in agents]
-    for ref in refs:
-        try:
-            report = ray.get(ref, timeout=30)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            continue
-        counters.record_episodes(report["episodes"])
-        rates.add(report)
+    def __init__(self, agents, rates):
+        self.agents, self.rates, self.asked = agents, rates, {}  # ref -> node
+
+    def collect(self, counters: Counters) -> None:
+        import ray
+
+        if self.asked:
+            done, _ = ray.wait(list(self.asked), num_returns=len(self.asked), timeout=0)
+            for ref in done:
+                self.asked.pop(ref)
+                try:
+                    report = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    continue
+                counters.record_episodes(report["episodes"])
+                self.rates.add(report)
+        waiting = set(self.asked.values())
+        for node, agent in enumerate(self.agents):
+            if node not in waiting:
+                self.asked[agent.report.remote()] = node
 
 
 class _Publisher:
