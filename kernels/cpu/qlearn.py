@@ -17,7 +17,19 @@ from numba import njit
 
 from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 
-_NJIT = dict(cache=True, nogil=True)
+# error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
+# check per division and LLVM vectorizes the Adam loop (16 -> 4 us for 4-64-64-2; the same bits)
+_NJIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _sum_of_squares(grad):
+    """sum(grad**2) in float64; reassociated, so LLVM vectorizes it (4 -> 0.7 us for 4.6k
+    parameters; only the float64 rounding order differs)."""
+    squares = 0.0
+    for p in range(grad.shape[0]):
+        squares += np.float64(grad[p]) * grad[p]
+    return squares
 
 
 @njit(**_NJIT)
@@ -73,11 +85,11 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
             inputs = x[:batch]
         grad[start:start + n_out * n_in].reshape((n_out, n_in))[:, :] = np.dot(grad_z.T, inputs)
         grad_bias = grad[start + n_out * n_in:start + n_out * n_in + n_out]
-        for j in range(n_out):
-            total = np.float32(0.0)
-            for i in range(batch):
-                total += grad_z[i, j]
-            grad_bias[j] = total
+        # row by row (each bias's sum in the same order): the inner loop runs along a row and vectorizes
+        grad_bias[:] = 0.0
+        for i in range(batch):
+            for j in range(n_out):
+                grad_bias[j] += grad_z[i, j]
         if layer:
             weight = online[start:start + n_out * n_in].reshape((n_out, n_in))
             grad_z = np.dot(grad_z, weight)
@@ -86,9 +98,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
                     if inputs[i, j] <= 0:
                         grad_z[i, j] = 0.0
     # clip_grad_norm_ (torch's rule), then Adam step for step as torch.optim.Adam
-    squares = 0.0
-    for p in range(grad.shape[0]):
-        squares += np.float64(grad[p]) * grad[p]
+    squares = _sum_of_squares(grad)
     coef = max_grad_norm / (np.sqrt(squares) + 1e-6)
     scale = np.float32(coef) if coef < 1.0 else np.float32(1.0)
     bias_correction1 = 1.0 - beta1 ** step
