@@ -8,12 +8,16 @@ Two measurements, both on CPU clocks (the machine is shared: wall clock says lit
   exploration draws, the n-step buffer, the ring write, and a whole `Actor.step` + ring write.
 - `--engines`: `Actor.step` per env step on each env engine (plan.env_engine) at 1-32 envs, on
   the process CPU clock (EnvPool steps on a worker thread of its own).
+- `--learner`: the fused DQN update (kernels/cpu/qlearn.py) of e2e_dqn's 4-64-64-2 network at
+  batch 64, vanilla and double, on the thread CPU clock (median and min of interleaved blocks).
 - `--run`: e2e_dqn.py's DQN CartPole setup on the processes runtime (one actor process, one env),
   `--steps` env steps: the actor's sampled CPU per act round (`act_cpu`), its wall time per round
   and waits, the learner process's CPU per env step (time.process_time), the actor processes' CPU
-  per env step including their start-up (getrusage of the children), env steps/s.
+  per env step including their start-up (getrusage of the children), env steps/s, and the share
+  of env steps the learner's own actor took while the actor processes started (`local_share`).
 
     python benchmarks/actor_path.py --parts
+    python benchmarks/actor_path.py --learner
     python benchmarks/actor_path.py --run --steps 50000 --repeats 3
     python benchmarks/actor_path.py --engines
     python benchmarks/actor_path.py --run --engine envpool --envs 32 --runtime sequential
@@ -37,6 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parts", action="store_true", help="time the actor's step path piece by piece")
     p.add_argument("--run", action="store_true", help="time a whole processes-runtime run")
     p.add_argument("--engines", action="store_true", help="Actor.step per env step on each env engine")
+    p.add_argument("--learner", action="store_true", help="the fused DQN update's thread CPU per call")
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--runtime", default="processes", choices=["processes", "sequential"])
@@ -44,8 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--envs", type=int, default=1, help="envs per actor (default 1)")
     p.add_argument("--label", default="", help="a name printed with the run's row (A/B runs)")
     args = p.parse_args(argv)
-    if not (args.parts or args.run or args.engines):
-        p.error("give --parts, --run and/or --engines")
+    if not (args.parts or args.run or args.engines or args.learner):
+        p.error("give --parts, --run, --engines and/or --learner")
     return args
 
 
@@ -185,6 +190,33 @@ def engines(env_counts=(1, 4, 8, 16, 32), blocks: int = 5, steps: int = 20_000) 
         actor.close()
 
 
+def learner(blocks: int = 7, calls: int = 3000) -> None:
+    """Thread CPU per FusedQLearner.update, 4-64-64-2 at batch 64 (e2e_dqn's), vanilla and double."""
+    import numpy as np
+
+    from pearl.kernels.cpu import FusedQLearner, cpu_kernel_mode
+
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((64, 4)).astype(np.float32), rng.integers(0, 2, 64),
+             np.ones(64, np.float32), rng.standard_normal((64, 4)).astype(np.float32), np.full(64, 0.99, np.float32))
+    with cpu_kernel_mode():
+        learners = {}
+        for double in (False, True):
+            learners["double" if double else "vanilla"] = kernel = FusedQLearner([4, 64, 64, 2], 2e-3, double, 10.0)
+            kernel.online[:] = rng.standard_normal(kernel.online.size).astype(np.float32) * 0.1
+            kernel.target[:] = kernel.online
+        times = {name: [] for name in learners}
+        for kernel in learners.values():
+            thread_us(lambda: kernel.update(*batch), 200)  # compile or load, warm caches
+        for _ in range(blocks):
+            for name, kernel in learners.items():
+                times[name].append(thread_us(lambda: kernel.update(*batch), calls))
+    print(f"\nfused DQN update, 4-64-64-2 batch 64, thread CPU us per call (median of {blocks} interleaved "
+          f"blocks of {calls}; min)")
+    for name, values in times.items():
+        print(f"  {name:<8} {statistics.median(values):7.2f}   ({min(values):.2f})")
+
+
 def run_once(args, seed: int) -> dict:
     import pearl
     from pearl.plan import Plan
@@ -205,7 +237,8 @@ def run_once(args, seed: int) -> dict:
     task = summary["task_us"]
     row = {"steps_per_s": steps / wall, "learner_cpu_us": cpu / steps * 1e6,
            "actors_cpu_us": ((after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)) / steps * 1e6,
-           "actor_nvcsw": after.ru_nvcsw - children.ru_nvcsw}
+           "actor_nvcsw": after.ru_nvcsw - children.ru_nvcsw,
+           "local_share": agent.task_timer.calls.get("act_in_learner", 0) * args.envs / steps}
     envs = args.envs
     for name in ("act_cpu", "act", "act_wait", "act_in_learner", "insert", "sample", "learn", "sync_weights"):
         if name in task:
@@ -234,6 +267,8 @@ def main(argv=None) -> int:
         parts()
     if args.engines:
         engines()
+    if args.learner:
+        learner()
     if args.run:
         print(f"\n{args.runtime} runtime, {args.engine} engine, {args.envs} env(s) per actor, {args.steps} steps "
               f"(act_* per env step: us; insert/sample/learn per call)")
