@@ -58,6 +58,12 @@ CPU_KERNEL_EFFICIENCY = 0.4
 # 2.27 ms (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md). An analytic bf16 learn divides its
 # FLOP time by it; `pearl profile` measures bf16 learns where the mapper offers them.
 PRODUCT_SPEEDUP = {"fp32": 1.0, "bf16": 2.25}
+# What each learner thread beyond the first adds to the speed of a learner's matrix products
+# (Plan.learner_threads: torch's intra-op threads split each product): measured with
+# benchmarks/learner_threads.py, see product_thread_speedup. An analytic learn on t threads divides
+# its FLOP time by 1 + (t - 1) x this; `pearl profile` measures the learn at the thread counts the
+# mapper offers.
+PRODUCT_THREAD_GAIN = 0.0
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
@@ -66,6 +72,11 @@ NSTEP_CALLS_PER_ROUND = 2
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
+
+
+def product_thread_speedup(threads: int) -> float:
+    """How much faster a learner's products run on `threads` torch threads than on one (analytic)."""
+    return 1.0 + (threads - 1) * PRODUCT_THREAD_GAIN
 
 
 def env_steps_us(engine: str, envs: int) -> float:
@@ -114,7 +125,8 @@ class Costs:
         if task in ("sample", "update_priorities"):
             return f"{task}|{replay}", cand.batch
         if task == "learn":
-            return f"learn|{learner_variant(cand)}@{cand.learn_device}", cand.batch
+            threads = f"/t{cand.threads}" if cand.threads != 1 else ""  # each thread count its own table
+            return f"learn|{learner_variant(cand)}{threads}@{cand.learn_device}", cand.batch
         return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
 
     def _measured(self, task: str, cand) -> tuple[float, str] | None:
@@ -193,7 +205,7 @@ class Costs:
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
             if task == "learn":
-                peak *= PRODUCT_SPEEDUP[cand.precision]
+                peak *= PRODUCT_SPEEDUP[cand.precision] * product_thread_speedup(cand.threads)
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9

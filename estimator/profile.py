@@ -11,7 +11,9 @@ round and a cost per update.
 The grid is a covering design, not the full product: act and insert depend on envs per actor,
 sample and update_priorities on (replay kind, device, batch), learn on (kernel, precision, batch)
 — so one run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one
-per torch batch size and per reduced precision the mapper offers (bf16) cover every table, and the model combines tables for any plan on the grid.
+per torch batch size, per reduced precision the mapper offers (bf16) and per learner thread count
+it offers beyond one (every core of this machine, each precision) cover every table, and the model
+combines tables for any plan on the grid.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
@@ -291,6 +293,16 @@ def _grid(replays, envs, batches, kernels, workload, engines=("gymnasium",)) -> 
     for kernel in kernels:  # the product precisions the mapper offers beside float32 (bf16)
         for precision in backend("cpu").learner_precisions(workload, kernel)[1:]:
             out += [Candidate(kind, device, "cpu", kernel, envs[0], b, precision=precision) for b in batches]
+    # the learner thread counts the mapper offers on this machine beyond one (a sequential plan's:
+    # every core), at each precision; the learn table is per thread count
+    from pearl.devices import cpu_devices
+    from pearl.estimator.mapper import learner_threads
+
+    cores = cpu_devices()[0]["cores"]
+    for kernel in kernels:
+        for threads in learner_threads(cores, workload, "cpu", kernel, "sequential")[1:]:
+            out += [Candidate(kind, device, "cpu", kernel, envs[0], b, precision=precision, threads=threads)
+                    for precision in backend("cpu").learner_precisions(workload, kernel) for b in batches]
     return out
 
 
