@@ -58,12 +58,16 @@ CPU_KERNEL_EFFICIENCY = 0.4
 # 2.27 ms (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md). An analytic bf16 learn divides its
 # FLOP time by it; `pearl profile` measures bf16 learns where the mapper offers them.
 PRODUCT_SPEEDUP = {"fp32": 1.0, "bf16": 2.25}
-# What each learner thread beyond the first adds to the speed of a learner's matrix products
-# (Plan.learner_threads: torch's intra-op threads split each product): measured with
-# benchmarks/learner_threads.py, see product_thread_speedup. An analytic learn on t threads divides
-# its FLOP time by 1 + (t - 1) x this; `pearl profile` measures the learn at the thread counts the
-# mapper offers.
-PRODUCT_THREAD_GAIN = 0.0
+# What each learner thread beyond the first adds to the speed of a learner's FLOP time
+# (Plan.learner_threads: torch's intra-op threads split each product). From the whole update, not
+# the products alone: the fused DDPG update at 400x300 / batch 256 on this project's quiet 2-core
+# Xeon took 6.0 ms on 1 thread and 5.5-6.2 on 2 while its products alone went 5.09 -> 3.52 ms
+# (docs/BENCHMARKS.md "Quiet machine, SB3 at its best thread count", session 9): the
+# second thread's handoffs outside the products take most of its gain back; 6.0 = 0.9 + 5.09 and
+# 5.55 = 0.9 + 5.09 / 1.1. An analytic learn on t threads divides its FLOP time by
+# 1 + (t - 1) x this; `pearl profile` measures the learn at the thread counts the mapper offers
+# (on a loaded machine a second thread loses outright: its barrier waits for a descheduled thread).
+PRODUCT_THREAD_GAIN = 0.1
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
