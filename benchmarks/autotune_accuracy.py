@@ -510,6 +510,7 @@ def main() -> int:
                         help="only issue 19's new plan choices: DDPG, TD3 and SAC at 256x256 with bf16 products and "
                              "2 learner threads beside their twins, and the env-engine plans with theirs (where "
                              "envpool is installed)")
+    parser.add_argument("--algos", help="with --new-choices: a comma-separated subset of ddpg,td3,sac")
     parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
     parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
     parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "
@@ -559,7 +560,13 @@ def main() -> int:
                         fixed=ENGINE_TWINS if engines else FIXED[:1], engines=ENGINE_PLANS if engines else (),
                         continuous={})
     if args.new_choices:
-        parallel.update(continuous=NEW_CHOICES, continuous_hidden=NEW_HIDDEN, continuous_batches=NEW_BATCHES)
+        algos = args.algos.split(",") if args.algos else list(NEW_CHOICES)
+        unknown = [algo for algo in algos if algo not in NEW_CHOICES]
+        if unknown:
+            print(f"--algos: expected a subset of {','.join(NEW_CHOICES)}, got {','.join(unknown)}", file=sys.stderr)
+            return 2
+        parallel.update(continuous={algo: NEW_CHOICES[algo] for algo in algos}, continuous_hidden=NEW_HIDDEN,
+                        continuous_batches=NEW_BATCHES)
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
     print(markdown(report))
     if args.plots:

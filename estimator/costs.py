@@ -135,10 +135,11 @@ class Costs:
 
     def _measured(self, task: str, cand) -> tuple[float, str] | None:
         """A figure of the profile (seconds, measured | interpolated | extrapolated): first from the
-        table of the candidate's replay context (act, learn and sync_weights run slower beside some
-        replays, pearl/profile.py), else the context-free one."""
+        table of the candidate's context (act, learn and sync_weights run slower beside some
+        replays; every task runs differently beside another env engine: estimator/profile.py), else
+        the context-free one."""
         name, size = self.measured_name(task, cand)
-        found = self._lookup(f"{name}|in {cand.replay_kind}@{cand.replay_device}", size)
+        found = self._lookup(context_table(name, cand), size)
         return found if found is not None else self._lookup(name, size)
 
     def is_measured(self, task: str, cand) -> bool:
@@ -362,6 +363,13 @@ class Costs:
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
             out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
         return out
+
+
+def context_table(name: str, cand) -> str:
+    """The profile table of `name` measured in `cand`'s context: beside its replay, and its env
+    engine when that is not Gymnasium (estimator/profile.py says why)."""
+    engine = f" {cand.env_engine}" if cand.env_engine != "gymnasium" else ""
+    return f"{name}|in {cand.replay_kind}@{cand.replay_device}{engine}"
 
 
 def learner_variant(cand) -> str:

@@ -131,6 +131,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                 not overlap or all(str(e) in cached["tables"].get(f"processes1|{kernels[0]}", {}) for e in envs)) and (
                 not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
             return cached["tables"]
+    from pearl.estimator.costs import context_table
+
     tables: dict = {}
     fit_rows, fit_y = [], []
     started = time.perf_counter()
@@ -142,9 +144,17 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
             # the two cores with the Python thread). So each is kept twice: in a table of its
             # replay context (Costs prefers it) and in the context-free table, which keeps the
             # least disturbed (smallest) of the runs' figures.
-            tables.setdefault(name, {}).setdefault(str(size), []).append(us)
-            if task in CONTEXT_TASKS:
-                context = f"{name}|in {cand.replay_kind}@{cand.replay_device}"
+            # A run beside another env engine keeps every task to tables of its context (act's
+            # table is its engine's anyway): EnvPool's actor thread sleeps while EnvPool's thread
+            # steps the envs, and on a loaded machine the scheduler runs a thread that sleeps
+            # sooner, so the run's learn, insert and sample were measured less disturbed than a
+            # Gymnasium plan's (at load 9-12: the same fused learn 67-125 us beside EnvPool,
+            # 178-258 us beside Gymnasium; their least would price the Gymnasium plans 40-70% too
+            # fast, docs/BENCHMARKS.md issue 19 "new plan choices").
+            context = context_table(name, cand)
+            if cand.env_engine == "gymnasium" or task == "act":
+                tables.setdefault(name, {}).setdefault(str(size), []).append(us)
+            if task in CONTEXT_TASKS or cand.env_engine != "gymnasium":
                 tables.setdefault(context, {}).setdefault(str(size), []).append(us)
         fit_rows.append([run["rounds"], run["updates"]])
         fit_y.append(max(0.0, run["wall_s"] - run["task_s"]))

@@ -108,3 +108,37 @@ def test_profile_grid_times_each_offered_thread_count(monkeypatch):
     monkeypatch.setattr(devices, "cpu_devices", lambda: [{"cores": 1, "name": "test", "memory_gib": 1}])
     grid = _grid([("uniform", "cpu")], (1, 4), (64, 128), ("fused", "torch"), Workload(**PENDULUM))
     assert {c.threads for c in grid} == {1}
+
+
+class EngineRunner:
+    """Profile runs whose learn is slower beside Gymnasium than beside EnvPool (as a loaded machine
+    times them: the actor thread of an EnvPool plan sleeps, and the scheduler favours it)."""
+
+    def profile_runs(self, config, cands, seconds):
+        out = []
+        for cand in cands:
+            pool = cand.env_engine == "envpool"
+            means = {"act": (60.0 if pool else 20.0) * cand.envs, "insert": 5.0 if pool else 6.0, "sample": 8.0,
+                     "learn": 70.0 if pool else 180.0, "sync_weights": 2.0}
+            out.append((means, {"rounds": 1000, "updates": 250, "wall_s": 0.5, "task_s": 0.45, "steps_per_s": 2000.0}))
+        return out
+
+
+def test_a_run_beside_another_env_engine_prices_only_its_own_engines_plans(tmp_path, monkeypatch):
+    from pearl.config import apply_overrides, default_config_path, load_config
+    from pearl.estimator import mapper
+    from pearl.estimator import profile as prof
+    from pearl.estimator.workload import workload_from_config
+
+    monkeypatch.setenv("PEARL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mapper, "env_engines", lambda workload, measured=None: ("gymnasium", "envpool"))
+    config = apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1, "replay.kind": "uniform"})
+    tables = prof.profile(config, envs=(1, 4), kernels=("fused",), runner=EngineRunner())
+    assert tables["learn|fused@cpu"] == {"64": 180.0} and tables["insert|uniform@cpu"] == {"1": 6.0, "4": 6.0}
+    assert tables["learn|fused@cpu|in uniform@cpu envpool"] == {"64": 70.0}
+    costs = Costs(load_platform("ci_2core"), workload_from_config(config), tables)
+    gym, pool = (Candidate("uniform", "cpu", "cpu", "fused", 4, 64, env_engine=e) for e in ("gymnasium", "envpool"))
+    assert predict(gym, costs).call_us["learn"] == pytest.approx(180.0)
+    assert predict(pool, costs).call_us["learn"] == pytest.approx(70.0)
+    assert predict(pool, costs).call_us["act"] == pytest.approx(240.0)
+    assert predict(pool, costs).call_us["insert"] == pytest.approx(5.0)
