@@ -38,7 +38,9 @@ import numpy as np
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 
-PROFILE_VERSION = 3  # 3: the workload key names n_step, batch, dims, threads; the entry its CPU model
+# 3: the workload key names n_step, batch, dims; the entry its CPU model. 4: learner threads are the
+# plan's (a learn table per thread count), no longer the key's
+PROFILE_VERSION = 4
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 
 
