@@ -142,3 +142,21 @@ def test_a_run_beside_another_env_engine_prices_only_its_own_engines_plans(tmp_p
     assert predict(pool, costs).call_us["learn"] == pytest.approx(70.0)
     assert predict(pool, costs).call_us["act"] == pytest.approx(240.0)
     assert predict(pool, costs).call_us["insert"] == pytest.approx(5.0)
+
+
+def test_measure_sets_each_agents_threads_before_its_window():
+    import torch
+
+    import pearl
+    from pearl import measure
+
+    before = torch.get_num_threads()
+    try:
+        agents = [pearl.DQN("CartPole-v1", plan=Plan(learner_threads=t), learner_kernel="torch", learning_starts=50)
+                  for t in (2, 1)]
+        assert torch.get_num_threads() == 1  # the last agent built set the process's threads
+        for agent, threads in zip(agents, (2, 1)):
+            assert measure._window(agent, 0.05, time_tasks=False)["steps"] > 0
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
