@@ -150,8 +150,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
             # table is its engine's anyway): EnvPool's actor thread sleeps while EnvPool's thread
             # steps the envs, and on a loaded machine the scheduler runs a thread that sleeps
             # sooner, so the run's learn, insert and sample were measured less disturbed than a
-            # Gymnasium plan's (at load 9-12: the same fused learn 67-125 us beside EnvPool,
-            # 178-258 us beside Gymnasium; their least would price the Gymnasium plans 40-70% too
+            # Gymnasium plan's (at load 9-15: the same fused learn 71-125 us beside EnvPool,
+            # 177-834 us beside Gymnasium; their least priced the Gymnasium plans 60-100% too
             # fast, docs/BENCHMARKS.md issue 19 "new plan choices").
             context = context_table(name, cand)
             if cand.env_engine == "gymnasium" or task == "act":
