@@ -93,18 +93,22 @@ ENGINE_TWINS = [Candidate("uniform", "cpu", "cpu", "fused", e, 64) for e in ENVS
 
 # The continuous plans: per algorithm, the plans measured besides autotune's pick (both learner
 # kernels where the algorithm has both, both batch sizes, 1 and 4 envs; the fused learner's bf16
-# products too, issue 19 — offered by the mapper and profiled only on a cpu with bfloat16 units).
+# products too, issue 19 — offered by the mapper and profiled only on a cpu with bfloat16 units; and
+# 2 learner threads, offered where the sequential runtime leaves a second core).
 CONTINUOUS_ENVS, CONTINUOUS_BATCHES = (1, 4), (64, 128)
 CONTINUOUS = {
     "ddpg": [Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128),
              Candidate("uniform", "cpu", "cpu", "torch", 1, 64),
              Candidate("uniform", "cpu", "cpu", "fused", 1, 64, precision="bf16"),
-             Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
+             Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
+             Candidate("uniform", "cpu", "cpu", "fused", 1, 64, threads=2)],
     "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64),
             Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
-            Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16")],
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2)],
     "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
-            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "torch", 1, 64, threads=2)],
 }
 
 
