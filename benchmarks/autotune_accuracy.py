@@ -107,7 +107,8 @@ CONTINUOUS = {
             Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16"),
             Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2)],
     "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
-            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 64),
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
             Candidate("uniform", "cpu", "cpu", "torch", 1, 64, threads=2)],
 }
 
@@ -289,7 +290,8 @@ def new_choice_summary(report: dict) -> str:
     """The new plan choices' part of the summary line (issue 19), or nothing when the run had none."""
     if "new_choice_median_abs_error" not in report:
         return ""
-    each = ", ".join(f"{word} {100 * median:.1f}% over {n}" for word, (median, n) in report["new_choice_medians"].items())
+    each = ", ".join(f"{word} {100 * median:.1f}% over {n}"
+                     for word, (median, n) in report["new_choice_medians"].items())
     return (f"plans making a new choice (bf16, learner threads, env engine): median |error| "
             f"{100 * report['new_choice_median_abs_error']:.1f}% over {report['new_choice_plans']} ({each}), "
             f"the other plans {100 * report['default_choice_median_abs_error']:.1f}%; ")

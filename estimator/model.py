@@ -2,7 +2,8 @@
 
 A *candidate* fixes everything the model needs about a plan: where the replay table (insert,
 sample, update_priorities) and the learner live, the learner kernel with its product precision and
-threads, envs per actor, batch size, sync interval and replay kind. Each task's per-call time comes from `estimator.costs.Costs`
+threads, envs per actor, batch size, sync interval and replay kind. Each task's per-call time comes
+from `estimator.costs.Costs`
 (measured by `pearl profile` where this machine has the device, analytic otherwise); the model
 multiplies by how often the runtime calls the task per env step and schedules the result.
 

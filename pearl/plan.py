@@ -1,5 +1,6 @@
 """A Plan: which device runs each task, the runtime and its actors, envs per actor and their env engine, batch size,
-learner kernel, its product precision and threads, and replay kind. YAML in and out; complete once reconciled with a config.
+learner kernel, its product precision and threads, and replay kind. YAML in and out; complete once
+reconciled with a config.
 
 A plan may leave a field unset (None, or a task missing from `devices`): the config then decides
 it. A field both set differently is a conflict, never a silent winner: `reconcile` stops with one

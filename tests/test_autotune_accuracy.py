@@ -74,7 +74,8 @@ def test_the_held_out_set_is_profiled_ranked_measured_and_reported_apart(tmp_pat
 
 def test_the_new_plan_choices_are_reported_apart():
     bench = _benchmark()
-    assert bench.new_choice(Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2)) == "bf16 t2"
+    both = Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2)
+    assert bench.new_choice(both) == "bf16 t2"
     assert bench.new_choice(Candidate("uniform", "cpu", "cpu", "fused", 4, 64, env_engine="envpool")) == "envpool"
     assert bench.new_choice(Candidate("uniform", "cpu", "cpu", "fused", 4, 64)) == ""
     rows = [{"new_choice": "bf16", "error": 0.10}, {"new_choice": "bf16 t2", "error": -0.30},

@@ -72,7 +72,8 @@ def test_predictions_differ_by_threads_as_profiled():
     costs = Costs(platform, Workload(**PENDULUM), measured)
     pred = {(p, t): predict(Candidate("uniform", "cpu", "cpu", "fused", 1, 256, precision=p, threads=t), costs)
             for p in ("fp32", "bf16") for t in (1, 2)}
-    for (p, t), expected in {("fp32", 1): 6000.0, ("fp32", 2): 5500.0, ("bf16", 1): 4500.0, ("bf16", 2): 4800.0}.items():
+    learns = {("fp32", 1): 6000.0, ("fp32", 2): 5500.0, ("bf16", 1): 4500.0, ("bf16", 2): 4800.0}
+    for (p, t), expected in learns.items():
         assert pred[(p, t)].call_us["learn"] == pytest.approx(expected) and pred[(p, t)].sources["learn"] == "measured"
     # the rest of the step is the same: the difference between thread counts is the learn's
     for p in ("fp32", "bf16"):
