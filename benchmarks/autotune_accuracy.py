@@ -93,41 +93,61 @@ ENGINE_TWINS = [Candidate("uniform", "cpu", "cpu", "fused", e, 64) for e in ENVS
 
 # The continuous plans: per algorithm, the plans measured besides autotune's pick (both learner
 # kernels where the algorithm has both, both batch sizes, 1 and 4 envs; the fused learner's bf16
-# products too, issue 19 — offered by the mapper and profiled only on a cpu with bfloat16 units).
+# products too, issue 19 — offered by the mapper and profiled only on a cpu with bfloat16 units; and
+# 2 learner threads, offered where the sequential runtime leaves a second core).
 CONTINUOUS_ENVS, CONTINUOUS_BATCHES = (1, 4), (64, 128)
 CONTINUOUS = {
     "ddpg": [Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128),
              Candidate("uniform", "cpu", "cpu", "torch", 1, 64),
              Candidate("uniform", "cpu", "cpu", "fused", 1, 64, precision="bf16"),
-             Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
+             Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
+             Candidate("uniform", "cpu", "cpu", "fused", 1, 64, threads=2)],
     "td3": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128), Candidate("uniform", "cpu", "cpu", "torch", 4, 64),
             Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
-            Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16")],
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 64, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2)],
     "sac": [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 4, 128),
-            Candidate("uniform", "cpu", "cpu", "fused", 1, 64), Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16")],
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 64),
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "torch", 1, 64, threads=2)],
 }
+
+
+# The new plan choices of issue 19 (--new-choices): the learner's product precision and threads
+# on networks wide enough for them to matter (256x256, batch 128), each beside its float32 /
+# one-thread twin, profiled on a grid of one batch size; with the env-engine plans and their twins.
+NEW_HIDDEN, NEW_BATCHES = [256, 256], (128,)
+NEW_CHOICES = {
+    algo: [Candidate("uniform", "cpu", "cpu", "fused", 1, 128),
+           Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
+           Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2),
+           Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2),
+           Candidate("uniform", "cpu", "cpu", "torch", 1, 128),
+           Candidate("uniform", "cpu", "cpu", "torch", 4, 128, threads=2)]
+    for algo in ("ddpg", "td3", "sac")}
 
 
 def acceptance_config():
     return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
 
 
-def continuous_config(algo: str):
+def continuous_config(algo: str, hidden=(64, 64)):
     """The shipped Pendulum config of `algo`, small enough to measure in seconds on 2 cores."""
     path = default_config_path().with_name(f"pendulum_{algo}.yaml")
-    return apply_overrides(load_config(path), {f"{algo}.hidden": [64, 64], f"{algo}.learning_starts": 500})
+    return apply_overrides(load_config(path), {f"{algo}.hidden": list(hidden), f"{algo}.learning_starts": 500})
 
 
-def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, log=None) -> tuple[list, dict]:
+def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, log=None, hidden=(64, 64),
+                    batches=CONTINUOUS_BATCHES) -> tuple[list, dict]:
     """Per algorithm: profile its grid, autotune on it, measure its pick and fixed plans. Returns
     (rows as `run` gives them, with `algo`; measured pick / best measured plan per algorithm)."""
     rows, pick_vs_best = [], {}
     for algo, fixed in plans.items():
-        config = continuous_config(algo)
-        profile(config, envs=CONTINUOUS_ENVS, batches=CONTINUOUS_BATCHES, seconds=profile_seconds, log=log,
+        config = continuous_config(algo, hidden)
+        profile(config, envs=CONTINUOUS_ENVS, batches=batches, seconds=profile_seconds, log=log,
                 use_cache=False, runner=measure)
         result = autotune(config, platform="ci_2core", metric="throughput", envs=CONTINUOUS_ENVS,
-                          batches=CONTINUOUS_BATCHES, use_profile=True)
+                          batches=batches, use_profile=True)
         by_cand = {p.candidate: p for p in result.ranking.predictions}
         pick = result.best.candidate
         cands = list(dict.fromkeys([pick, *(c for c in fixed if c in by_cand)]))  # bf16: where offered
@@ -137,16 +157,25 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
             rows.append({"plan": f"{algo} {cand.label()}", "algo": algo, "runtime": cand.runtime,
                          "predicted": predicted, "measured": steps, "measured_mean": run_["mean_steps_per_s"],
                          "error": (predicted - steps) / steps, "bottleneck": by_cand[cand].bottleneck,
-                         "limit": "", "watts": by_cand[cand].watts, "pick": cand == pick, "overall_pick": False})
+                         "limit": "", "watts": by_cand[cand].watts, "pick": cand == pick, "overall_pick": False,
+                         "new_choice": new_choice(cand)})
             if log:
-                log(f"{algo} {cand.label()}: predicted {predicted:,.0f}, measured {steps:,.0f} steps/s")
+                log(f"{algo} {cand.label()}: predicted {predicted:,.0f}, measured {steps:,.0f} steps/s; predicted us "
+                    f"per call: {', '.join(f'{t} {us:.1f}' for t, us in by_cand[cand].call_us.items())}")
         pick_vs_best[algo] = runs[0]["steps_per_s"] / max(run_["steps_per_s"] for run_ in runs)
     return rows, pick_vs_best
 
 
+def new_choice(cand) -> str:
+    """Which of issue 19's plan choices `cand` makes beyond the defaults ("" for none)."""
+    return " ".join(([cand.precision] if cand.precision != "fp32" else []) + ([f"t{cand.threads}"] if cand.threads != 1
+                    else []) + ([cand.env_engine] if cand.env_engine != "gymnasium" else []))
+
+
 def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batches=BATCHES,
         fixed=FIXED, kernels=("fused", "torch"), log=None, threaded=THREADED, processes=PROCESSES,
-        continuous=CONTINUOUS, engines=ENGINE_PLANS) -> dict:
+        continuous=CONTINUOUS, engines=ENGINE_PLANS, continuous_hidden=(64, 64),
+        continuous_batches=CONTINUOUS_BATCHES) -> dict:
     config = acceptance_config()
     load_before = os.getloadavg()[0]
     started = time.time()
@@ -177,14 +206,15 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
                      "measured_mean": run_["mean_steps_per_s"],
                      "error": (predicted - measured) / measured, "bottleneck": by_cand[cand].bottleneck,
                      "limit": by_cand[cand].limiting_side, "watts": by_cand[cand].watts, "pick": cand == pick,
-                     "overall_pick": parallel != () and cand == overall.candidate})
+                     "overall_pick": parallel != () and cand == overall.candidate, "new_choice": new_choice(cand)})
         if log:
             log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
     sequential = [r for r in rows if r["runtime"] == "sequential" and r["engine"] == "gymnasium"]
     medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name
                                        and r["engine"] == "gymnasium") for name in ("sequential",) + parallel}
     on_envpool = [abs(r["error"]) for r in rows if r["engine"] == "envpool"]
-    continuous_, continuous_picks = continuous_rows(seconds, profile_seconds, continuous, log) if continuous else ([], {})
+    continuous_, continuous_picks = (continuous_rows(seconds, profile_seconds, continuous, log, continuous_hidden,
+                                                     continuous_batches) if continuous else ([], {}))
     rows += continuous_
     # processes plans with as many actors as cores are where the profile took the time-sharing
     # factor (fits); the other actor counts are predictions
@@ -197,7 +227,9 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
             "processes_predicted_median_abs_error": statistics.median(predicted) if predicted else None,
             "envpool_median_abs_error": statistics.median(on_envpool) if on_envpool else None,
             "envpool_plans": len(on_envpool),
-            "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in sequential),
+            # the pick among every sequential plan measured, env engines included (autotune ranks them all)
+            "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in rows if r["runtime"] == "sequential"),
+            **new_choice_medians(rows),
             **({"continuous_median_abs_error": statistics.median(abs(r["error"]) for r in continuous_),
                 "all_median_abs_error": statistics.median(abs(r["error"]) for r in sequential + continuous_),
                 "continuous_pick_vs_best": continuous_picks} if continuous_ else {}),
@@ -205,6 +237,22 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
                                      if overall_row else None),
             "load_before": load_before, "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def new_choice_medians(rows) -> dict:
+    """Median |error| over the plans making one of issue 19's new choices (bf16 products, learner
+    threads, an env engine), over each choice, and over the rest (their twins and the others)."""
+    new = [r for r in rows if r.get("new_choice")]
+    if not new:
+        return {}
+    words = sorted({word for r in new for word in r["new_choice"].split()})
+    return {"new_choice_median_abs_error": statistics.median(abs(r["error"]) for r in new),
+            "new_choice_plans": len(new),
+            "new_choice_medians": {word: (statistics.median(abs(r["error"]) for r in new
+                                                            if word in r["new_choice"].split()),
+                                          sum(word in r["new_choice"].split() for r in new)) for word in words},
+            "default_choice_median_abs_error": statistics.median(abs(r["error"]) for r in rows
+                                                                 if not r.get("new_choice"))}
 
 
 def markdown(report: dict) -> str:
@@ -232,10 +280,21 @@ def markdown(report: dict) -> str:
                  f"autotune's pick measures {100 * report['pick_vs_best']:.1f}% of the best measured sequential plan"
                  + (f", its pick over every runtime {100 * overall:.1f}% of the best measured plan"
                     if overall is not None else "") + "; "
-                 + continuous_summary(report) +
+                 + continuous_summary(report) + new_choice_summary(report) +
                  f"load average {report['load_before']:.2f} before, {report['load_after']:.2f} after; "
                  f"{report['wall_s']:.0f} s; {report['when']}")
     return "\n".join(lines)
+
+
+def new_choice_summary(report: dict) -> str:
+    """The new plan choices' part of the summary line (issue 19), or nothing when the run had none."""
+    if "new_choice_median_abs_error" not in report:
+        return ""
+    each = ", ".join(f"{word} {100 * median:.1f}% over {n}"
+                     for word, (median, n) in report["new_choice_medians"].items())
+    return (f"plans making a new choice (bf16, learner threads, env engine): median |error| "
+            f"{100 * report['new_choice_median_abs_error']:.1f}% over {report['new_choice_plans']} ({each}), "
+            f"the other plans {100 * report['default_choice_median_abs_error']:.1f}%; ")
 
 
 def continuous_summary(report: dict) -> str:
@@ -453,6 +512,11 @@ def main() -> int:
     parser.add_argument("--engines-only", action="store_true",
                         help="only the env-engine plans and their Gymnasium twins (uniform replay, fused learner, "
                              "sequential; needs envpool)")
+    parser.add_argument("--new-choices", action="store_true",
+                        help="only issue 19's new plan choices: DDPG, TD3 and SAC at 256x256 with bf16 products and "
+                             "2 learner threads beside their twins, and the env-engine plans with theirs (where "
+                             "envpool is installed)")
+    parser.add_argument("--algos", help="with --new-choices: a comma-separated subset of ddpg,td3,sac")
     parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
     parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
     parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "
@@ -490,13 +554,25 @@ def main() -> int:
 
             atomic_write_text(args.json, json.dumps(report, indent=1))
         return 0
-    parallel = {"threaded": (), "processes": ()} if args.sequential_only or args.engines_only else {}
-    if args.engines_only:
-        from pearl.envs import check_envpool
+    restricted = args.sequential_only or args.engines_only or args.new_choices
+    parallel = {"threaded": (), "processes": ()} if restricted else {}
+    if args.engines_only or args.new_choices:
+        from pearl.envs import check_envpool, envpool_has
 
-        check_envpool("--engines-only")
-        parallel.update(replays=REPLAYS[:1], kernels=("fused",), batches=BATCHES[:1], fixed=ENGINE_TWINS,
+        if args.engines_only:
+            check_envpool("--engines-only")
+        engines = args.engines_only or envpool_has("CartPole-v1")
+        parallel.update(replays=REPLAYS[:1], kernels=("fused",), batches=BATCHES[:1],
+                        fixed=ENGINE_TWINS if engines else FIXED[:1], engines=ENGINE_PLANS if engines else (),
                         continuous={})
+    if args.new_choices:
+        algos = args.algos.split(",") if args.algos else list(NEW_CHOICES)
+        unknown = [algo for algo in algos if algo not in NEW_CHOICES]
+        if unknown:
+            print(f"--algos: expected a subset of {','.join(NEW_CHOICES)}, got {','.join(unknown)}", file=sys.stderr)
+            return 2
+        parallel.update(continuous={algo: NEW_CHOICES[algo] for algo in algos}, continuous_hidden=NEW_HIDDEN,
+                        continuous_batches=NEW_BATCHES)
     report = run(args.seconds, args.profile_seconds, log=lambda line: print(line, file=sys.stderr), **parallel)
     print(markdown(report))
     if args.plots:

@@ -58,6 +58,16 @@ CPU_KERNEL_EFFICIENCY = 0.4
 # 2.27 ms (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md). An analytic bf16 learn divides its
 # FLOP time by it; `pearl profile` measures bf16 learns where the mapper offers them.
 PRODUCT_SPEEDUP = {"fp32": 1.0, "bf16": 2.25}
+# What each learner thread beyond the first adds to the speed of a learner's FLOP time
+# (Plan.learner_threads: torch's intra-op threads split each product). From the whole update, not
+# the products alone: the fused DDPG update at 400x300 / batch 256 on this project's quiet 2-core
+# Xeon took 6.0 ms on 1 thread and 5.5-6.2 on 2 while its products alone went 5.09 -> 3.52 ms
+# (docs/BENCHMARKS.md "Quiet machine, SB3 at its best thread count", session 9): the
+# second thread's handoffs outside the products take most of its gain back; 6.0 = 0.9 + 5.09 and
+# 5.55 = 0.9 + 5.09 / 1.1. An analytic learn on t threads divides its FLOP time by
+# 1 + (t - 1) x this; `pearl profile` measures the learn at the thread counts the mapper offers
+# (on a loaded machine a second thread loses outright: its barrier waits for a descheduled thread).
+PRODUCT_THREAD_GAIN = 0.1
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
@@ -66,6 +76,11 @@ NSTEP_CALLS_PER_ROUND = 2
 LOOP_CALLS_PER_ROUND = 6  # the loop's own Python per act round (counters, episode records, logging)
 LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
+
+
+def product_thread_speedup(threads: int) -> float:
+    """How much faster a learner's products run on `threads` torch threads than on one (analytic)."""
+    return 1.0 + (threads - 1) * PRODUCT_THREAD_GAIN
 
 
 def env_steps_us(engine: str, envs: int) -> float:
@@ -114,15 +129,17 @@ class Costs:
         if task in ("sample", "update_priorities"):
             return f"{task}|{replay}", cand.batch
         if task == "learn":
-            return f"learn|{learner_variant(cand)}@{cand.learn_device}", cand.batch
+            threads = f"/t{cand.threads}" if cand.threads != 1 else ""  # each thread count its own table
+            return f"learn|{learner_variant(cand)}{threads}@{cand.learn_device}", cand.batch
         return f"sync_weights|{cand.learner_kernel}@{cand.learn_device}", 0
 
     def _measured(self, task: str, cand) -> tuple[float, str] | None:
         """A figure of the profile (seconds, measured | interpolated | extrapolated): first from the
-        table of the candidate's replay context (act, learn and sync_weights run slower beside some
-        replays, pearl/profile.py), else the context-free one."""
+        table of the candidate's context (act, learn and sync_weights run slower beside some
+        replays; every task runs differently beside another env engine: estimator/profile.py), else
+        the context-free one."""
         name, size = self.measured_name(task, cand)
-        found = self._lookup(f"{name}|in {cand.replay_kind}@{cand.replay_device}", size)
+        found = self._lookup(context_table(name, cand), size)
         return found if found is not None else self._lookup(name, size)
 
     def is_measured(self, task: str, cand) -> bool:
@@ -193,7 +210,7 @@ class Costs:
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
             if task == "learn":
-                peak *= learn_speedup(self.workload, cand)
+                peak *= learn_speedup(self.workload, cand) * product_thread_speedup(cand.threads)
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
@@ -364,6 +381,13 @@ def learn_speedup(workload, cand) -> float:
     if cand.precision == "bf16" and cand.learner_kernel == "torch" and workload.image:
         return TORCH_CNN_BF16_SPEEDUP
     return PRODUCT_SPEEDUP[cand.precision]
+
+
+def context_table(name: str, cand) -> str:
+    """The profile table of `name` measured in `cand`'s context: beside its replay, and its env
+    engine when that is not Gymnasium (estimator/profile.py says why)."""
+    engine = f" {cand.env_engine}" if cand.env_engine != "gymnasium" else ""
+    return f"{name}|in {cand.replay_kind}@{cand.replay_device}{engine}"
 
 
 def learner_variant(cand) -> str:

@@ -3,7 +3,8 @@ the user's metric.
 
 Search space: replay kind (those the caller allows) x where the replay table lives x where the
 learner runs and with which kernel and product precision (Backend.learner_precisions: bf16 where
-the cpu has bfloat16 units) x envs per actor x batch size x runtime, and for the processes
+the cpu has bfloat16 units) x envs per actor x batch size x runtime x the learner's threads (where
+the runtime leaves cores free: `learner_threads`), and for the processes
 runtime x actor processes (`actor_counts`: 1 up to the host's cores; more would only time-share
 the cores, each loading every weight version, so the model never ranks them higher). Only
 placements the runtime accepts are generated: act on the cpu, the replay and the learner on every device
@@ -55,6 +56,20 @@ def ray_plans(nodes) -> list[dict]:
     return [dict(nodes=n, placement=where, shards=shards, chunk=chunk)
             for n in node_counts(nodes.count) for where, shards in RAY_PLACEMENTS for chunk in RAY_CHUNKS
             if n + (shards if where == "node" else 0) <= nodes.count]
+
+
+def learner_threads(cores: int, workload, learn_device: str, kernel: str, runtime: str, actors: int = 1) -> list[int]:
+    """Learner threads (Plan.learner_threads) to try: more than one only for a learner on the cpu
+    whose products are torch calls (the torch learners, the fused DDPG / TD3 / SAC learners; the
+    fused DQN learner is numba on one thread) and only onto cores the runtime's other work leaves
+    free while the learner learns: all of them in the sequential runtime (its actor waits), one
+    fewer in the threaded runtime (its actor thread runs), one per actor process fewer in the
+    processes runtime; a ray learner's node is left to its agents. The ladder up to the free
+    cores, and the free cores themselves."""
+    if learn_device != "cpu" or (kernel == "fused" and not workload.continuous) or runtime in schedule.CLUSTER_RUNTIMES:
+        return [1]
+    free = cores - {"sequential": 0, "threaded": 1}.get(runtime, actors)
+    return sorted({n for n in ACTOR_LADDER if n <= free} | {max(1, free)})
 
 
 def actor_counts(cores: int) -> list[int]:
@@ -126,8 +141,9 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
             if runtime == "ray" and replay != "cpu":
                 continue  # a ray run's replay table is a cpu one, in the learner's process or a server's
             out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine,
-                              precision=precision, **layout)
-                    for n in counts[runtime] for layout in layouts[runtime]]
+                              precision=precision, threads=t, **layout)
+                    for n in counts[runtime] for layout in layouts[runtime]
+                    for t in learner_threads(platform.host.cores, work, learn, kernel, runtime, n)]
     return out, pruned
 
 

@@ -1,8 +1,9 @@
 """The plan model: a plan's env steps/s, bottleneck task, power (W) and samples/J.
 
 A *candidate* fixes everything the model needs about a plan: where the replay table (insert,
-sample, update_priorities) and the learner live, the learner kernel, envs per actor, batch size,
-sync interval and replay kind. Each task's per-call time comes from `estimator.costs.Costs`
+sample, update_priorities) and the learner live, the learner kernel with its product precision and
+threads, envs per actor, batch size, sync interval and replay kind. Each task's per-call time comes
+from `estimator.costs.Costs`
 (measured by `pearl profile` where this machine has the device, analytic otherwise); the model
 multiplies by how often the runtime calls the task per env step and schedules the result.
 
@@ -51,6 +52,7 @@ class Candidate:
     shards: int = RayPlan.shards
     chunk: int = RayPlan.chunk
     precision: str = "fp32"  # the learner's products (Plan.learner_precision; estimator/costs.py prices it)
+    threads: int = 1  # the learner's torch threads (Plan.learner_threads; estimator/costs.py prices it)
 
     def device_of(self, task: str) -> str:
         if task in REPLAY_TASKS:
@@ -67,7 +69,8 @@ class Candidate:
                 + (f" N{self.nodes} {self.placement}" + (f"x{self.shards}" if self.shards != 1 else "")
                    + f" C{self.chunk}" if self.runtime == "ray" else "")
                 + (f" {self.env_engine}" if self.env_engine != "gymnasium" else "")
-                + (f" {self.precision}" if self.precision != "fp32" else ""))
+                + (f" {self.precision}" if self.precision != "fp32" else "")
+                + (f" t{self.threads}" if self.threads != 1 else ""))
 
     def to_plan(self, platform: str = "") -> Plan:
         """The complete Plan (`pearl train --plan` runs this candidate from it, replay kind
@@ -80,7 +83,7 @@ class Candidate:
         return Plan(devices=devices, actors=self.actors, envs_per_actor=self.envs, batch_size=self.batch,
                     sync_interval=self.sync_interval, learner_kernel=self.learner_kernel, replay=self.replay_kind,
                     runtime=self.runtime, platform=platform if uses_profile else "", ray=ray,
-                    env_engine=self.env_engine, learner_precision=self.precision)
+                    env_engine=self.env_engine, learner_precision=self.precision, learner_threads=self.threads)
 
 
 # How far a figure of each source may be off (relative, one standard band): what the accuracy

@@ -11,7 +11,9 @@ round and a cost per update.
 The grid is a covering design, not the full product: act and insert depend on envs per actor,
 sample and update_priorities on (replay kind, device, batch), learn on (kernel, precision, batch)
 — so one run per (replay, batch) at 1 env, one per (replay, envs) at the first batch size and one
-per torch batch size and per reduced precision the mapper offers (bf16) cover every table, and the model combines tables for any plan on the grid.
+per torch batch size, per reduced precision the mapper offers (bf16) and per learner thread count
+it offers beyond one (every core of this machine, each precision) cover every table, and the model
+combines tables for any plan on the grid.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
@@ -36,7 +38,9 @@ import numpy as np
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text
 
-PROFILE_VERSION = 3  # 3: the workload key names n_step, batch, dims, threads; the entry its CPU model
+# 3: the workload key names n_step, batch, dims; the entry its CPU model. 4: learner threads are the
+# plan's (a learn table per thread count), no longer the key's
+PROFILE_VERSION = 4
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 
 
@@ -129,6 +133,8 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                 not overlap or all(str(e) in cached["tables"].get(f"processes1|{kernels[0]}", {}) for e in envs)) and (
                 not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
             return cached["tables"]
+    from pearl.estimator.costs import context_table
+
     tables: dict = {}
     fit_rows, fit_y = [], []
     started = time.perf_counter()
@@ -140,9 +146,17 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
             # the two cores with the Python thread). So each is kept twice: in a table of its
             # replay context (Costs prefers it) and in the context-free table, which keeps the
             # least disturbed (smallest) of the runs' figures.
-            tables.setdefault(name, {}).setdefault(str(size), []).append(us)
-            if task in CONTEXT_TASKS:
-                context = f"{name}|in {cand.replay_kind}@{cand.replay_device}"
+            # A run beside another env engine keeps every task to tables of its context (act's
+            # table is its engine's anyway): EnvPool's actor thread sleeps while EnvPool's thread
+            # steps the envs, and on a loaded machine the scheduler runs a thread that sleeps
+            # sooner, so the run's learn, insert and sample were measured less disturbed than a
+            # Gymnasium plan's (at load 9-15: the same fused learn 71-125 us beside EnvPool,
+            # 177-834 us beside Gymnasium; their least priced the Gymnasium plans 60-100% too
+            # fast, docs/BENCHMARKS.md issue 19 "new plan choices").
+            context = context_table(name, cand)
+            if cand.env_engine == "gymnasium" or task == "act":
+                tables.setdefault(name, {}).setdefault(str(size), []).append(us)
+            if task in CONTEXT_TASKS or cand.env_engine != "gymnasium":
                 tables.setdefault(context, {}).setdefault(str(size), []).append(us)
         fit_rows.append([run["rounds"], run["updates"]])
         fit_y.append(max(0.0, run["wall_s"] - run["task_s"]))
@@ -291,6 +305,16 @@ def _grid(replays, envs, batches, kernels, workload, engines=("gymnasium",)) -> 
     for kernel in kernels:  # the product precisions the mapper offers beside float32 (bf16)
         for precision in backend("cpu").learner_precisions(workload, kernel)[1:]:
             out += [Candidate(kind, device, "cpu", kernel, envs[0], b, precision=precision) for b in batches]
+    # the learner thread counts the mapper offers on this machine beyond one (a sequential plan's:
+    # every core), at each precision; the learn table is per thread count
+    from pearl.devices import cpu_devices
+    from pearl.estimator.mapper import learner_threads
+
+    cores = cpu_devices()[0]["cores"]
+    for kernel in kernels:
+        for threads in learner_threads(cores, workload, "cpu", kernel, "sequential")[1:]:
+            out += [Candidate(kind, device, "cpu", kernel, envs[0], b, precision=precision, threads=threads)
+                    for precision in backend("cpu").learner_precisions(workload, kernel) for b in batches]
     return out
 
 

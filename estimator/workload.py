@@ -35,11 +35,10 @@ class Workload:
     algo: str = "dqn"
     policy_delay: int = 1  # TD3: the actor and the targets step every policy_delay-th update
     # the rest changes what a profiled task costs, not the FLOPs: the n-step buffer sits in act ->
-    # insert, the config's batch is the one `pearl profile` measures, torch's threads and the sum
+    # insert, the config's batch is the one `pearl profile` measures, and the sum
     # tree's kernels change every call's time
     n_step: int = 1
     batch_size: int = 64
-    torch_threads: int = 1
     replay_backend: str = "auto"
 
     # image observations (pearl/nets.py): the observation's (C, H, W), its bytes per element and
@@ -116,7 +115,7 @@ class Workload:
         table per key; the machine, CPU model included, is the cache file's fingerprint)."""
         shape = (f"{self.env}|obs{self.obs_dim}|act{self.n_actions}|h{'x'.join(map(str, self.hidden))}|"
                  f"f{8 * FLOAT_BYTES}|cap{self.capacity}|k{self.fanout}|u{self.updates_per_step:g}|n{self.n_step}|"
-                 f"b{self.batch_size}|{self.replay_kind}|{self.replay_backend}|t{self.torch_threads}")
+                 f"b{self.batch_size}|{self.replay_kind}|{self.replay_backend}")
         if self.continuous:
             return f"{self.algo}|{shape}" + (f"|delay{self.policy_delay}" if self.algo == "td3" else "")
         image = f"|img{'x'.join(map(str, self.obs_shape))}|conv{self.conv}" if self.image else ""
@@ -135,7 +134,7 @@ def workload_of(config, obs_dim: int, n_actions: int, obs_shape: tuple = (), obs
                     learning_starts=cfg.learning_starts, double=getattr(cfg, "double", False),
                     dueling=getattr(cfg, "dueling", False), algo=config.algo,
                     policy_delay=getattr(cfg, "policy_delay", 1), n_step=cfg.n_step, batch_size=cfg.batch_size,
-                    torch_threads=config.runtime.torch_threads, replay_backend=config.replay.backend, **image)
+                    replay_backend=config.replay.backend, **image)
 
 
 def workload_from_config(config) -> Workload:

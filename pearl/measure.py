@@ -61,8 +61,13 @@ def agent_for(config, cand, warmup_steps: int, total_steps: int):
 def _window(agent, seconds: float, time_tasks: bool) -> dict:
     """Trains `agent` for `seconds`: its env steps, updates, wall time and (with time_tasks) the
     TaskTimer's mean us per call and total task seconds."""
+    import torch
+
     from pearl.runtime.counters import TaskTimer
 
+    # torch's intra-op threads are the process's, set when an agent is built (pearl/build.py): the
+    # agents taking turns here may be built for different learner threads
+    torch.set_num_threads(agent.plan.learner_threads)
     envs = agent.plan.envs_per_actor
     chunk = max(envs, 100 * envs)
     agent.task_timer = TaskTimer()

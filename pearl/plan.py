@@ -1,5 +1,6 @@
 """A Plan: which device runs each task, the runtime and its actors, envs per actor and their env engine, batch size,
-learner kernel and replay kind. YAML in and out; complete once reconciled with a config.
+learner kernel, its product precision and threads, and replay kind. YAML in and out; complete once
+reconciled with a config.
 
 A plan may leave a field unset (None, or a task missing from `devices`): the config then decides
 it. A field both set differently is a conflict, never a silent winner: `reconcile` stops with one
@@ -86,6 +87,11 @@ class Plan:
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
     learner_precision: Literal["fp32", "bf16"] | None = None  # None: runtime.learner_precision
+    # torch's intra-op threads in the learner's process, which split the learner's matrix products
+    # (the torch learners and the fused DDPG / TD3 / SAC ones; the fused DQN learner is numba and
+    # runs on one); None: runtime.torch_threads. The mapper offers more than 1 only where the
+    # runtime's other threads and processes leave cores free (estimator/mapper.py learner_threads)
+    learner_threads: int | None = None
     replay: Literal["uniform", "prioritized", "amper"] | None = None  # None: the config's replay.kind
     # a module of pearl/runtime (pearl.schedule.RUNTIMES: sequential, threaded, processes; or
     # pearl.runtime.CLUSTER_RUNTIMES: ray). ray: `actors` actor processes on each node
@@ -114,7 +120,7 @@ class Plan:
             if task not in TASK_NAMES:
                 raise ConfigError(f"plan.devices.{task}: unknown task (expected one of {', '.join(TASK_NAMES)})")
             parse_device(device, f"plan.devices.{task}")
-        for name in ("actors", "envs_per_actor", "batch_size", "sync_interval"):
+        for name in ("actors", "envs_per_actor", "batch_size", "sync_interval", "learner_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"plan.{name}: expected an integer >= 1, got {value}")
@@ -179,7 +185,8 @@ def load_plan(path: str | Path) -> Plan:
 # Where a Plan field and a config field say the same thing: plan field -> dotted config key. The
 # learn device is the config's runtime.device.
 _OVERLAPS = {"envs_per_actor": "runtime.envs_per_actor", "learner_kernel": "runtime.learner_kernel",
-             "learner_precision": "runtime.learner_precision", "replay": "replay.kind"}
+             "learner_precision": "runtime.learner_precision", "learner_threads": "runtime.torch_threads",
+             "replay": "replay.kind"}
 
 
 def _config_value(config: ExperimentConfig, dotted: str):
@@ -229,7 +236,7 @@ def reconcile(config: ExperimentConfig, plan: Plan | None) -> tuple[ExperimentCo
     chosen["learn"] = _normal_device(learn or configured)
     plan = dataclasses.replace(plan, envs_per_actor=chosen["envs_per_actor"], batch_size=chosen["batch_size"],
                                learner_kernel=chosen["learner_kernel"], learner_precision=chosen["learner_precision"],
-                               replay=chosen["replay"],
+                               learner_threads=chosen["learner_threads"], replay=chosen["replay"],
                                devices={task: plan.devices.get(task, "cpu") for task in TASK_NAMES})
     plan.devices["learn"] = chosen["learn"]
     plan.check()

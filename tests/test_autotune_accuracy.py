@@ -70,3 +70,22 @@ def test_the_held_out_set_is_profiled_ranked_measured_and_reported_apart(tmp_pat
     # --reprice: the same model prices a saved report's analytic column as the run did
     again = bench.reprice_analytic(json.loads(json.dumps(report)), workloads)
     assert [r["analytic"] for r in again["rows"] if "error" in r] == pytest.approx([r["analytic"] for r in rows])
+
+
+def test_the_new_plan_choices_are_reported_apart():
+    bench = _benchmark()
+    both = Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2)
+    assert bench.new_choice(both) == "bf16 t2"
+    assert bench.new_choice(Candidate("uniform", "cpu", "cpu", "fused", 4, 64, env_engine="envpool")) == "envpool"
+    assert bench.new_choice(Candidate("uniform", "cpu", "cpu", "fused", 4, 64)) == ""
+    rows = [{"new_choice": "bf16", "error": 0.10}, {"new_choice": "bf16 t2", "error": -0.30},
+            {"new_choice": "t2", "error": 0.20}, {"new_choice": "envpool", "error": 0.05},
+            {"new_choice": "", "error": 0.40}, {"error": -0.02}]
+    medians = bench.new_choice_medians(rows)
+    assert medians["new_choice_plans"] == 4 and medians["new_choice_median_abs_error"] == pytest.approx(0.15)
+    assert medians["new_choice_medians"] == {"bf16": (pytest.approx(0.2), 2), "envpool": (0.05, 1),
+                                             "t2": (pytest.approx(0.25), 2)}
+    assert medians["default_choice_median_abs_error"] == pytest.approx(0.21)
+    assert "median |error| 15.0% over 4 (bf16 20.0% over 2, envpool 5.0% over 1, t2 25.0% over 2)" in \
+        bench.new_choice_summary(medians)
+    assert bench.new_choice_medians([{"error": 0.1}]) == {}

@@ -40,12 +40,14 @@ def config(**overrides):
 def test_the_cache_key_changes_with_everything_that_changes_a_cost():
     base = workload_from_config(config()).key()
     for overrides in ({"dqn.n_step": 3}, {"dqn.batch_size": 32}, {"dqn.hidden": [128, 128]},
-                      {"env": "Acrobot-v1"}, {"replay.kind": "uniform"}, {"runtime.torch_threads": 2},
+                      {"env": "Acrobot-v1"}, {"replay.kind": "uniform"},
                       {"replay.backend": "numpy"}, {"dqn.updates_per_step": 1.0}):
         assert workload_from_config(config(**overrides)).key() != base, overrides
     # obs and action dims are named, not only the env
     assert "|obs4|act2|" in base
     assert workload_from_config(config(**{"eval.episodes": 3})).key() == base  # no cost in it
+    # the learner's threads are the plan's: each thread count has its own learn table in one entry
+    assert workload_from_config(config(**{"runtime.torch_threads": 2})).key() == base
 
 
 class FakeRunner:

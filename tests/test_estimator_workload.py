@@ -70,7 +70,7 @@ def test_act_transitions_and_keys_of_continuous_workloads():
     keys = {pendulum(a).key() for a in ("ddpg", "td3", "sac")}
     assert len(keys) == 3 and all(k.split("|")[0] in ("ddpg", "td3", "sac") for k in keys)
     dqn = Workload("CartPole-v1", 4, 2, (64, 64), "prioritized", 100_000, 16, 0.25, 1000)
-    assert dqn.key() == "CartPole-v1|obs4|act2|h64x64|f32|cap100000|k16|u0.25|n1|b64|prioritized|auto|t1|double"
+    assert dqn.key() == "CartPole-v1|obs4|act2|h64x64|f32|cap100000|k16|u0.25|n1|b64|prioritized|auto|double"
     assert dqn.transition_bytes == (2 * 4 + 3) * 4
 
 

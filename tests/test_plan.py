@@ -9,7 +9,7 @@ from pearl.plan import Plan, load_plan
 
 def test_plan_round_trip(tmp_path):
     plan = Plan(devices={**Plan().devices, "learn": "cuda:0"}, envs_per_actor=8, batch_size=256,
-                sync_interval=4, learner_kernel="torch")
+                sync_interval=4, learner_kernel="torch", learner_threads=2)
     plan.save(tmp_path / "plan.yaml")
     assert load_plan(tmp_path / "plan.yaml") == plan
     assert Plan.from_yaml(plan.to_yaml()) == plan
@@ -20,6 +20,8 @@ def test_plan_round_trip(tmp_path):
     ("plan: {devices: {learn: gpu}}", "plan.devices.learn: expected a device"),
     ("plan: {devices: {think: cpu}}", "plan.devices.think: unknown task"),
     ("plan: {actors: 0}", "plan.actors: expected an integer >= 1"),
+    ("plan: {learner_threads: 0}", "plan.learner_threads: expected an integer >= 1"),
+    ("plan: {learner_threads: two}", "plan.learner_threads: expected an integer"),
     ("plan: {batch_size: big}", "plan.batch_size: expected an integer"),
     ("plan: {colour: red}", "plan.colour: unknown key"),
 ])
@@ -67,6 +69,8 @@ def test_plan_fields_left_unset_come_from_the_config():
      "plan.learner_kernel: fused, but the config's runtime.learner_kernel is torch"),
     (Plan(envs_per_actor=4), dict(envs_per_actor=2), "plan.envs_per_actor: 4, but the config's runtime.envs_per_actor is 2"),
     (Plan(replay="amper"), dict(replay="prioritized"), "plan.replay: amper, but the config's replay.kind is prioritized"),
+    (Plan(learner_threads=2), dict(torch_threads=3),
+     "plan.learner_threads: 2, but the config's runtime.torch_threads is 3"),
     (Plan(devices={"learn": "cpu"}), dict(device="cuda"), "plan.devices.learn: cpu, but the config's runtime.device is cuda"),
 ])
 def test_a_plan_and_a_config_that_disagree_stop_in_one_line(plan, options, message):
@@ -87,6 +91,19 @@ def test_the_plan_decides_what_the_config_left_at_its_default(tmp_path):
             config.replay.kind) == (2, 32, "torch", "amper")
     assert (saved.envs_per_actor, saved.batch_size, saved.learner_kernel, saved.replay) == (2, 32, "torch", "amper")
     assert pearl.load(tmp_path).plan == saved
+
+
+def test_the_plans_learner_threads_set_torchs_threads(tmp_path):
+    before = torch.get_num_threads()
+    try:
+        agent = pearl.DQN("CartPole-v1", plan=Plan(learner_threads=2), learner_kernel="torch")
+        assert agent.plan.learner_threads == 2 and agent.config.runtime.torch_threads == 2
+        assert torch.get_num_threads() == 2
+        # unset in the plan: the config's
+        agent = pearl.DQN("CartPole-v1", plan=Plan(), torch_threads=3)
+        assert agent.plan.learner_threads == 3 and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_cli_plan_and_flag_that_disagree_stop_in_one_line(tmp_path):
