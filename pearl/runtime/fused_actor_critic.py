@@ -61,24 +61,32 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 class FlatMLPs:
     """`n` MLPs of one shape back to back in a flat float32 tensor (weights or their gradients),
-    as the products read them: each layer's (weight, bias) in float32 (`master`) and in the
-    product precision (`low`; the same views for fp32).
+    as the products read them: each layer's (weight, bias) in float32 (`master`), in the product
+    precision (`low`; the same views for fp32), and `layers[k][i]`, the one layer i of MLP k
+    multiplies with (`layer_dtype`).
 
-    Reduced precision (bf16) runs every hidden layer's products on a copy of the flat tensor in
-    that dtype (oneDNN accumulates them in float32) and the output layer's in float32: a Q value
-    of ~-300 rounded to bfloat16 is off by up to 1, which the TD error would see, while the output
-    layer is ~0.1% of an update's FLOPs. Weights: `to_low` after each optimizer or target step.
-    Gradients: the hidden layers' are written in the low precision and `from_low` widens them into
-    the float32 gradient Adam reads; the output layer's are float32 already."""
+    Reduced precision (bf16) runs the inner hidden layers' products on a copy of the flat tensor
+    in that dtype (oneDNN accumulates them in float32); the first and the output layer's stay
+    float32. The output layer: a Q value of ~-300 rounded to bfloat16 is off by up to 1, which the
+    TD error would see, while the layer is ~0.1% of an update's FLOPs. The first layer: its inner
+    dimension is the observation's few columns (3-4 on Pendulum), which the bfloat16 kernels pad
+    to their tile and run ~2.5x slower than float32 (a 256x4 by 4x400 product: 53 vs 23 us; its
+    weight gradient and input gradient alike), for ~0.5% of the FLOPs. Weights: `to_low` after
+    each optimizer or target step. Gradients: the inner layers' are written in the low precision
+    and `from_low` widens them into the float32 gradient Adam reads; the others are float32 already."""
 
     def __init__(self, flat: torch.Tensor, sizes: list[int], n: int, dtype: torch.dtype):
         size = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        first = sizes[0] * sizes[1] + sizes[1]
         hidden = size - (sizes[-2] * sizes[-1] + sizes[-1])
         self.flat = flat
         self.low_flat = flat if dtype == torch.float32 else torch.empty(flat.shape, dtype=dtype)
         self.master = [layer_views(flat[i * size:(i + 1) * size], sizes) for i in range(n)]
         self.low = [layer_views(self.low_flat[i * size:(i + 1) * size], sizes) for i in range(n)]
-        self.hidden = [slice(i * size, i * size + hidden) for i in range(n)]
+        self.layers = [[low[i] if layer_dtype(i, len(sizes) - 1, dtype) == dtype else master[i]
+                        for i in range(len(sizes) - 1)] for master, low in zip(self.master, self.low)]
+        # the inner layers' part of MLP k (empty with one hidden layer)
+        self.inner = [slice(i * size + first, i * size + max(first, hidden)) for i in range(n)]
         self.to_low()
 
     def to_low(self) -> None:
@@ -87,39 +95,51 @@ class FlatMLPs:
 
     def from_low(self, k: int) -> None:
         if self.low_flat is not self.flat:
-            self.flat[self.hidden[k]].copy_(self.low_flat[self.hidden[k]])
+            self.flat[self.inner[k]].copy_(self.low_flat[self.inner[k]])
+
+
+def layer_dtype(i: int, layers: int, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of layer i's products in an MLP of `layers` layers with product precision `dtype`:
+    float32 for the first and the output layer (FlatMLPs)."""
+    return torch.float32 if i in (0, layers - 1) else dtype
 
 
 class MLPBuffers:
-    """Forward activations and input gradients of one MLP shape at one batch size, in the product
-    precision `dtype` (the output layer's in float32: FlatMLPs)."""
+    """Forward activations and gradients of one MLP shape at one batch size, each in the dtype of
+    the layer that computes or reads it (`layer_dtype`): where two layers' dtypes differ, the
+    activation is converted after the ReLU and the gradient after the ReLU's derivative."""
 
     def __init__(self, sizes: list[int], batch: int, dtype: torch.dtype = torch.float32):
         self.sizes = sizes
-        self.low = dtype != torch.float32
-        self.out = [torch.empty(batch, n, dtype=dtype) for n in sizes[1:-1]] + [torch.empty(batch, sizes[-1])]
-        self.grad_in = [torch.empty(batch, n, dtype=dtype) for n in sizes[:-1]]
-        if self.low:  # the input and the output layer's input and gradient, converted
-            self.x_low = torch.empty(batch, sizes[0], dtype=dtype)
-            self.last_in, self.grad_last = torch.empty(batch, sizes[-2]), torch.empty(batch, sizes[-2])
+        last = len(sizes) - 1
+        dtypes = [layer_dtype(i, last, dtype) for i in range(last)]
+        # hidden layer i: the product's output `prod[i]` (its own dtype) and `act[i]`, the next
+        # layer's input (the next layer's dtype; the same tensor when they agree); the gradient
+        # of act[i] (`grad_act[i]`) and of prod[i] (`grad_prod[i]`) likewise
+        self.prod, self.act, self.grad_prod, self.grad_act = [], [], [], []
+        for i in range(last - 1):
+            ours, theirs, width = dtypes[i], dtypes[i + 1], sizes[i + 1]
+            self.prod.append(torch.empty(batch, width, dtype=ours))
+            self.act.append(self.prod[i] if ours == theirs else torch.empty(batch, width, dtype=theirs))
+            self.grad_act.append(torch.empty(batch, width, dtype=theirs))
+            self.grad_prod.append(self.grad_act[i] if ours == theirs else torch.empty(batch, width, dtype=ours))
+        self.prod.append(torch.empty(batch, sizes[-1]))
         self.inputs: list[torch.Tensor] = []  # what each layer multiplied in the last forward
 
     def forward(self, net: FlatMLPs, k: int, x: torch.Tensor) -> torch.Tensor:
         """MLP `k` of `net` on float32 `x`: ReLU between layers, none after the last; keeps every
         layer's input for `backward`. Returns the float32 output."""
-        master, low = net.master[k], net.low[k]
-        last = len(master) - 1
-        h = self.x_low.copy_(x) if self.low else x
-        self.inputs = []
+        layers = net.layers[k]
+        last = len(layers) - 1
+        h = x
+        self.inputs = [x]
         for i in range(last):
-            weight, bias = low[i]
+            weight, bias = layers[i]
+            out = relu_(torch.addmm(bias, h, weight.t(), out=self.prod[i]))
+            h = out if self.act[i] is out else self.act[i].copy_(out)
             self.inputs.append(h)
-            h = relu_(torch.addmm(bias, h, weight.t(), out=self.out[i]))
-        if self.low:
-            h = x if last == 0 else self.last_in.copy_(h)
-        self.inputs.append(h)
-        weight, bias = master[last]
-        return torch.addmm(bias, h, weight.t(), out=self.out[last])
+        weight, bias = layers[last]
+        return torch.addmm(bias, h, weight.t(), out=self.prod[last])
 
     def backward(self, net: FlatMLPs, k: int, grads: FlatMLPs | None, g: torch.Tensor,
                  input_columns: slice | None = None):
@@ -127,24 +147,20 @@ class MLPBuffers:
         weight and bias gradients into MLP `k` of `grads` unless it is None; returns dL/dx[:,
         input_columns] (float32) when `input_columns` is given (the first layer's product is then
         restricted to them)."""
-        last = len(net.master[k]) - 1
+        layers = net.layers[k]
         found = None
-        for i in range(last, -1, -1):
-            top = i == last
-            weight = (net.master if top else net.low)[k][i][0]
+        for i in range(len(layers) - 1, -1, -1):
+            weight = layers[i][0]
             if grads is not None:
-                grad_w, grad_b = (grads.master if top else grads.low)[k][i]
+                grad_w, grad_b = grads.layers[k][i]
                 torch.mm(g.t(), self.inputs[i], out=grad_w)
                 torch.sum(g, dim=0, out=grad_b)
-            if i > 0:
-                if top and self.low:  # back into the low precision after the float32 output layer
-                    wide = torch.mm(g, weight, out=self.grad_last)
-                    relu_backward(wide, self.last_in)
-                    g = self.grad_in[i].copy_(wide)
-                else:
-                    g = relu_backward(torch.mm(g, weight, out=self.grad_in[i]), self.out[i - 1])
+            if i > 0:  # through layer i's product and layer i - 1's ReLU, into layer i - 1's dtype
+                g = relu_backward(torch.mm(g, weight, out=self.grad_act[i - 1]), self.inputs[i])
+                if self.grad_prod[i - 1] is not g:
+                    g = self.grad_prod[i - 1].copy_(g)
             elif input_columns is not None:
-                found = torch.mm(g, weight[:, input_columns]).float()
+                found = torch.mm(g, weight[:, input_columns])
         if grads is not None:
             grads.from_low(k)
         return found
@@ -430,7 +446,7 @@ class FusedSACLearner(FusedActorCriticLearner):
         if cfg.autotune:
             log_alpha = algo.temperature.log_alpha
             log_alpha.grad = -(log_prob.mean() + algo.target_entropy).reshape(log_alpha.shape)
-            algo.temperature_optimizer.step()
+            adam_step(algo.temperature_optimizer)
 
         # critic targets: theta' <- tau theta + (1 - tau) theta'
         self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
