@@ -20,14 +20,14 @@ update within bfloat16's rounding by tests/test_learner_precision.py.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
+from pearl.algos.sac import LOG_STD_MAX, LOG_STD_MIN
 from pearl.contracts import Learner, implements
+from pearl.kernels.cpu.actor_critic import (min_gradient_shares, soft_td_target, squared_error_gradient,
+                                            squashed_gaussian_output_gradient, squashed_gaussian_sample)
 from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
 
@@ -290,9 +290,7 @@ class FusedActorCriticLearner:
         loss = 0.0
         for i in critics:
             q = critic_bufs[i].forward(nets["critic"], i, critic_in)
-            torch.sub(q[:, 0], y, out=grad_q[:, 0])
-            loss += float(grad_q.square().mean())
-            grad_q.mul_(2.0 / len(y))
+            loss += squared_error_gradient(q.numpy(), y.numpy(), 2.0 / len(y), grad_q.numpy())
             critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
         adam_step(algo.critic_optimizer)
         nets["critic"].to_low()
@@ -368,76 +366,68 @@ class FusedSACLearner(FusedActorCriticLearner):
 
     def _buffers_for(self, batch: int):
         if batch not in self._buffers:
+            d = self.algo.action_dim
             self._buffers[batch] = (
                 MLPBuffers(self.actor_sizes, batch, self.dtype),
                 [MLPBuffers(self.critic_sizes, batch, self.dtype) for _ in range(2)],
                 torch.empty(batch, self.critic_sizes[0]),  # [s, a], the critics' input
-                torch.empty(batch), torch.empty(batch, 1),  # y, dL/dq
-                torch.empty(batch, self.algo.action_dim),  # the policy's standard normal draws
+                torch.empty(batch),  # y
+                (torch.empty(batch, 1), torch.empty(batch, 1)),  # dL/dq of each critic
+                # the policy's standard normal draws, its action, std and log pi
+                torch.empty(batch, d), torch.empty(batch, d), torch.empty(batch, d), torch.empty(batch),
                 torch.empty(batch, self.actor_sizes[-1]),  # dL/d(mean, log std)
             )
         return self._buffers[batch]
 
-    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor):
-        """(tanh(u), log pi, u, std, the unclamped log std) with u = mean + std * noise, noise
-        drawn here (SquashedGaussianActor.sample, same draws from the same generator)."""
-        d = self.algo.action_dim
+    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor, action: torch.Tensor,
+                std: torch.Tensor, log_prob: torch.Tensor) -> None:
+        """Writes tanh(u), std and log pi with u = mean + std * noise, noise drawn here
+        (SquashedGaussianActor.sample, same draws from the same generator)."""
         out = actor_buf.forward(self.nets["actor"], 0, obs)
-        mean, raw_log_std = out[:, :d], out[:, d:]
-        log_std = raw_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         noise.normal_()
-        std = log_std.exp()
-        u = torch.addcmul(mean, std, noise)
-        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(dim=1)
-        log_prob -= (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=1)
-        return u.tanh(), log_prob, u, std, raw_log_std
+        squashed_gaussian_sample(out.numpy(), noise.numpy(), LOG_STD_MIN, LOG_STD_MAX, action.numpy(), std.numpy(),
+                                 log_prob.numpy())
 
     def _update(self, obs, actions, rewards, next_obs, discounts) -> float:
         algo, cfg, nets = self.algo, self.algo.config, self.nets
-        actor_buf, critic_bufs, critic_in, y, grad_q, noise, grad_out = self._buffers_for(obs.shape[0])
-        obs_dim, d, n = algo.obs_dim, algo.action_dim, obs.shape[0]
+        actor_buf, critic_bufs, critic_in, y, grad_q, noise, a, std, log_prob, grad_out = self._buffers_for(obs.shape[0])
+        obs_dim, n = algo.obs_dim, obs.shape[0]
         alpha = float(algo.temperature.log_alpha.exp())
+        q = [buf.prod[-1].numpy() for buf in critic_bufs]  # each critic's last output
 
         # y = R + discount * (min_i Q_i'(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
-        next_a, next_log_prob, *_ = self._sample(actor_buf, next_obs, noise)
+        self._sample(actor_buf, next_obs, noise, a, std, log_prob)
         critic_in[:, :obs_dim] = next_obs
-        critic_in[:, obs_dim:] = next_a
-        next_q = torch.minimum(critic_bufs[0].forward(nets["critic_target"], 0, critic_in),
-                               critic_bufs[1].forward(nets["critic_target"], 1, critic_in))[:, 0]
-        torch.addcmul(rewards, discounts, next_q.sub_(next_log_prob, alpha=alpha), out=y)
+        critic_in[:, obs_dim:] = a
+        for i in range(2):
+            critic_bufs[i].forward(nets["critic_target"], i, critic_in)
+        soft_td_target(*q, log_prob.numpy(), rewards.numpy(), discounts.numpy(), alpha, y.numpy())
 
         # critics: one Adam step on (mean((Q_1(s, a) - y)^2) + mean((Q_2(s, a) - y)^2)) / 2
         critic_in[:, :obs_dim] = obs
         critic_in[:, obs_dim:] = actions
         loss = 0.0
         for i in range(2):
-            q = critic_bufs[i].forward(nets["critic"], i, critic_in)
-            torch.sub(q[:, 0], y, out=grad_q[:, 0])
-            loss += 0.5 * float(grad_q.square().mean())
-            grad_q.mul_(1.0 / n)
-            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
+            critic_bufs[i].forward(nets["critic"], i, critic_in)
+            loss += 0.5 * squared_error_gradient(q[i], y.numpy(), 1.0 / n, grad_q[i].numpy())
+            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q[i])
         adam_step(algo.critic_optimizer)
         nets["critic"].to_low()
 
         # actor: one Adam step on mean(alpha log pi(a~|s) - min_i Q_i(s, a~)), a~ = tanh(u) reparameterised,
         # through the just-updated critics
-        a, log_prob, u, std, raw_log_std = self._sample(actor_buf, obs, noise)
+        self._sample(actor_buf, obs, noise, a, std, log_prob)
         critic_in[:, obs_dim:] = a
-        q1 = critic_bufs[0].forward(nets["critic"], 0, critic_in)[:, 0]
-        q2 = critic_bufs[1].forward(nets["critic"], 1, critic_in)[:, 0]
-        # d min(q1, q2) / d q1: 1 where q1 is the smaller, half on a tie (torch.minimum's gradient)
-        first = (q1 < q2).float().add_((q1 == q2).float(), alpha=0.5)
+        for i in range(2):
+            critic_bufs[i].forward(nets["critic"], i, critic_in)
+        min_gradient_shares(*q, -1.0 / n, grad_q[0].numpy(), grad_q[1].numpy())
         grad_a = None
-        for i, share in enumerate((first, 1.0 - first)):
-            grad_q[:, 0] = share * (-1.0 / n)
-            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q, input_columns=slice(obs_dim, None))
+        for i in range(2):
+            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q[i], input_columns=slice(obs_dim, None))
             grad_a = part if grad_a is None else grad_a.add_(part)
-        # through tanh, and log pi's own dependence on u: d/du of -2 (log 2 - u - softplus(-2u)) is 2 tanh(u)
-        grad_u = grad_a.mul_(1.0 - a.square()).add_(a, alpha=2.0 * alpha / n)
-        grad_out[:, :d] = grad_u
-        # u = mean + exp(log_std) noise, and log pi holds -log_std; clamp passes the gradient inside its range
-        inside = (raw_log_std >= LOG_STD_MIN) & (raw_log_std <= LOG_STD_MAX)
-        torch.mul(grad_u * std * noise - alpha / n, inside, out=grad_out[:, d:])
+        squashed_gaussian_output_gradient(grad_a.numpy(), a.numpy(), std.numpy(), noise.numpy(),
+                                          actor_buf.prod[-1].numpy(), LOG_STD_MIN, LOG_STD_MAX, alpha / n,
+                                          grad_out.numpy())
         actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_out)
         adam_step(algo.actor_optimizer)
         nets["actor"].to_low()
