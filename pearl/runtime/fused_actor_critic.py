@@ -85,6 +85,7 @@ class FlatMLPs:
         self.low = [layer_views(self.low_flat[i * size:(i + 1) * size], sizes) for i in range(n)]
         self.layers = [[low[i] if layer_dtype(i, len(sizes) - 1, dtype) == dtype else master[i]
                         for i in range(len(sizes) - 1)] for master, low in zip(self.master, self.low)]
+        self.transposed = [[weight.t() for weight, _ in layers] for layers in self.layers]  # the forward's operands
         # the inner layers' part of MLP k (empty with one hidden layer)
         self.inner = [slice(i * size + first, i * size + max(first, hidden)) for i in range(n)]
         self.to_low()
@@ -129,17 +130,15 @@ class MLPBuffers:
     def forward(self, net: FlatMLPs, k: int, x: torch.Tensor) -> torch.Tensor:
         """MLP `k` of `net` on float32 `x`: ReLU between layers, none after the last; keeps every
         layer's input for `backward`. Returns the float32 output."""
-        layers = net.layers[k]
+        layers, transposed = net.layers[k], net.transposed[k]
         last = len(layers) - 1
         h = x
         self.inputs = [x]
         for i in range(last):
-            weight, bias = layers[i]
-            out = relu_(torch.addmm(bias, h, weight.t(), out=self.prod[i]))
+            out = relu_(torch.addmm(layers[i][1], h, transposed[i], out=self.prod[i]))
             h = out if self.act[i] is out else self.act[i].copy_(out)
             self.inputs.append(h)
-        weight, bias = layers[last]
-        return torch.addmm(bias, h, weight.t(), out=self.prod[last])
+        return torch.addmm(layers[last][1], h, transposed[last], out=self.prod[last])
 
     def backward(self, net: FlatMLPs, k: int, grads: FlatMLPs | None, g: torch.Tensor,
                  input_columns: slice | None = None):
