@@ -12,11 +12,15 @@ The algorithm's torch modules keep working: their parameters become views of the
 evaluation, `act`, checkpoints and a later switch to the autograd learner see the same weights.
 The update is held to the algorithm's own autograd `update` by tests/test_continuous.py.
 
-`runtime.learner_precision: bf16` (a Plan's learner_precision) runs the hidden layers' products on
-bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than float32 on
-this project's Xeon, docs/BENCHMARKS.md), accumulated in float32; master weights, Adam state,
-losses, the output layers and the target updates stay float32 (FlatMLPs). Held to the float32
-update within bfloat16's rounding by tests/test_learner_precision.py.
+The elementwise steps between the products (losses, SAC's sampling and its derivatives) are
+compiled kernels (kernels/cpu/actor_critic.py), and Adam's fused kernel is called directly
+(adam_step): at 64x64 those were most of an update.
+
+`runtime.learner_precision: bf16` (a Plan's learner_precision) runs the inner hidden layers'
+products on bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than
+float32 on this project's Xeon, docs/BENCHMARKS.md), accumulated in float32; master weights, Adam
+state, losses, the first and output layers and the target updates stay float32 (FlatMLPs). Held
+to the float32 update within bfloat16's rounding by tests/test_learner_precision.py.
 """
 from __future__ import annotations
 
