@@ -11,8 +11,14 @@ This machine's cores have AMX / AVX-512 BF16 units. Two measurements, same proce
    greedy evaluation (the same 10 initial states) every `--eval-every` steps, over seeds; the
    precisions take turns per seed.
 
+3. `--learn-ab REV`, alone: the fused learner's update of this tree against the one at git
+   revision REV (its pearl/runtime/fused_actor_critic.py loaded beside this one), same batches,
+   the two taking turns in blocks, CPU time of each call (time.thread_time: robust to other
+   processes' load, which wall time is not); per algorithm and precision, at `--hidden` / `--batch`.
+
     python benchmarks/ddpg_precision.py                 # 2 seeds x 6000 steps
     python benchmarks/ddpg_precision.py --quick
+    python benchmarks/ddpg_precision.py --learn-ab 8eadf46 --algos ddpg td3 sac --hidden 64 64 --batch 64
 """
 from __future__ import annotations
 
@@ -37,6 +43,12 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--quick", action="store_true", help="1 seed x 2000 steps")
+    p.add_argument("--learn-ab", metavar="REV", help="only the learn call's CPU time: this tree against git REV")
+    p.add_argument("--algos", choices=["ddpg", "td3", "sac"], nargs="+", default=["ddpg", "td3", "sac"],
+                   help="--learn-ab's algorithms")
+    p.add_argument("--hidden", type=int, nargs="+", help="--learn-ab's hidden widths (default: SB3's for each)")
+    p.add_argument("--batch", type=int, default=BATCH, help="--learn-ab's batch size")
+    p.add_argument("--blocks", type=int, default=15, help="--learn-ab's blocks of 20 calls per side")
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.steps = args.seeds[:1], 2000
@@ -75,9 +87,72 @@ def train_curve(seed: int, steps: int, every: int, precision: str, algo: str) ->
     return {"curve": curve, "steps_per_s": steps / train_s, "learner": f"{agent.learner.kernel} {agent.learner.precision}"}
 
 
+def learner_at(rev: str):
+    """The fused learners' module as it was at git revision `rev`, loaded under another name."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(["git", "show", f"{rev}:pearl/runtime/fused_actor_critic.py"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "fused_actor_critic_at_rev.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("fused_actor_critic_at_rev", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def learn_ab(args, algo: str, precision: str, old) -> tuple[float, float]:
+    """Median CPU ms of one update: (REV's learner, this tree's), interleaved on the same batches."""
+    import torch
+
+    from pearl.kernels.cpu import cpu_kernel_mode
+
+    torch.set_num_threads(1)
+    options = {"hidden": args.hidden} if args.hidden else {}
+    agents = []
+    for module in (old, None):
+        agent = make_pearl(0, 10_000, 1, "fused", algo=algo, precision=precision, batch_size=args.batch, **options)
+        if module is not None:
+            agent.learner = (module.FusedSACLearner if algo == "sac" else module.FusedActorCriticLearner)(
+                agent.algo, precision)
+        agent.train(LEARNING_STARTS + 300)
+        agents.append(agent)
+    agents[0].replay.rate_limiter = None  # sampling more batches than the replay ratio allows
+    batches = [agents[0].replay.sample(args.batch, agents[0].rng) for _ in range(20)]
+    times = ([], [])
+    with cpu_kernel_mode():
+        for agent in agents:
+            for b in batches:
+                agent.learner.update(b)
+        for block in range(args.blocks):
+            for side in ((0, 1) if block % 2 else (1, 0)):
+                update = agents[side].learner.update
+                for b in batches:
+                    started = time.thread_time()
+                    update(b)
+                    times[side].append(time.thread_time() - started)
+    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
+
+    if args.learn_ab:
+        old = learner_at(args.learn_ab)
+        print(machine_header())
+        print(f"fused learn call, CPU ms per update (median of {args.blocks} x 20 calls a side, interleaved), "
+              f"hidden {args.hidden or 'SB3 defaults'}, batch {args.batch}, torch {torch.__version__}, 1 thread")
+        for algo in args.algos:
+            for precision in PRECISIONS:
+                before, now = learn_ab(args, algo, precision, old)
+                print(f"  {algo:<4} {precision}: {args.learn_ab} {before:7.3f}   this tree {now:7.3f}   "
+                      f"ratio {now / before:.3f}   (load {load_average()})")
+                sys.stdout.flush()
+        return 0
 
     print(machine_header())
     print(f"{args.algo.upper()} 400x300 batch 256 on Pendulum-v1, torch {torch.__version__}, 1 thread")

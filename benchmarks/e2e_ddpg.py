@@ -84,7 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu", algo: str = "ddpg",
-               precision: str = "fp32"):
+               precision: str = "fp32", **overrides):
+    """PEARL's agent in SB3's setup of `algo`; `overrides` replace its options (e.g. hidden)."""
     import numpy as np
 
     import pearl
@@ -93,10 +94,10 @@ def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device:
     # SB3's name takes SB3's noise object (pearl/sb3.py); Pendulum's action has one component
     noise = {} if algo == "sac" else {"action_noise": NormalActionNoise(np.zeros(1), ACTION_NOISE * np.ones(1))}
     return getattr(pearl, algo.upper())(
-        env=ENV_ID, seed=seed, total_steps=steps, gamma=GAMMA, tau=TAU, batch_size=BATCH,
+        env=ENV_ID, seed=seed, total_steps=steps, gamma=GAMMA, tau=TAU,
         learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1, replay="uniform", capacity=BUFFER,
         device=device, learner_kernel=learner_kernel, learner_precision=precision, envs_per_actor=1,
-        torch_threads=threads, **noise, **ALGOS[algo])
+        torch_threads=threads, **noise, **{"batch_size": BATCH, **ALGOS[algo], **overrides})
 
 
 def make_sb3(seed: int, threads: int, device: str = "cpu", algo: str = "ddpg"):

@@ -13,7 +13,7 @@ from pearl.errors import ConfigError
 from pearl.plan import Plan, reconcile
 from pearl.replay import Batch
 from pearl.runtime.continuous import ContinuousLearner
-from pearl.runtime.fused_actor_critic import FusedActorCriticLearner
+from pearl.runtime.fused_actor_critic import FusedActorCriticLearner, relu_, relu_backward
 
 OBS, ACT, B = 3, 2, 64
 # bfloat16 keeps 8 significant bits (unit roundoff 2^-9). The loss (float32 output layers) stays
@@ -88,6 +88,26 @@ def test_bf16_update_follows_the_float32_reference(algo_class, config):
     # the bf16 copies the products read are the master weights rounded
     for name, net in bf16.nets.items():
         np.testing.assert_array_equal(net.low_flat.float().numpy(), net.flat.to(torch.bfloat16).float().numpy())
+
+
+def test_bf16_relu_on_the_bits_equals_torchs():
+    """ReLU and its derivative on bfloat16's int16 bits (relu_, relu_backward) against torch's own
+    bfloat16 ops, over signed zeros, subnormals, the largest finite values and random values."""
+    special = torch.tensor([0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 1.0, -1.0], dtype=torch.bfloat16)
+    x = torch.cat([special, torch.randn(4096).bfloat16() * 10])
+    want = torch.relu(x)
+    got = relu_(x.clone())
+    assert torch.equal(got, want) and not (got.view(torch.int16) < 0).any()  # no -0.0 left
+    g = torch.randn(x.shape).bfloat16()
+    want = torch.ops.aten.threshold_backward(g, want, 0.0)
+    assert torch.equal(relu_backward(g.clone(), got), want)
+
+
+def test_bf16_layers_precision():
+    """The first and output layers multiply in float32, the inner ones in bfloat16 (FlatMLPs)."""
+    learner = FusedActorCriticLearner(DDPG(OBS, ACT, DDPGConfig(hidden=[16, 16, 8]), seed=0), "bf16")
+    for net in (learner.nets["critic"], learner.grad_nets["actor"]):
+        assert [w.dtype for w, _ in net.layers[0]] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
 
 
 def test_bf16_learner_trains_and_reloads(tmp_path):

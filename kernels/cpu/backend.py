@@ -72,15 +72,17 @@ class CPUBackend(Backend):
     # call on preallocated buffers; autograd's update is a few hundred ops (SAC's sampling and
     # log-prob more); acting adds the policy's head and the action scaling. Fitted as above;
     # `pearl profile` replaces them with the real figures. A bf16 fused update ("fused/bf16") adds
-    # its conversions, read off its code: two per MLP forward (input, output layer's input), two per
-    # backward with weight gradients, one weight copy per stepped network (DDPG ~19, TD3 ~22 on
-    # average over its policy delay).
+    # its conversions: two per MLP forward and per backward, one weight copy per stepped network.
+    # The fused counts (both precisions) were cut in session 10 when the fused learners stopped
+    # going through torch.optim's step (~140 us of Python each) and SAC's elementwise steps became
+    # compiled kernels: each is the session-9 count scaled by the measured ratio of the learn call's
+    # CPU time, new / old code interleaved at 64x64 batch 64 (benchmarks/ddpg_precision.py
+    # --learn-ab; DDPG 0.59 / bf16 0.65, TD3 0.64 / 0.65, SAC 0.42 / 0.55, load 12-19), less the
+    # FLOP time the model holds unchanged: a re-fit on the quiet machine is still owed.
     algo_call_counts = {("ddpg", "act"): 6, ("td3", "act"): 6, ("sac", "act"): 6,
-                        ("ddpg", "learn", "fused"): 66, ("td3", "learn", "fused"): 72,
-                        ("ddpg", "learn", "fused/bf16"): 85, ("td3", "learn", "fused/bf16"): 94,
-                        # SAC's fused update: the squashed Gaussian's sampling, log-probability and
-                        # their derivatives by hand (~40 elementwise calls, read off its code, not fitted)
-                        ("sac", "learn", "fused"): 110, ("sac", "learn", "fused/bf16"): 135,
+                        ("ddpg", "learn", "fused"): 32, ("td3", "learn", "fused"): 39,
+                        ("ddpg", "learn", "fused/bf16"): 53, ("td3", "learn", "fused/bf16"): 58,
+                        ("sac", "learn", "fused"): 30, ("sac", "learn", "fused/bf16"): 69,
                         ("ddpg", "learn", "torch"): 195, ("td3", "learn", "torch"): 190,
                         ("sac", "learn", "torch"): 360,
                         # DQN's torch CNN learner in bf16: the autograd update's ops plus BF16Copy's

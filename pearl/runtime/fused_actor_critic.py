@@ -12,22 +12,26 @@ The algorithm's torch modules keep working: their parameters become views of the
 evaluation, `act`, checkpoints and a later switch to the autograd learner see the same weights.
 The update is held to the algorithm's own autograd `update` by tests/test_continuous.py.
 
-`runtime.learner_precision: bf16` (a Plan's learner_precision) runs the hidden layers' products on
-bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than float32 on
-this project's Xeon, docs/BENCHMARKS.md), accumulated in float32; master weights, Adam state,
-losses, the output layers and the target updates stay float32 (FlatMLPs). Held to the float32
-update within bfloat16's rounding by tests/test_learner_precision.py.
+The elementwise steps between the products (losses, SAC's sampling and its derivatives) are
+compiled kernels (kernels/cpu/actor_critic.py), and Adam's fused kernel is called directly
+(adam_step): at 64x64 those were most of an update.
+
+`runtime.learner_precision: bf16` (a Plan's learner_precision) runs the inner hidden layers'
+products on bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than
+float32 on this project's Xeon, docs/BENCHMARKS.md), accumulated in float32; master weights, Adam
+state, losses, the first and output layers and the target updates stay float32 (FlatMLPs). Held
+to the float32 update within bfloat16's rounding by tests/test_learner_precision.py.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
+from pearl.algos.sac import LOG_STD_MAX, LOG_STD_MIN
 from pearl.contracts import Learner, implements
+from pearl.kernels.cpu.actor_critic import (min_gradient_shares, soft_td_target, squared_error_gradient,
+                                            squashed_gaussian_output_gradient, squashed_gaussian_sample)
 from pearl.runtime.learners import load_optimizer_state, optimizer_state
 
 
@@ -61,24 +65,33 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 class FlatMLPs:
     """`n` MLPs of one shape back to back in a flat float32 tensor (weights or their gradients),
-    as the products read them: each layer's (weight, bias) in float32 (`master`) and in the
-    product precision (`low`; the same views for fp32).
+    as the products read them: each layer's (weight, bias) in float32 (`master`), in the product
+    precision (`low`; the same views for fp32), and `layers[k][i]`, the one layer i of MLP k
+    multiplies with (`layer_dtype`).
 
-    Reduced precision (bf16) runs every hidden layer's products on a copy of the flat tensor in
-    that dtype (oneDNN accumulates them in float32) and the output layer's in float32: a Q value
-    of ~-300 rounded to bfloat16 is off by up to 1, which the TD error would see, while the output
-    layer is ~0.1% of an update's FLOPs. Weights: `to_low` after each optimizer or target step.
-    Gradients: the hidden layers' are written in the low precision and `from_low` widens them into
-    the float32 gradient Adam reads; the output layer's are float32 already."""
+    Reduced precision (bf16) runs the inner hidden layers' products on a copy of the flat tensor
+    in that dtype (oneDNN accumulates them in float32); the first and the output layer's stay
+    float32. The output layer: a Q value of ~-300 rounded to bfloat16 is off by up to 1, which the
+    TD error would see, while the layer is ~0.1% of an update's FLOPs. The first layer: its inner
+    dimension is the observation's few columns (3-4 on Pendulum), which the bfloat16 kernels pad
+    to their tile and run ~2.5x slower than float32 (a 256x4 by 4x400 product: 53 vs 23 us; its
+    weight gradient and input gradient alike), for ~0.5% of the FLOPs. Weights: `to_low` after
+    each optimizer or target step. Gradients: the inner layers' are written in the low precision
+    and `from_low` widens them into the float32 gradient Adam reads; the others are float32 already."""
 
     def __init__(self, flat: torch.Tensor, sizes: list[int], n: int, dtype: torch.dtype):
         size = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+        first = sizes[0] * sizes[1] + sizes[1]
         hidden = size - (sizes[-2] * sizes[-1] + sizes[-1])
         self.flat = flat
         self.low_flat = flat if dtype == torch.float32 else torch.empty(flat.shape, dtype=dtype)
         self.master = [layer_views(flat[i * size:(i + 1) * size], sizes) for i in range(n)]
         self.low = [layer_views(self.low_flat[i * size:(i + 1) * size], sizes) for i in range(n)]
-        self.hidden = [slice(i * size, i * size + hidden) for i in range(n)]
+        self.layers = [[low[i] if layer_dtype(i, len(sizes) - 1, dtype) == dtype else master[i]
+                        for i in range(len(sizes) - 1)] for master, low in zip(self.master, self.low)]
+        self.transposed = [[weight.t() for weight, _ in layers] for layers in self.layers]  # the forward's operands
+        # the inner layers' part of MLP k (empty with one hidden layer)
+        self.inner = [slice(i * size + first, i * size + max(first, hidden)) for i in range(n)]
         self.to_low()
 
     def to_low(self) -> None:
@@ -87,41 +100,49 @@ class FlatMLPs:
 
     def from_low(self, k: int) -> None:
         if self.low_flat is not self.flat:
-            self.flat[self.hidden[k]].copy_(self.low_flat[self.hidden[k]])
+            self.flat[self.inner[k]].copy_(self.low_flat[self.inner[k]])
+
+
+def layer_dtype(i: int, layers: int, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of layer i's products in an MLP of `layers` layers with product precision `dtype`:
+    float32 for the first and the output layer (FlatMLPs)."""
+    return torch.float32 if i in (0, layers - 1) else dtype
 
 
 class MLPBuffers:
-    """Forward activations and input gradients of one MLP shape at one batch size, in the product
-    precision `dtype` (the output layer's in float32: FlatMLPs)."""
+    """Forward activations and gradients of one MLP shape at one batch size, each in the dtype of
+    the layer that computes or reads it (`layer_dtype`): where two layers' dtypes differ, the
+    activation is converted after the ReLU and the gradient after the ReLU's derivative."""
 
     def __init__(self, sizes: list[int], batch: int, dtype: torch.dtype = torch.float32):
         self.sizes = sizes
-        self.low = dtype != torch.float32
-        self.out = [torch.empty(batch, n, dtype=dtype) for n in sizes[1:-1]] + [torch.empty(batch, sizes[-1])]
-        self.grad_in = [torch.empty(batch, n, dtype=dtype) for n in sizes[:-1]]
-        if self.low:  # the input and the output layer's input and gradient, converted
-            self.x_low = torch.empty(batch, sizes[0], dtype=dtype)
-            self.last_in, self.grad_last = torch.empty(batch, sizes[-2]), torch.empty(batch, sizes[-2])
+        last = len(sizes) - 1
+        dtypes = [layer_dtype(i, last, dtype) for i in range(last)]
+        # hidden layer i: the product's output `prod[i]` (its own dtype) and `act[i]`, the next
+        # layer's input (the next layer's dtype; the same tensor when they agree); the gradient
+        # of act[i] (`grad_act[i]`) and of prod[i] (`grad_prod[i]`) likewise
+        self.prod, self.act, self.grad_prod, self.grad_act = [], [], [], []
+        for i in range(last - 1):
+            ours, theirs, width = dtypes[i], dtypes[i + 1], sizes[i + 1]
+            self.prod.append(torch.empty(batch, width, dtype=ours))
+            self.act.append(self.prod[i] if ours == theirs else torch.empty(batch, width, dtype=theirs))
+            self.grad_act.append(torch.empty(batch, width, dtype=theirs))
+            self.grad_prod.append(self.grad_act[i] if ours == theirs else torch.empty(batch, width, dtype=ours))
+        self.prod.append(torch.empty(batch, sizes[-1]))
         self.inputs: list[torch.Tensor] = []  # what each layer multiplied in the last forward
 
     def forward(self, net: FlatMLPs, k: int, x: torch.Tensor) -> torch.Tensor:
         """MLP `k` of `net` on float32 `x`: ReLU between layers, none after the last; keeps every
         layer's input for `backward`. Returns the float32 output."""
-        master, low = net.master[k], net.low[k]
-        last = len(master) - 1
-        h = self.x_low.copy_(x) if self.low else x
-        self.inputs = []
+        layers, transposed = net.layers[k], net.transposed[k]
+        last = len(layers) - 1
+        h = x
+        self.inputs = [x]
         for i in range(last):
-            weight, bias = low[i]
+            out = relu_(torch.addmm(layers[i][1], h, transposed[i], out=self.prod[i]))
+            h = out if self.act[i] is out else self.act[i].copy_(out)
             self.inputs.append(h)
-            torch.addmm(bias, h, weight.t(), out=self.out[i])
-            self.out[i].clamp_(min=0.0)
-            h = self.out[i]
-        if self.low:
-            h = x if last == 0 else self.last_in.copy_(h)
-        self.inputs.append(h)
-        weight, bias = master[last]
-        return torch.addmm(bias, h, weight.t(), out=self.out[last])
+        return torch.addmm(layers[last][1], h, transposed[last], out=self.prod[last])
 
     def backward(self, net: FlatMLPs, k: int, grads: FlatMLPs | None, g: torch.Tensor,
                  input_columns: slice | None = None):
@@ -129,33 +150,65 @@ class MLPBuffers:
         weight and bias gradients into MLP `k` of `grads` unless it is None; returns dL/dx[:,
         input_columns] (float32) when `input_columns` is given (the first layer's product is then
         restricted to them)."""
-        last = len(net.master[k]) - 1
+        layers = net.layers[k]
         found = None
-        for i in range(last, -1, -1):
-            top = i == last
-            weight = (net.master if top else net.low)[k][i][0]
+        for i in range(len(layers) - 1, -1, -1):
+            weight = layers[i][0]
             if grads is not None:
-                grad_w, grad_b = (grads.master if top else grads.low)[k][i]
+                grad_w, grad_b = grads.layers[k][i]
                 torch.mm(g.t(), self.inputs[i], out=grad_w)
                 torch.sum(g, dim=0, out=grad_b)
-            if i > 0:
-                if top and self.low:  # back into the low precision after the float32 output layer
-                    wide = torch.mm(g, weight, out=self.grad_last)
-                    relu_backward(wide, self.last_in)
-                    g = self.grad_in[i].copy_(wide)
-                else:
-                    g = relu_backward(torch.mm(g, weight, out=self.grad_in[i]), self.out[i - 1])
+            if i > 0:  # through layer i's product and layer i - 1's ReLU, into layer i - 1's dtype
+                g = relu_backward(torch.mm(g, weight, out=self.grad_act[i - 1]), self.inputs[i])
+                if self.grad_prod[i - 1] is not g:
+                    g = self.grad_prod[i - 1].copy_(g)
             elif input_columns is not None:
-                found = torch.mm(g, weight[:, input_columns]).float()
+                found = torch.mm(g, weight[:, input_columns])
         if grads is not None:
             grads.from_low(k)
         return found
 
 
+def _as_int16(t: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 tensor's bits as int16, where ReLU's comparisons with 0 can run: a bfloat16 and
+    its int16 share the sign bit, and non-negative bfloat16s order as their bits do. torch's own
+    bfloat16 elementwise kernels widen to float32 and back (~35 us for ReLU at 256 x 400 here,
+    int16 ~9 us)."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
+def relu_(h: torch.Tensor) -> torch.Tensor:
+    """max(h, 0) in place (bfloat16: on its bits, negatives to +0; a negative NaN becomes 0 there
+    too, where torch keeps it). Returns `h`."""
+    _as_int16(h).clamp_(min=0)
+    return h
+
+
 def relu_backward(g: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """ReLU's derivative, in place on `g` where the layer's output `out` is 0: autograd's own
-    kernel (~13 us at 256 x 400; a comparison mask and a multiply take ~150 us)."""
-    return torch.ops.aten.threshold_backward.grad_input(g, out, 0.0, grad_input=g)
+    kernel (~13 us at 256 x 400 float32; a comparison mask and a multiply take ~150 us), on the bits
+    of bfloat16 operands (`_as_int16`; ~16 us against ~47 us for torch's bfloat16 kernel)."""
+    bits = _as_int16(g)
+    torch.ops.aten.threshold_backward.grad_input(bits, _as_int16(out), 0, grad_input=bits)
+    return g
+
+
+def adam_step(optimizer: torch.optim.Adam) -> None:
+    """`optimizer.step()` of a fused Adam over one flat tensor, calling its kernel directly: the
+    same state, the same kernel and arguments as torch.optim.adam's fused path, without its
+    ~140 us of per-call Python (hooks, grouping by device, profiler records). The first step
+    goes through torch, which creates the state."""
+    group = optimizer.param_groups[0]
+    (param,) = group["params"]
+    state = optimizer.state.get(param)
+    if not state:
+        optimizer.step()
+        return
+    beta1, beta2 = group["betas"]
+    state["step"].add_(1)
+    torch._fused_adam_([param], [param.grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]],
+                       amsgrad=group["amsgrad"], lr=group["lr"], beta1=beta1, beta2=beta2,
+                       weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"])
 
 
 @implements(Learner)
@@ -240,11 +293,9 @@ class FusedActorCriticLearner:
         loss = 0.0
         for i in critics:
             q = critic_bufs[i].forward(nets["critic"], i, critic_in)
-            torch.sub(q[:, 0], y, out=grad_q[:, 0])
-            loss += float(grad_q.square().mean())
-            grad_q.mul_(2.0 / len(y))
+            loss += squared_error_gradient(q.numpy(), y.numpy(), 2.0 / len(y), grad_q.numpy())
             critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
-        algo.critic_optimizer.step()
+        adam_step(algo.critic_optimizer)
         nets["critic"].to_low()
 
         algo.updates += 1
@@ -258,7 +309,7 @@ class FusedActorCriticLearner:
         grad_a = critic_bufs[0].backward(nets["critic"], 0, None, grad_q, input_columns=slice(obs_dim, None))
         grad_a.mul_(1.0 - pi.square())  # tanh's derivative
         actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_a)
-        algo.actor_optimizer.step()
+        adam_step(algo.actor_optimizer)
         nets["actor"].to_low()
 
         # targets: theta' <- tau theta + (1 - tau) theta', one call per network
@@ -318,85 +369,77 @@ class FusedSACLearner(FusedActorCriticLearner):
 
     def _buffers_for(self, batch: int):
         if batch not in self._buffers:
+            d = self.algo.action_dim
             self._buffers[batch] = (
                 MLPBuffers(self.actor_sizes, batch, self.dtype),
                 [MLPBuffers(self.critic_sizes, batch, self.dtype) for _ in range(2)],
                 torch.empty(batch, self.critic_sizes[0]),  # [s, a], the critics' input
-                torch.empty(batch), torch.empty(batch, 1),  # y, dL/dq
-                torch.empty(batch, self.algo.action_dim),  # the policy's standard normal draws
+                torch.empty(batch),  # y
+                (torch.empty(batch, 1), torch.empty(batch, 1)),  # dL/dq of each critic
+                # the policy's standard normal draws, its action, std and log pi
+                torch.empty(batch, d), torch.empty(batch, d), torch.empty(batch, d), torch.empty(batch),
                 torch.empty(batch, self.actor_sizes[-1]),  # dL/d(mean, log std)
             )
         return self._buffers[batch]
 
-    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor):
-        """(tanh(u), log pi, u, std, the unclamped log std) with u = mean + std * noise, noise
-        drawn here (SquashedGaussianActor.sample, same draws from the same generator)."""
-        d = self.algo.action_dim
+    def _sample(self, actor_buf: MLPBuffers, obs: torch.Tensor, noise: torch.Tensor, action: torch.Tensor,
+                std: torch.Tensor, log_prob: torch.Tensor) -> None:
+        """Writes tanh(u), std and log pi with u = mean + std * noise, noise drawn here
+        (SquashedGaussianActor.sample, same draws from the same generator)."""
         out = actor_buf.forward(self.nets["actor"], 0, obs)
-        mean, raw_log_std = out[:, :d], out[:, d:]
-        log_std = raw_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         noise.normal_()
-        std = log_std.exp()
-        u = torch.addcmul(mean, std, noise)
-        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(dim=1)
-        log_prob -= (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=1)
-        return u.tanh(), log_prob, u, std, raw_log_std
+        squashed_gaussian_sample(out.numpy(), noise.numpy(), LOG_STD_MIN, LOG_STD_MAX, action.numpy(), std.numpy(),
+                                 log_prob.numpy())
 
     def _update(self, obs, actions, rewards, next_obs, discounts) -> float:
         algo, cfg, nets = self.algo, self.algo.config, self.nets
-        actor_buf, critic_bufs, critic_in, y, grad_q, noise, grad_out = self._buffers_for(obs.shape[0])
-        obs_dim, d, n = algo.obs_dim, algo.action_dim, obs.shape[0]
+        actor_buf, critic_bufs, critic_in, y, grad_q, noise, a, std, log_prob, grad_out = self._buffers_for(obs.shape[0])
+        obs_dim, n = algo.obs_dim, obs.shape[0]
         alpha = float(algo.temperature.log_alpha.exp())
+        q = [buf.prod[-1].numpy() for buf in critic_bufs]  # each critic's last output
 
         # y = R + discount * (min_i Q_i'(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
-        next_a, next_log_prob, *_ = self._sample(actor_buf, next_obs, noise)
+        self._sample(actor_buf, next_obs, noise, a, std, log_prob)
         critic_in[:, :obs_dim] = next_obs
-        critic_in[:, obs_dim:] = next_a
-        next_q = torch.minimum(critic_bufs[0].forward(nets["critic_target"], 0, critic_in),
-                               critic_bufs[1].forward(nets["critic_target"], 1, critic_in))[:, 0]
-        torch.addcmul(rewards, discounts, next_q.sub_(next_log_prob, alpha=alpha), out=y)
+        critic_in[:, obs_dim:] = a
+        for i in range(2):
+            critic_bufs[i].forward(nets["critic_target"], i, critic_in)
+        soft_td_target(*q, log_prob.numpy(), rewards.numpy(), discounts.numpy(), alpha, y.numpy())
 
         # critics: one Adam step on (mean((Q_1(s, a) - y)^2) + mean((Q_2(s, a) - y)^2)) / 2
         critic_in[:, :obs_dim] = obs
         critic_in[:, obs_dim:] = actions
         loss = 0.0
         for i in range(2):
-            q = critic_bufs[i].forward(nets["critic"], i, critic_in)
-            torch.sub(q[:, 0], y, out=grad_q[:, 0])
-            loss += 0.5 * float(grad_q.square().mean())
-            grad_q.mul_(1.0 / n)
-            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q)
-        algo.critic_optimizer.step()
+            critic_bufs[i].forward(nets["critic"], i, critic_in)
+            loss += 0.5 * squared_error_gradient(q[i], y.numpy(), 1.0 / n, grad_q[i].numpy())
+            critic_bufs[i].backward(nets["critic"], i, self.grad_nets["critic"], grad_q[i])
+        adam_step(algo.critic_optimizer)
         nets["critic"].to_low()
 
         # actor: one Adam step on mean(alpha log pi(a~|s) - min_i Q_i(s, a~)), a~ = tanh(u) reparameterised,
         # through the just-updated critics
-        a, log_prob, u, std, raw_log_std = self._sample(actor_buf, obs, noise)
+        self._sample(actor_buf, obs, noise, a, std, log_prob)
         critic_in[:, obs_dim:] = a
-        q1 = critic_bufs[0].forward(nets["critic"], 0, critic_in)[:, 0]
-        q2 = critic_bufs[1].forward(nets["critic"], 1, critic_in)[:, 0]
-        # d min(q1, q2) / d q1: 1 where q1 is the smaller, half on a tie (torch.minimum's gradient)
-        first = (q1 < q2).float().add_((q1 == q2).float(), alpha=0.5)
+        for i in range(2):
+            critic_bufs[i].forward(nets["critic"], i, critic_in)
+        min_gradient_shares(*q, -1.0 / n, grad_q[0].numpy(), grad_q[1].numpy())
         grad_a = None
-        for i, share in enumerate((first, 1.0 - first)):
-            grad_q[:, 0] = share * (-1.0 / n)
-            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q, input_columns=slice(obs_dim, None))
+        for i in range(2):
+            part = critic_bufs[i].backward(nets["critic"], i, None, grad_q[i], input_columns=slice(obs_dim, None))
             grad_a = part if grad_a is None else grad_a.add_(part)
-        # through tanh, and log pi's own dependence on u: d/du of -2 (log 2 - u - softplus(-2u)) is 2 tanh(u)
-        grad_u = grad_a.mul_(1.0 - a.square()).add_(a, alpha=2.0 * alpha / n)
-        grad_out[:, :d] = grad_u
-        # u = mean + exp(log_std) noise, and log pi holds -log_std; clamp passes the gradient inside its range
-        inside = (raw_log_std >= LOG_STD_MIN) & (raw_log_std <= LOG_STD_MAX)
-        torch.mul(grad_u * std * noise - alpha / n, inside, out=grad_out[:, d:])
+        squashed_gaussian_output_gradient(grad_a.numpy(), a.numpy(), std.numpy(), noise.numpy(),
+                                          actor_buf.prod[-1].numpy(), LOG_STD_MIN, LOG_STD_MAX, alpha / n,
+                                          grad_out.numpy())
         actor_buf.backward(nets["actor"], 0, self.grad_nets["actor"], grad_out)
-        algo.actor_optimizer.step()
+        adam_step(algo.actor_optimizer)
         nets["actor"].to_low()
 
         # temperature: one Adam step on -mean(log_alpha (log pi + target_entropy))
         if cfg.autotune:
             log_alpha = algo.temperature.log_alpha
             log_alpha.grad = -(log_prob.mean() + algo.target_entropy).reshape(log_alpha.shape)
-            algo.temperature_optimizer.step()
+            adam_step(algo.temperature_optimizer)
 
         # critic targets: theta' <- tau theta + (1 - tau) theta'
         self.flat["critic_target"].data.lerp_(self.flat["critic"].data, cfg.tau)
