@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -369,6 +370,11 @@ def _replay_server(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # OpenMP reads its wait policy once, when torch loads it (not yet: the commands import torch on
+    # use). Its default lets a waiting thread spin, which cost ~5x CPU per update once a learner with
+    # torch_threads > 1 shares a core with an actor (docs/BENCHMARKS.md, "Why a MinAtar update costs
+    # ms"). A policy the user set wins; actor processes inherit it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = _parser().parse_args(argv)
     try:
         return {"train": _train, "devices": _devices, "autotune": _autotune,

@@ -161,3 +161,18 @@ def test_measure_sets_each_agents_threads_before_its_window():
             assert torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_cli_makes_openmp_threads_sleep_unless_the_user_chose(preset, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    probe = "import os; from pearl.cli import main; main(['devices']); print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == expected
