@@ -285,8 +285,8 @@ def run_once(args, seed: int) -> dict:
            "actor_nvcsw": after.ru_nvcsw - children.ru_nvcsw,
            "local_share": agent.task_timer.calls.get("act_in_learner", 0) * args.envs / steps}
     envs = args.envs
-    if "actor_boot_cpu" in task:  # each actor process's CPU until it was ready to act
-        row["boot_cpu_ms"] = task["actor_boot_cpu"] / 1e3
+    if agent.counters.actor_boot_cpu:  # each actor process's CPU until it was ready to act
+        row["boot_cpu_ms"] = statistics.mean(agent.counters.actor_boot_cpu) * 1e3
     for name in ("act_cpu", "act", "act_wait", "act_in_learner", "insert", "sample", "learn", "sync_weights"):
         if name in task:
             row[name] = task[name] / (envs if name.startswith("act") else 1)

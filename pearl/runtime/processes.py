@@ -601,9 +601,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
                 timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
                 timer.add("act_cpu", sum(int(c.counters[ACT_CPU_NS]) for c in channels) * 1e-9, rounds)
-            booted = [int(c.counters[BOOT_CPU_NS]) for c in channels if c.counters[BOOT_CPU_NS]]
-            if timer and booted:  # one call per actor: its start-up's CPU
-                timer.add("actor_boot_cpu", sum(booted) * 1e-9, len(booted))
+            # (not a timer task: the estimator's profile prices every timed task per round or update)
+            counters.actor_boot_cpu = tuple(int(c.counters[BOOT_CPU_NS]) * 1e-9 for c in channels
+                                            if c.counters[BOOT_CPU_NS])
             actors.close()
             if prefetcher is not None:
                 prefetcher.close()
