@@ -163,8 +163,9 @@ def load_blas_bindings_alone() -> bool:
 
     numba's CPU target imports scipy.linalg.cython_blas the first time a process loads any
     compiled kernel (numba.np.arraymath checks that np.dot has a BLAS), and that import runs
-    scipy.linalg's __init__: ~0.15-0.2 s of CPU (SciPy's array-API layer walks numpy's lazy
-    submodules), a fifth of an actor process's start-up, for a package the actor never calls.
+    scipy.linalg's __init__: ~0.12-0.15 s of CPU (SciPy's array-API layer walks numpy's lazy
+    submodules), a fifth of an actor process's start-up, for a package the actor never calls
+    (docs/BENCHMARKS.md, issue 19 "Session 11").
     The extension module alone loads in ~2 ms. Registered under its name, numba's import and its
     run-time lookup of the BLAS functions (a batched kernel's np.dot) find it. Without SciPy, or
     with another layout, nothing changes: numba imports it as before."""
@@ -192,8 +193,8 @@ def actor_main() -> None:
     try:
         recipe.env_here()
         actor = recipe.build(seed, index=index)
-        # the first call of the policy's compiled kernels loads them (numba's first in a process:
-        # ~0.5 s): here, before the first commit tells the learner this actor is up
+        # the first call of the policy's compiled kernels loads them (numba's first in a process
+        # builds its CPU target: ~0.2 s): here, before the first commit tells the learner this actor is up
         actor.choose(0.0)
         counters = channel.counters
         counters[BOOT_CPU_NS] = time.process_time_ns()  # (a restarted actor's replaces the first's)
