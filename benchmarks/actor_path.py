@@ -10,14 +10,19 @@ Two measurements, both on CPU clocks (the machine is shared: wall clock says lit
   the process CPU clock (EnvPool steps on a worker thread of its own).
 - `--learner`: the fused DQN update (kernels/cpu/qlearn.py) of e2e_dqn's 4-64-64-2 network at
   batch 64, vanilla and double, on the thread CPU clock (median and min of interleaved blocks).
+- `--boot`: an actor process's start-up (fresh interpreter, imports, actor built from the run's
+  recipe, first compiled call), process CPU until ready to act, with SciPy's BLAS bindings loaded
+  alone (the actors' way) and through scipy.linalg, interleaved runs.
 - `--run`: e2e_dqn.py's DQN CartPole setup on the processes runtime (one actor process, one env),
   `--steps` env steps: the actor's sampled CPU per act round (`act_cpu`), its wall time per round
   and waits, the learner process's CPU per env step (time.process_time), the actor processes' CPU
-  per env step including their start-up (getrusage of the children), env steps/s, and the share
-  of env steps the learner's own actor took while the actor processes started (`local_share`).
+  per env step including their start-up (getrusage of the children), env steps/s, the share
+  of env steps the learner's own actor took while the actor processes started (`local_share`),
+  and each actor process's CPU from exec until it was ready to act (`boot_cpu_ms`).
 
     python benchmarks/actor_path.py --parts
     python benchmarks/actor_path.py --learner
+    python benchmarks/actor_path.py --boot
     python benchmarks/actor_path.py --run --steps 50000 --repeats 3
     python benchmarks/actor_path.py --engines
     python benchmarks/actor_path.py --run --engine envpool --envs 32 --runtime sequential
@@ -42,6 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--run", action="store_true", help="time a whole processes-runtime run")
     p.add_argument("--engines", action="store_true", help="Actor.step per env step on each env engine")
     p.add_argument("--learner", action="store_true", help="the fused DQN update's thread CPU per call")
+    p.add_argument("--boot", action="store_true", help="an actor process's start-up CPU, two ways")
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--runtime", default="processes", choices=["processes", "sequential"])
@@ -49,8 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--envs", type=int, default=1, help="envs per actor (default 1)")
     p.add_argument("--label", default="", help="a name printed with the run's row (A/B runs)")
     args = p.parse_args(argv)
-    if not (args.parts or args.run or args.engines or args.learner):
-        p.error("give --parts, --run, --engines and/or --learner")
+    if not (args.parts or args.run or args.engines or args.learner or args.boot):
+        p.error("give --parts, --run, --engines, --learner and/or --boot")
     return args
 
 
@@ -217,17 +223,56 @@ def learner(blocks: int = 7, calls: int = 3000) -> None:
         print(f"  {name:<8} {statistics.median(values):7.2f}   ({min(values):.2f})")
 
 
-def run_once(args, seed: int) -> dict:
+BOOT_CHILD = ("import pickle, sys, time; sys.path[:] = pickle.load(sys.stdin.buffer); "
+              "from pearl.runtime.processes import load_blas_bindings_alone; "
+              "lean = pickle.load(sys.stdin.buffer); lean and load_blas_bindings_alone(); "
+              "recipe = pickle.load(sys.stdin.buffer); recipe.env_here(); recipe.build(0).choose(0.0); "
+              "print(time.process_time_ns(), 'scipy.linalg' in sys.modules)")
+
+
+def boot(args, blocks: int = 5) -> None:
+    """An actor process's start-up as actor_main does it (a fresh `python -I`, the imports, the
+    actor built from the run's recipe, its first compiled call), process CPU until ready to act,
+    with SciPy's BLAS bindings loaded alone (`load_blas_bindings_alone`, the actors' way) and
+    through scipy.linalg (numba's own import), interleaved."""
+    import pickle
+    import subprocess
+
+    from pearl.runtime.processes import ONE_BLAS_THREAD, actor_path
+
+    agent = make_agent(args, 0)
+    recipe = agent.parts.actor_recipe
+    times = {True: [], False: []}
+    for _ in range(blocks):
+        for lean in (True, False):
+            child = subprocess.run([sys.executable, "-I", "-c", BOOT_CHILD], capture_output=True, check=True,
+                                   input=pickle.dumps(actor_path(recipe.modules)) + pickle.dumps(lean)
+                                   + pickle.dumps(recipe), env={**os.environ, **ONE_BLAS_THREAD})
+            cpu_ns, scipy_linalg = child.stdout.split()
+            times[lean].append(int(cpu_ns) / 1e6)
+            assert (scipy_linalg == b"True") != lean, "scipy.linalg loaded against the variant's intent"
+    print(f"\nactor process start-up, process CPU ms until ready to act ({blocks} interleaved runs each)")
+    for lean, label in ((True, "BLAS bindings alone (actors)"), (False, "through scipy.linalg")):
+        print(f"  {label:<30} median {statistics.median(times[lean]):6.1f}   "
+              f"({', '.join(f'{t:.0f}' for t in times[lean])})")
+
+
+def make_agent(args, seed: int):
+    """e2e_dqn.py's DQN CartPole agent on `args.runtime`."""
     import pearl
     from pearl.plan import Plan
 
-    agent = pearl.DQN(env="CartPole-v1", seed=seed, total_steps=args.steps, hidden=[64, 64], lr=2e-3, gamma=0.99,
-                      batch_size=64, learning_starts=1000, updates_per_step=0.25, target_update_interval=500,
-                      tau=1.0, double=False, dueling=False, n_step=1, max_grad_norm=10.0,
-                      exploration={"initial": 1.0, "final": 0.05, "fraction": 0.1}, replay="uniform",
-                      capacity=50_000, learner_kernel="fused", envs_per_actor=args.envs,
-                      plan=Plan(batch_size=64, learner_kernel="fused", runtime=args.runtime, envs_per_actor=args.envs,
-                                **({"env_engine": args.engine} if args.engine != "gymnasium" else {})))
+    return pearl.DQN(env="CartPole-v1", seed=seed, total_steps=args.steps, hidden=[64, 64], lr=2e-3, gamma=0.99,
+                     batch_size=64, learning_starts=1000, updates_per_step=0.25, target_update_interval=500,
+                     tau=1.0, double=False, dueling=False, n_step=1, max_grad_norm=10.0,
+                     exploration={"initial": 1.0, "final": 0.05, "fraction": 0.1}, replay="uniform",
+                     capacity=50_000, learner_kernel="fused", envs_per_actor=args.envs,
+                     plan=Plan(batch_size=64, learner_kernel="fused", runtime=args.runtime, envs_per_actor=args.envs,
+                               **({"env_engine": args.engine} if args.engine != "gymnasium" else {})))
+
+
+def run_once(args, seed: int) -> dict:
+    agent = make_agent(args, seed)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu, wall = time.process_time(), time.perf_counter()
     summary = agent.train(time_tasks=True, progress=False)
@@ -240,6 +285,8 @@ def run_once(args, seed: int) -> dict:
            "actor_nvcsw": after.ru_nvcsw - children.ru_nvcsw,
            "local_share": agent.task_timer.calls.get("act_in_learner", 0) * args.envs / steps}
     envs = args.envs
+    if agent.counters.actor_boot_cpu:  # each actor process's CPU until it was ready to act
+        row["boot_cpu_ms"] = statistics.mean(agent.counters.actor_boot_cpu) * 1e3
     for name in ("act_cpu", "act", "act_wait", "act_in_learner", "insert", "sample", "learn", "sync_weights"):
         if name in task:
             row[name] = task[name] / (envs if name.startswith("act") else 1)
@@ -269,6 +316,8 @@ def main(argv=None) -> int:
         engines()
     if args.learner:
         learner()
+    if args.boot:
+        boot(args)
     if args.run:
         print(f"\n{args.runtime} runtime, {args.engine} engine, {args.envs} env(s) per actor, {args.steps} steps "
               f"(act_* per env step: us; insert/sample/learn per call)")

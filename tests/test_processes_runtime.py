@@ -288,3 +288,47 @@ def test_actors_up_while_a_slow_learner_actor_steps_end_the_run_at_the_same_coun
     assert agent.env_steps == 2002  # the first multiple of 2 actors x 1 env at or past 2001
     assert agent.updates == due(agent, 0.5)
     assert agent.replay.inserted == agent.env_steps
+
+
+# An actor process's way to start (actor_main): SciPy's BLAS bindings alone, then a batched
+# compiled greedy pass (np.dot through those bindings) against numpy, then a user's import of the
+# whole scipy.linalg. In a fresh interpreter, as an actor is: this process has scipy.linalg already.
+BLAS_ALONE_CHILD = """
+import sys
+import numpy as np
+from pearl.runtime.processes import BLAS_BINDINGS, load_blas_bindings_alone
+assert load_blas_bindings_alone()
+assert BLAS_BINDINGS in sys.modules and "scipy.linalg" not in sys.modules
+from pearl.kernels.cpu import MLPLayout, QPolicy
+policy = QPolicy(MLPLayout([4, 16, 3]))
+rng = np.random.default_rng(0)
+policy.load(rng.standard_normal(policy.layout.size).astype(np.float32))
+obs = rng.standard_normal((5, 4)).astype(np.float32)
+actions = np.zeros(5, np.int64)
+policy.greedy_into(obs, actions)  # 5 rows: the kernel with np.dot; numba's first load checks its BLAS
+assert (actions == policy.q_values(obs).argmax(axis=1)).all(), (actions, policy.q_values(obs))
+assert "scipy.linalg" not in sys.modules
+import scipy.linalg
+assert scipy.linalg.cython_blas is sys.modules[BLAS_BINDINGS]
+assert np.allclose(scipy.linalg.expm(np.zeros((2, 2))), np.eye(2))
+print("ok")
+"""
+
+
+def test_an_actor_loads_scipys_blas_bindings_alone_and_a_later_scipy_linalg_import_works():
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-I", "-c", BLAS_ALONE_CHILD], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, **processes.ONE_BLAS_THREAD})
+    assert child.returncode == 0 and child.stdout.strip() == "ok", child.stderr
+    import scipy.linalg  # noqa: F401 (here it is loaded as usual: nothing to do)
+
+    assert not processes.load_blas_bindings_alone()
+
+
+def test_each_actor_process_reports_its_start_up_cpu():
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+    agent.train(600)
+    booted = agent.counters.actor_boot_cpu
+    assert len(booted) == 2 and all(0 < seconds < 60 for seconds in booted)  # CPU from exec to ready

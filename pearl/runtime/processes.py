@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import math
 import os
 import pickle
@@ -51,8 +54,8 @@ from pearl.kernels.cpu import flush_denormals
 from pearl.replay.base import Batch
 from pearl.runtime.counters import Counters, Hooks
 from pearl.runtime.sequential import learn_one
-from pearl.runtime.shared import (ACT_CPU_NS, ACT_NS, ALLOWED, CPU_SAMPLE, ROUNDS, STOP, WAIT_NS, ActorChannel,
-                                  WeightBoard)
+from pearl.runtime.shared import (ACT_CPU_NS, ACT_NS, ALLOWED, BOOT_CPU_NS, CPU_SAMPLE, ROUNDS, STOP, WAIT_NS,
+                                  ActorChannel, WeightBoard)
 from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
 
 RING_ROUNDS = 1024  # act rounds of transitions each ring holds
@@ -132,19 +135,70 @@ def actor_path(modules: tuple[str, ...]) -> list[str]:
     return path
 
 
+BLAS_BINDINGS = "scipy.linalg.cython_blas"
+
+
+class _AttachBlasBindings(importlib.abc.MetaPathFinder):
+    """After `load_blas_bindings_alone`: an import of the scipy.linalg package (a user's env may
+    use it) runs as usual, then gets the `cython_blas` attribute the package would have had."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "scipy.linalg":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_package = spec.loader.exec_module  # (a loader instance per spec: only this one changes)
+
+        def exec_and_attach(module):
+            exec_package(module)
+            module.cython_blas = sys.modules[BLAS_BINDINGS]
+        spec.loader.exec_module = exec_and_attach
+        return spec
+
+
+def load_blas_bindings_alone() -> bool:
+    """Loads SciPy's BLAS bindings (scipy.linalg.cython_blas) without the rest of scipy.linalg;
+    returns whether it did.
+
+    numba's CPU target imports scipy.linalg.cython_blas the first time a process loads any
+    compiled kernel (numba.np.arraymath checks that np.dot has a BLAS), and that import runs
+    scipy.linalg's __init__: ~0.12-0.15 s of CPU (SciPy's array-API layer walks numpy's lazy
+    submodules), a fifth of an actor process's start-up, for a package the actor never calls
+    (docs/BENCHMARKS.md, issue 19 "Session 11").
+    The extension module alone loads in ~2 ms. Registered under its name, numba's import and its
+    run-time lookup of the BLAS functions (a batched kernel's np.dot) find it. Without SciPy, or
+    with another layout, nothing changes: numba imports it as before."""
+    if BLAS_BINDINGS in sys.modules or "scipy.linalg" in sys.modules:
+        return False
+    try:
+        package = importlib.util.find_spec("scipy.linalg")  # imports scipy's light top package only
+        spec = importlib.machinery.PathFinder.find_spec(BLAS_BINDINGS, list(package.submodule_search_locations))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[BLAS_BINDINGS] = module
+        spec.loader.exec_module(module)
+    except Exception:  # (ImportError, AttributeError of a None spec, ...): numba's own import then
+        sys.modules.pop(BLAS_BINDINGS, None)
+        return False
+    sys.meta_path.insert(0, _AttachBlasBindings())
+    return True
+
+
 def actor_main() -> None:
     """An actor process (started by `_ActorProcesses.start`): step, write, wait for the allowance,
     until the learner says stop or goes away. Its arguments arrive pickled on stdin."""
+    load_blas_bindings_alone()  # before anything loads a compiled kernel
     index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
     channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
     try:
         recipe.env_here()
         actor = recipe.build(seed, index=index)
-        # the first call of the policy's compiled kernels loads them (numba's first in a process:
-        # ~0.5 s): here, before the first commit tells the learner this actor is up
+        # the first call of the policy's compiled kernels loads them (numba's first in a process
+        # builds its CPU target: ~0.2 s): here, before the first commit tells the learner this actor is up
         actor.choose(0.0)
-        n_envs = actor.n_envs
         counters = channel.counters
+        counters[BOOT_CPU_NS] = time.process_time_ns()  # (a restarted actor's replaces the first's)
+        n_envs = actor.n_envs
         weights = np.empty(board.n_weights, dtype=np.float32)
         # a CPU QPolicy acts from one flat vector: the board's weights are copied straight into it
         from pearl.kernels.cpu import QPolicy
@@ -548,6 +602,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 timer.add("act", sum(int(c.counters[ACT_NS]) for c in channels) * 1e-9, rounds)
                 timer.add("act_wait", sum(int(c.counters[WAIT_NS]) for c in channels) * 1e-9, rounds)
                 timer.add("act_cpu", sum(int(c.counters[ACT_CPU_NS]) for c in channels) * 1e-9, rounds)
+            # (not a timer task: the estimator's profile prices every timed task per round or update)
+            counters.actor_boot_cpu = tuple(int(c.counters[BOOT_CPU_NS]) * 1e-9 for c in channels
+                                            if c.counters[BOOT_CPU_NS])
             actors.close()
             if prefetcher is not None:
                 prefetcher.close()
