@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
-from pearl.kernels.cpu.actor_critic import (min_gradient_shares, soft_td_target, squared_error_gradient,
+from pearl.kernels.cpu.actor_critic import (min_gradient_shares, min_td_target, smoothed_target_action,
+                                            soft_td_target, squared_error_gradient,
                                             squashed_gaussian_output_gradient, squashed_gaussian_sample)
 
 B, D = 64, 2
@@ -80,3 +81,28 @@ def test_min_gradient_shares_and_soft_target(rng):
     soft_td_target(q1, q2, log_prob, rewards, discounts, 0.2, y)
     want = rewards + discounts * (np.minimum(q1, q2)[:, 0].astype(np.float64) - 0.2 * log_prob)
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("critics", [1, 2])
+def test_min_td_target(rng, critics):
+    """DDPG's y = r + d q' (one critic) and TD3's y = r + d min(q1', q2')."""
+    q = f32(rng.normal(size=(critics, B, 1)) * 50)
+    if critics == 2:
+        q[1, :4] = q[0, :4]  # ties
+    rewards, discounts = f32(rng.normal(size=B)), f32(np.where(rng.random(B) < 0.2, 0.0, 0.99))
+    y = np.empty(B, np.float32)
+    min_td_target(q, rewards, discounts, y)
+    want = rewards + discounts * q[:, :, 0].astype(np.float64).min(axis=0)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def test_smoothed_target_action(rng):
+    """TD3's target smoothing: clamp(tanh(out) + clamp(sigma noise, -c, c), -1, 1), with noise past
+    the clip and actions past the bounds."""
+    out, noise = f32(rng.normal(size=(B, D)) * 3), f32(rng.normal(size=(B, D)) * 2)
+    action = np.full((B, D), np.nan, np.float32)
+    smoothed_target_action(out, noise, 0.2, 0.5, action)
+    eps = np.clip(0.2 * noise.astype(np.float64), -0.5, 0.5)
+    raw = np.tanh(out.astype(np.float64)) + eps
+    assert (np.abs(0.2 * noise) > 0.5).any() and (np.abs(raw) > 1).any()
+    np.testing.assert_allclose(action, np.clip(raw, -1, 1), rtol=1e-6, atol=1e-7)
