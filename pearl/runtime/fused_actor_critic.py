@@ -100,6 +100,10 @@ class FlatMLPs:
         self.single = [(weight[0], bias[0, 0]) for weight, bias in self.stacked]
         self.stacked_t = [weight.transpose(1, 2) for weight, _ in self.stacked]
         self.single_t = [weight.t() for weight, _ in self.single]
+        # the output layer of each MLP (transposed weight, bias): with one output column a batched
+        # product takes ~2x the time of a product per MLP (256x300 by 300x1: 48 vs 23 us for two)
+        weight, bias = self.stacked[-1]
+        self.outputs = [(weight[k].t(), bias[k, 0]) for k in range(n)]
         self.to_low()
 
     def layers(self, count: int) -> tuple[list, list]:
@@ -151,6 +155,8 @@ class MLPBuffers:
                       for count in {1, n}}
         self.output = prod[-1].numpy()  # the MLPs' last outputs (n x batch x out), as numpy
         self.outputs = list(self.output)  # MLP k's (batch x out)
+        # MLP k's output layer input and output, for the output layer's products per MLP (FlatMLPs.outputs)
+        self.output_layer = list(zip(act[-1] if act else [None] * n, prod[-1]))
         self.inputs: list[torch.Tensor] = []  # what each layer multiplied in the last forward
         self.count = 1  # how many MLPs the last forward ran
 
@@ -168,7 +174,11 @@ class MLPBuffers:
             out = relu_(product(layers[i][1], h, transposed[i], out=prod[i]))
             h = out if act[i] is out else act[i].copy_(out)
             self.inputs.append(h)
-        return product(layers[last][1], h, transposed[last], out=prod[last])
+        if count == 1 or last == 0:
+            return product(layers[last][1], h, transposed[last], out=prod[last])
+        for (weight_t, bias), (h_k, out_k) in zip(net.outputs, self.output_layer):
+            torch.addmm(bias, h_k, weight_t, out=out_k)
+        return prod[last]
 
     def backward(self, net: FlatMLPs, grads: FlatMLPs | None, g: torch.Tensor, input_columns: slice | None = None):
         """Back-propagates dL/d(output) `g` (float32, shaped as `forward`'s output) through the last
