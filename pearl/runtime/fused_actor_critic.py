@@ -14,7 +14,8 @@ The update is held to the algorithm's own autograd `update` by tests/test_contin
 
 The elementwise steps between the products (losses, SAC's sampling and its derivatives) are
 compiled kernels (kernels/cpu/actor_critic.py), and Adam's fused kernel is called directly
-(adam_step): at 64x64 those were most of an update.
+(adam_step): at 64x64 those were most of an update. Twin critics (TD3, SAC) run as one batch of
+two MLPs, a batched product per layer (FlatMLPs, MLPBuffers).
 
 `runtime.learner_precision: bf16` (a Plan's learner_precision) runs the inner hidden layers'
 products on bfloat16 copies of the weights (AMX / AVX-512 BF16 units run them ~2.3x faster than
