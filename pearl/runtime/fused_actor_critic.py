@@ -80,9 +80,9 @@ class FlatMLPs:
         size = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
         last = len(sizes) - 1
         self.flat, self.n = flat, n
-        self.low_flat = flat if dtype == torch.float32 else torch.empty(
-            n * sum(a * b + b for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])) if layer_dtype(i, last, dtype) == dtype),
-            dtype=dtype)
+        low_size = n * sum(a * b + b for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+                           if layer_dtype(i, last, dtype) == dtype)
+        self.low_flat = flat if dtype == torch.float32 else torch.empty(low_size, dtype=dtype)
         self.stacked, self.pairs = [], []  # pairs: (low, master) views that to_low / from_low copy
         offset, low_offset = flat.storage_offset(), 0
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
