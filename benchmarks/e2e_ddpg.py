@@ -135,14 +135,15 @@ def run_sb3(seed: int, steps: int, threads: int, device: str = "cpu", episodes: 
 
 # -- the arithmetic bound ------------------------------------------------------------------------------
 def capture_matmuls(update) -> list:
-    """The matrix products (aten mm / addmm, forward and backward) that one call of `update` runs,
-    with copies of their operands (same shapes and strides, so transposes are kept)."""
+    """The matrix products (aten mm / addmm, and bmm / baddbmm: the fused learner's twin critics,
+    forward and backward) that one call of `update` runs, with copies of their operands (same
+    shapes and strides, so transposes are kept)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     # .out: the fused learner writes its products into preallocated buffers
-    products = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-                torch.ops.aten.mm.out, torch.ops.aten.addmm.out)
+    products = tuple(getattr(getattr(torch.ops.aten, op), overload) for op in ("mm", "addmm", "bmm", "baddbmm")
+                     for overload in ("default", "out"))
 
     class Capture(TorchDispatchMode):
         def __init__(self):
@@ -165,10 +166,10 @@ def matmul_flops(calls) -> float:
     import torch
 
     total = 0.0
+    plain = (torch.ops.aten.mm.default, torch.ops.aten.mm.out, torch.ops.aten.bmm.default, torch.ops.aten.bmm.out)
     for func, args, _ in calls:
-        is_mm = func in (torch.ops.aten.mm.default, torch.ops.aten.mm.out)
-        a, b = (args[0], args[1]) if is_mm else (args[1], args[2])
-        total += 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+        a, b = (args[0], args[1]) if func in plain else (args[1], args[2])  # (add)(b)mm: the bias first
+        total += 2.0 * a.shape[:-2].numel() * a.shape[-2] * a.shape[-1] * b.shape[-1]
     return total
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pearl.algos.sac import LOG_2PI, LOG_STD_MAX, LOG_STD_MIN
-from pearl.kernels.cpu.actor_critic import (min_gradient_shares, soft_td_target, squared_error_gradient,
+from pearl.kernels.cpu.actor_critic import (min_gradient_shares, min_td_target, smoothed_target_action,
+                                            soft_td_target, squared_error_gradient,
                                             squashed_gaussian_output_gradient, squashed_gaussian_sample)
 
 B, D = 64, 2
@@ -80,3 +81,97 @@ def test_min_gradient_shares_and_soft_target(rng):
     soft_td_target(q1, q2, log_prob, rewards, discounts, 0.2, y)
     want = rewards + discounts * (np.minimum(q1, q2)[:, 0].astype(np.float64) - 0.2 * log_prob)
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("critics", [1, 2])
+def test_min_td_target(rng, critics):
+    """DDPG's y = r + d q' (one critic) and TD3's y = r + d min(q1', q2')."""
+    q = f32(rng.normal(size=(critics, B, 1)) * 50)
+    if critics == 2:
+        q[1, :4] = q[0, :4]  # ties
+    rewards, discounts = f32(rng.normal(size=B)), f32(np.where(rng.random(B) < 0.2, 0.0, 0.99))
+    y = np.empty(B, np.float32)
+    min_td_target(q, rewards, discounts, y)
+    want = rewards + discounts * q[:, :, 0].astype(np.float64).min(axis=0)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def test_smoothed_target_action(rng):
+    """TD3's target smoothing: clamp(tanh(out) + clamp(sigma noise, -c, c), -1, 1), with noise past
+    the clip and actions past the bounds."""
+    out, noise = f32(rng.normal(size=(B, D)) * 3), f32(rng.normal(size=(B, D)) * 2)
+    action = np.full((B, D), np.nan, np.float32)
+    smoothed_target_action(out, noise, 0.2, 0.5, action)
+    eps = np.clip(0.2 * noise.astype(np.float64), -0.5, 0.5)
+    raw = np.tanh(out.astype(np.float64)) + eps
+    assert (np.abs(0.2 * noise) > 0.5).any() and (np.abs(raw) > 1).any()
+    np.testing.assert_allclose(action, np.clip(raw, -1, 1), rtol=1e-6, atol=1e-7)
+
+
+def mlp_reference(weights, x, g):
+    """float64 forward and backward of one ReLU MLP, `weights` [(W (out x in), b)], dL/dy `g`:
+    (output, [(dW, db)], dL/dx)."""
+    inputs, h = [], x
+    for i, (w, b) in enumerate(weights):
+        inputs.append(h)
+        h = h @ w.T + b
+        if i < len(weights) - 1:
+            h = np.maximum(h, 0.0)
+    out, grads = h, []
+    for i in range(len(weights) - 1, -1, -1):
+        w, _ = weights[i]
+        grads.insert(0, (g.T @ inputs[i], g.sum(0)))
+        g = g @ w
+        if i > 0:
+            g = g * (inputs[i] > 0)
+    return out, grads, g
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_stacked_mlps_against_numpy(rng, precision):
+    """Two MLPs of one flat tensor (the twin critics' layout: MLP 1 after MLP 0) run as one batch
+    (FlatMLPs.stacked, batched products) and MLP 0 alone, forward and backward, against a float64
+    numpy reference of each MLP: outputs, weight and bias gradients in the flat gradient's layout,
+    and the input gradient summed over the MLPs."""
+    import torch
+
+    from pearl.runtime.fused_actor_critic import PRECISIONS, FlatMLPs, MLPBuffers
+
+    sizes, batch, n = [5, 24, 16, 12, 1], 32, 2
+    dtype = PRECISIONS[precision]
+    tol = dict(rtol=1e-4, atol=1e-5) if precision == "fp32" else dict(rtol=0.05, atol=0.03)
+    size = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    flat = torch.from_numpy(f32(rng.normal(size=n * size) * 0.3))
+    grad_flat = torch.full((n * size,), np.nan)
+    net, grads = FlatMLPs(flat, sizes, n, dtype), FlatMLPs(grad_flat, sizes, n, dtype)
+    buf = MLPBuffers(sizes, batch, dtype, n)
+    x = torch.from_numpy(f32(rng.normal(size=(batch, sizes[0]))))
+    g = torch.from_numpy(f32(rng.normal(size=(n, batch, 1))))
+
+    def weights_of(k):  # MLP k's layers from the flat tensor, in parameters() order
+        layers, offset = [], k * size
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            w = flat[offset:offset + a * b].double().numpy().reshape(b, a)
+            layers.append((w, flat[offset + a * b:offset + a * b + b].double().numpy()))
+            offset += a * b + b
+        return layers
+
+    refs = [mlp_reference(weights_of(k), x.double().numpy(), g[k].double().numpy()) for k in range(n)]
+    out = buf.forward(net, x, n)
+    assert out.shape == (n, batch, 1)
+    for k in range(n):
+        np.testing.assert_allclose(out[k].numpy(), refs[k][0], **tol)
+    cols = slice(3, None)
+    grad_x = buf.backward(net, grads, g, input_columns=cols)
+    np.testing.assert_allclose(grad_x.numpy(), sum(ref[2][:, cols] for ref in refs), **tol)
+    want = np.concatenate([np.concatenate([np.concatenate([dw.ravel(), db]) for dw, db in ref[1]]) for ref in refs])
+    assert not torch.isnan(grad_flat).any()
+    np.testing.assert_allclose(grad_flat.numpy(), want, **tol)
+
+    # MLP 0 alone, on the same buffers: only MLP 0's gradients move
+    grad_flat.fill_(np.nan)
+    out = buf.forward(net, x)
+    np.testing.assert_allclose(out.numpy(), refs[0][0], **tol)
+    buf.backward(net, grads, g[0])
+    np.testing.assert_allclose(grad_flat[:size].numpy(), want[:size], **tol)
+    assert torch.isnan(grad_flat[size:]).all()

@@ -86,8 +86,18 @@ def test_bf16_update_follows_the_float32_reference(algo_class, config):
             cosine = grads["bf16"][net] @ ref / (np.linalg.norm(grads["bf16"][net]) * np.linalg.norm(ref))
             assert cosine > MIN_COSINE, (step, net, cosine)
     # the bf16 copies the products read are the master weights rounded
-    for name, net in bf16.nets.items():
-        np.testing.assert_array_equal(net.low_flat.float().numpy(), net.flat.to(torch.bfloat16).float().numpy())
+    for net in bf16.nets.values():
+        assert_low_copies_are_the_master_rounded(net)
+
+
+def assert_low_copies_are_the_master_rounded(net):
+    """Every bf16 layer the products read (FlatMLPs.stacked) is its float32 master rounded, and the
+    copy holds nothing else."""
+    low = [w for w, _ in net.stacked if w.dtype == torch.bfloat16]
+    assert low
+    assert sum(low.numel() for low, _ in net.pairs) == net.low_flat.numel()
+    for low, master in net.pairs:
+        np.testing.assert_array_equal(low.float().numpy(), master.to(torch.bfloat16).float().numpy())
 
 
 def test_bf16_relu_on_the_bits_equals_torchs():
@@ -107,7 +117,8 @@ def test_bf16_layers_precision():
     """The first and output layers multiply in float32, the inner ones in bfloat16 (FlatMLPs)."""
     learner = FusedActorCriticLearner(DDPG(OBS, ACT, DDPGConfig(hidden=[16, 16, 8]), seed=0), "bf16")
     for net in (learner.nets["critic"], learner.grad_nets["actor"]):
-        assert [w.dtype for w, _ in net.layers[0]] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
+        for layers in (net.single, net.stacked):
+            assert [w.dtype for w, _ in layers] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
 
 
 def test_bf16_learner_trains_and_reloads(tmp_path):
@@ -120,8 +131,8 @@ def test_bf16_learner_trains_and_reloads(tmp_path):
     restored = pearl.load(tmp_path / "bf16.npz")
     assert restored.learner.precision == "bf16"
     np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
-    for name, net in restored.learner.nets.items():  # the loaded weights reached the bf16 copies
-        np.testing.assert_array_equal(net.low_flat.float().numpy(), net.flat.to(torch.bfloat16).float().numpy())
+    for net in restored.learner.nets.values():  # the loaded weights reached the bf16 copies
+        assert_low_copies_are_the_master_rounded(net)
     restored.train(50)
 
 

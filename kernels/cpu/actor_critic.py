@@ -92,3 +92,25 @@ def soft_td_target(q1, q2, log_prob, rewards, discounts, alpha, y):
     """y = rewards + discounts * (min(q1, q2) - alpha log_prob), SAC's target."""
     for i in range(y.shape[0]):
         y[i] = rewards[i] + discounts[i] * (min(np.float64(q1[i, 0]), q2[i, 0]) - alpha * log_prob[i])
+
+
+@njit(**_NJIT)
+def min_td_target(q, rewards, discounts, y):
+    """y = rewards + discounts * min_k q[k, :, 0], DDPG's target (one critic, q: 1 x batch x 1) and
+    TD3's (the smaller of the twin target critics, q: 2 x batch x 1)."""
+    for i in range(y.shape[0]):
+        smallest = np.float64(q[0, i, 0])
+        for k in range(1, q.shape[0]):
+            smallest = min(smallest, np.float64(q[k, i, 0]))
+        y[i] = rewards[i] + discounts[i] * smallest
+
+
+@njit(**_NJIT)
+def smoothed_target_action(out, noise, sigma, clip, action):
+    """TD3's target policy smoothing: action = clamp(tanh(out) + clamp(sigma * noise, -clip, clip),
+    -1, 1), `out` the target actor's last layer (pre-tanh), `noise` standard normal draws."""
+    batch, d = out.shape
+    for i in range(batch):
+        for j in range(d):
+            eps = min(max(sigma * np.float64(noise[i, j]), -clip), clip)
+            action[i, j] = min(max(math.tanh(np.float64(out[i, j])) + eps, -1.0), 1.0)
