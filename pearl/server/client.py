@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -38,12 +39,16 @@ def spin_wait(sockets, ns: int) -> dict:
     """{socket: POLLIN} for those of `sockets` with a message, waiting up to `ns` ns by spinning
     on ZMQ_EVENTS (which also takes in the I/O thread's pending commands). A thread blocked in
     poll sleeps, and waking it costs a VM's idle core ~100 us or more (docs/REPLAY_SERVER.md);
-    a spin keeps it running until a reply or request that comes soon. Holds the GIL."""
+    a spin keeps it running until a reply or request that comes soon. Each turn yields the core
+    (sched_yield, without the GIL): on an idle machine it returns at once, so the spin keeps the
+    core awake; on a busy one the peer, its I/O thread or the host's threads run instead of the
+    spinner (a spin without the yield cost +230-440 us p50 at load 5, docs/BENCHMARKS.md)."""
     deadline = time.perf_counter_ns() + ns
     while True:
         ready = {s: zmq.POLLIN for s in sockets if s.get(zmq.EVENTS) & zmq.POLLIN}
         if ready or time.perf_counter_ns() >= deadline:
             return ready
+        os.sched_yield()
 
 
 class ServerError(RuntimeError):
@@ -79,6 +84,8 @@ class Connection:
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
         self.spin_ns = int(spin_us * 1000)
         self.context = context or zmq.Context.instance()
+        # every one-frame message fits: its columns (<= INLINE_BYTES), header, descriptors, padding
+        self._scratch = np.empty(INLINE_BYTES + 4096, np.uint8)
         self.socket = None
         self.connect()
 
@@ -126,13 +133,28 @@ class Connection:
             self.connect()
             raise NoReply(f"no reply from the replay server at {self.address} within {timeout} s "
                           f"(down, unreachable, or our key is not on its allow-list)")
-        frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
+        frames = self._receive()
         header, columns = unpack_header(frames[0])
         # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
         arrays = message_arrays(frames, header, columns, 1 if header.op == Op.BATCH and len(columns) == 9 else None)
         if header.op == Op.ERROR:
             raise ServerError(header.status, arrays[0].tobytes().decode("utf-8", "replace") if arrays else "")
         return header, arrays
+
+    def _receive(self) -> list:
+        """The frames of the message waiting on the socket, the first (a reply's only frame when
+        inline, as a sample's batch is) copied once from ZeroMQ's buffer into a fresh array of
+        its own: the arrays parsed from it are writable and outlive the next call without a copy
+        each (recv_multipart: a zmq.Frame per part, and then a copy per column, ~3 us more)."""
+        socket, scratch = self.socket, self._scratch
+        n = socket.recv_into(scratch)
+        if n > len(scratch):  # not a message of our server: an inline frame is < INLINE_BYTES + 4 kB
+            self.connect()
+            raise ServerError(ErrorCode.BAD_FRAME, f"a reply frame of {n} bytes (at most {len(scratch)})")
+        frames = [scratch[:n].copy()]
+        if socket.get(zmq.RCVMORE):  # a large message: one frame per column after the header's
+            frames += [f.buffer for f in socket.recv_multipart(copy=False)]
+        return frames
 
     def call(self, frames, timeout: float | None = None):
         if timeout is None or timeout == self.timeout:  # (setting a socket option costs ~10 us)
@@ -155,9 +177,9 @@ class Connection:
             self.socket = None
 
 
-def batch_from(arrays, copy: bool = True) -> Batch:
-    obs, actions, rewards, next_obs, discounts, indices, weights = (a.copy() if copy else a for a in arrays[:7])
-    return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
+def batch_from(arrays) -> Batch:
+    """A BATCH reply's columns as a Batch (they view the reply's own buffer: Connection._receive)."""
+    return Batch(*arrays[:7])
 
 
 class _Writer:
@@ -287,10 +309,10 @@ class ReplayClient:
 
     def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
                  timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
-                 copy_batches: bool = True, retain: int = 1024, connect_timeout: float | None = None,
+                 retain: int = 1024, connect_timeout: float | None = None,
                  spin_us: float = LEARNER_SPIN_US):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
-        self.piggyback, self.copy_batches = piggyback, copy_batches
+        self.piggyback = piggyback
         self.learner = Connection(address, self.auth, timeout, spin_us=spin_us)
         self.info = self.learner.info(Op.HELLO, connect_timeout)  # NoReply: no server answered
         self.capacity = int(self.info["capacity"])
@@ -357,7 +379,7 @@ class ReplayClient:
         """A batch drawn by the server's selector (its RNG; `rng` is accepted for the table
         interface). With a server-side ratio the reply waits until the update is due."""
         header, arrays = self.sample_raw(batch_size, timeout, flags)
-        return batch_from(arrays, self.copy_batches)
+        return batch_from(arrays)
 
     def sample_raw(self, batch_size: int, timeout: float | None = None, flags: int = 0):
         if self._writer is not None and self._writer.inflight:
@@ -380,7 +402,7 @@ class ReplayClient:
         if self.piggyback:
             if self._pending is not None:  # two updates without a sample between: send the first
                 self._send_update(*self._pending)
-            self._pending = (indices.copy(), td.copy())
+            self._pending = (indices.copy(), td)  # (np.abs made td a fresh array)
         else:
             self._send_update(indices, td)
 

@@ -23,6 +23,7 @@ log = logging.getLogger("pearl.replay_server")
 POLL_MS = 50
 ACK_OP = struct.pack("<H", Op.ACK)
 BATCH_OP = struct.pack("<H", Op.BATCH)
+INSERT_OP = struct.pack("<H", Op.INSERT)
 
 
 def coalesce(replies: list) -> list:
@@ -148,6 +149,11 @@ class ReplayServer:
                             except zmq.Again:
                                 break
                             replies += self._handle(message)
+                            if replies and not self._insert(message):
+                                # a reply someone waits for (a sample's batch) goes out now, not after
+                                # the drain's last look for more (zmq.Again: ~4 us); only acks coalesce
+                                self._send(socket, coalesce(replies))
+                                replies = []
                         replies, service.outbox = service.outbox + replies, []
                     self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
@@ -166,6 +172,10 @@ class ReplayServer:
             if self._auth is not None:
                 self._auth.stop()
             context.term()
+
+    def _insert(self, message) -> bool:
+        """Whether a received message is an INSERT (its reply, an ack, may wait for the burst's end)."""
+        return len(message) > 1 and bytes(memoryview(message[1])[6:8]) == INSERT_OP
 
     def _handle(self, message) -> list:
         peer = message[0] if self.copy_frames else message[0].bytes
