@@ -396,6 +396,35 @@ def test_pack_layout_cached_per_dtypes_and_shapes():
         pack(Header(Op.INSERT, rows=1), [np.zeros((1, 1, 1, 1, 1, 1), np.float32)])
 
 
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_inline_inserts_store_what_table_add_stores(kind):
+    """An inline INSERT goes into the ring by one compiled copy from the frame (Replay.add_frame):
+    the same rows, cursor, size and priorities as the table's add of the same chunks, across the
+    wrap; a multi-frame chunk (over INLINE_BYTES) still takes add."""
+    from pearl.replay import PrioritizedReplay, UniformReplay
+    from pearl.server.service import ReplayService
+
+    service = ReplayService(ServerConfig(table=TableConfig(kind=kind, capacity=500, obs_dim=4)))
+    reference = (UniformReplay if kind == "uniform" else PrioritizedReplay)(500, 4)
+    assert service._frame_inserts
+    rng = np.random.default_rng(0)
+    for seq, rows in enumerate([37, 100, 1, 250, 113, 2000], 1):
+        chunk = (rng.normal(size=(rows, 4)).astype(np.float32), rng.integers(0, 2, rows),
+                 rng.normal(size=rows).astype(np.float32), rng.normal(size=(rows, 4)).astype(np.float32),
+                 np.full(rows, 0.99, np.float32))
+        frames = pack(Header(Op.INSERT, writer=1, seq=seq, rows=rows, arg0=rows), list(chunk))
+        assert len(frames) == (1 if rows < 1000 else 6)
+        (_, reply), = service.handle(b"peer", frames)
+        assert unpack_header(reply[0])[0].op == Op.ACK
+        reference.add(*chunk)
+    table = service.table
+    assert (table.cursor, table.size, table.inserted) == (reference.cursor, reference.size, reference.inserted)
+    for name in reference.storage:
+        np.testing.assert_array_equal(table.storage[name], reference.storage[name])
+    if kind == "prioritized":
+        np.testing.assert_array_equal(table.tree.get(np.arange(500)), reference.tree.get(np.arange(500)))
+
+
 def test_service_warms_its_kernels_without_changing_the_table():
     """A fresh ReplayService has the insert kernel compiled for the read-only arrays a received
     frame gives (a process's first numba call would otherwise stall the first chunk ~0.7 s), and
@@ -405,7 +434,7 @@ def test_service_warms_its_kernels_without_changing_the_table():
 
     code = """
 import numpy as np
-from pearl.kernels.cpu.fast_storage import insert_rows
+from pearl.kernels.cpu.fast_storage import insert_frame, insert_rows
 from pearl.server.config import RateLimiterConfig, ServerConfig, TableConfig
 from pearl.server.service import ReplayService
 for kind in ("uniform", "prioritized"):
@@ -415,7 +444,8 @@ for kind in ("uniform", "prioritized"):
     assert (t.size, t.cursor, t.inserted, t.rate_limiter.inserts) == (0, 0, 0, 0), (kind, t.size, t.cursor)
     assert not any(s.counts.values()) and s.env_steps == 0
     assert not t.prioritized or t.tree.total == 0
-print(any(not sig[3].types[0].mutable for sig in insert_rows.signatures))  # read-only columns
+print(any(not sig[3].types[0].mutable for sig in insert_rows.signatures)  # read-only columns
+      and any(not sig[3].mutable for sig in insert_frame.signatures))  # a read-only frame (bytes)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -192,8 +192,9 @@ class Columns(list):
         self.checked = None  # the schema (list of Column) these columns equal, once checked
 
     def layout(self, rows: int, last_rows: int | None) -> tuple:
-        """(total bytes, [(dtype, items, byte offset, shape), ...]) of an inline message's frame;
-        shape None for a column of scalars (np.frombuffer's 1-D view is already its shape)."""
+        """(total bytes, [(dtype, items, byte offset, shape), ...], the byte offsets as an int64
+        array) of an inline message's frame; shape None for a column of scalars (np.frombuffer's
+        1-D view is already its shape)."""
         key = (rows, last_rows)
         found = self.layouts.get(key)
         if found is not None:
@@ -206,7 +207,7 @@ class Columns(list):
             items = n * column.row_bytes // column.dtype.itemsize
             parts.append((column.dtype, items, offset, (n,) + column.shape if column.shape else None))
             offset += n * column.row_bytes
-        found = (offset, parts)
+        found = (offset, parts, np.array([part[2] for part in parts], np.int64))
         if len(self.layouts) < 64:
             self.layouts[key] = found
         return found
@@ -225,16 +226,30 @@ def message_arrays(frames, header: Header, columns: Columns, last_rows: int | No
         last = len(columns) - 1
         return [column_array(frames[i + 1], c, last_rows if last_rows is not None and i == last else rows, i)
                 for i, c in enumerate(columns)]
+    frame, parts, _ = _inline(frames, header, columns, last_rows)
+    return [np.frombuffer(frame, dtype, items, offset) if shape is None else
+            np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
+
+
+def inline_columns(frames, header: Header, columns: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """An inline message's frame as a uint8 array and the byte offset of each column in it (int64),
+    after message_arrays's checks: for one compiled copy of every column (Replay.add_frame)."""
+    frame, _, offsets = _inline(frames, header, columns, None)
+    return np.frombuffer(frame, np.uint8), offsets
+
+
+def _inline(frames, header: Header, columns: Columns, last_rows: int | None) -> tuple:
+    """(the frame, the column layout, the columns' byte offsets) of an inline message whose frame
+    count and byte length were checked."""
     if len(frames) != 1:
         raise WireError(ErrorCode.BAD_FRAME, f"an inline message with {len(frames) - 1} extra frames")
     frame = frames[0]
-    total, parts = columns.layout(rows, last_rows)
+    total, parts, offsets = columns.layout(header.rows, last_rows)
     nbytes = memoryview(frame).nbytes
     if total != nbytes:
         raise WireError(ErrorCode.BAD_COLUMN, f"inline columns: {nbytes} bytes, the descriptors and "
-                                              f"{rows} rows need {total}")
-    return [np.frombuffer(frame, dtype, items, offset) if shape is None else
-            np.frombuffer(frame, dtype, items, offset).reshape(shape) for dtype, items, offset, shape in parts]
+                                              f"{header.rows} rows need {total}")
+    return frame, parts, offsets
 
 
 def check_columns(columns: Columns, schema: list, what: str) -> None:
