@@ -28,7 +28,7 @@ import zmq
 
 from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
+from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, Packer, message_arrays,
                                pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
@@ -322,6 +322,7 @@ class ReplayClient:
             self._writer = _Writer(Connection(address, self.auth, timeout), writer, window,
                                    self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
+        self._packers: dict[int, Packer] = {}  # rows -> the packer of an update of that many rows
         self._dtypes = (np.float32, np.dtype(self.info["action_dtype"]), np.float32, np.float32, np.float32)
         self._progress = 0
 
@@ -389,7 +390,8 @@ class ReplayClient:
         if self._pending is not None:
             indices, td = self._pending
             self._pending = None
-            frames = pack(Header(Op.UPDATE_SAMPLE, rows=len(indices), arg0=batch_size, flags=flags), [indices, td])
+            frames = self._pack_update(Header(Op.UPDATE_SAMPLE, rows=len(indices), arg0=batch_size, flags=flags),
+                                       indices, td)
         else:
             frames = pack(Header(Op.SAMPLE, arg0=batch_size, flags=flags))
         header, arrays = self.learner.call(frames, timeout)
@@ -397,8 +399,10 @@ class ReplayClient:
         return header, arrays
 
     def update_priorities(self, indices, td_errors) -> None:
-        indices = np.ascontiguousarray(indices, np.int64)
-        td = np.abs(np.ascontiguousarray(td_errors, np.float32))
+        indices = np.ascontiguousarray(indices, np.int64).reshape(-1)
+        td = np.abs(np.ascontiguousarray(td_errors, np.float32)).reshape(-1)
+        if td.shape != indices.shape:
+            raise ValueError(f"update_priorities: {td.shape[0]} |td| for {indices.shape[0]} indices")
         if self.piggyback:
             if self._pending is not None:  # two updates without a sample between: send the first
                 self._send_update(*self._pending)
@@ -407,7 +411,17 @@ class ReplayClient:
             self._send_update(indices, td)
 
     def _send_update(self, indices, td) -> None:
-        self.learner.call(pack(Header(Op.UPDATE, rows=len(indices)), [indices, td]))
+        self.learner.call(self._pack_update(Header(Op.UPDATE, rows=len(indices)), indices, td))
+
+    def _pack_update(self, header: Header, indices: np.ndarray, td: np.ndarray) -> list:
+        """An update's message: int64 indices and float32 |td| (update_priorities made them so),
+        packed by one Packer per row count (a learner's batch size: one or two)."""
+        packer = self._packers.get(len(indices))
+        if packer is None:
+            if len(indices) * 12 > INLINE_BYTES or len(self._packers) >= 16:
+                return pack(header, [indices, td])
+            packer = self._packers[len(indices)] = Packer([indices, td])
+        return packer.pack(header, [indices, td])
 
     def flush_updates(self) -> None:
         if self._pending is not None:

@@ -22,8 +22,8 @@ from numba import njit
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
 from pearl.server.wire import (FLAG_INLINE, FLAG_MASSES, FLAG_NO_ACK, REQUESTS, Column, ErrorCode, Header, Op,
-                               WireError, check_columns, error_frames, info_frames, inline_columns, message_arrays,
-                               pack, unpack_header)
+                               Packer, WireError, check_columns, error_frames, info_frames, inline_columns,
+                               message_arrays, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
 # an update's columns: indices and |td| (float32 or float64)
@@ -124,6 +124,7 @@ class ReplayService:
         self.last_error = ""
         # inline INSERTs go into the ring by one compiled copy from the received frame (Replay.add_frame)
         self._frame_inserts = bool(getattr(self.table, "takes_frames", False))
+        self._packers: dict[int, Packer | None] = {}  # rows -> BATCH reply packer
         self._warm()
 
     def _warm(self) -> None:
@@ -347,14 +348,30 @@ class ReplayService:
         self.counts["rows_sampled"] += len(batch.indices)
         columns = [batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.discounts, batch.indices,
                    batch.weights if batch.weights is not None else np.ones(len(batch.indices), np.float32)]
+        reply = Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates)
         if header.flags & FLAG_MASSES:
             masses, total, least = selector_masses(self.table, batch.indices)
             beta = float(getattr(self.table, "beta", 0.0))
             columns += [masses, np.array([[total, least, beta, self.table.size, self.env_steps]], np.float64)]
+        else:
+            packer = self._reply_packer(reply.rows, columns)
+            if packer is not None:
+                return (peer, packer.pack(reply, columns))  # one bytes frame: a copy of the table's buffers
         # copies (inline, or bytes): the table reuses its sample buffers on the next call, zmq may send later
-        return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in
-                       pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
-                            columns)])
+        return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in pack(reply, columns)])
+
+    def _reply_packer(self, rows: int, columns) -> Packer | None:
+        """The Packer of BATCH replies of `rows` rows (the table's sample outputs keep their dtypes
+        and shapes), or None where pack() must do: columns not C-contiguous, or over one inline frame."""
+        if rows not in self._packers:
+            try:
+                packer = Packer(columns)
+            except ValueError:
+                packer = None
+            if len(self._packers) >= 64:  # a learner uses one or two batch sizes: no unbounded cache
+                return packer
+            self._packers[rows] = packer
+        return self._packers[rows]
 
     def sample_here(self, batch_size: int, update=None):
         """A batch for a learner in the server's own process (the Ray runtime's, which hosts the
