@@ -18,8 +18,8 @@ from pearl.schedule import updates_due  # noqa: E402
 from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
 from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
 from pearl.server.server import ReplayServer  # noqa: E402
-from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, MAGIC, VERSION, ErrorCode,  # noqa: E402
-                               Header, Op, message_arrays, pack, unpack_header)
+from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, INLINE_BYTES, MAGIC, VERSION,  # noqa: E402
+                               ErrorCode, Header, Op, message_arrays, pack, unpack_header)
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -394,6 +394,48 @@ def test_pack_layout_cached_per_dtypes_and_shapes():
         assert len(frame) == ids_at + 8 * rows
     with pytest.raises(ValueError, match="per-row dims"):
         pack(Header(Op.INSERT, rows=1), [np.zeros((1, 1, 1, 1, 1, 1), np.float32)])
+
+
+@pytest.mark.parametrize("rows", [1, 5, 256])
+def test_packer_frames_equal_pack(rows):
+    """Packer (a fixed layout's descriptors and padding worked out once) gives pack's bytes, also
+    after an int8 column whose length needs padding; non-contiguous or oversize columns are refused."""
+    from pearl.server.wire import Packer
+
+    rng = np.random.default_rng(rows)
+    columns = [rng.normal(size=(rows, 3)).astype(np.float32), (np.arange(rows) % 7).astype(np.int8),
+               np.arange(rows, dtype=np.int64), rng.normal(size=rows).astype(np.float32)]
+    packer = Packer(columns)
+    for seq in range(3):
+        columns[0] += 1.0
+        header = Header(Op.BATCH, rows=rows, seq=seq, arg0=7 * seq, arg1=seq + 1, flags=FLAG_NO_ACK)
+        assert packer.pack(header, columns) == pack(header, columns)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        Packer([np.zeros((4, 6), np.float32)[:, :3]])
+    with pytest.raises(ValueError, match="inline"):
+        Packer([np.zeros(INLINE_BYTES + 8, np.uint8)])
+
+
+@pytest.mark.parametrize("batch", [64, 3000])  # one inline frame; a frame per column (over INLINE_BYTES)
+def test_sampled_batches_are_writable_and_outlive_the_next_sample(server, batch):
+    """The client reads a reply into a fresh buffer of its own (Connection._receive): a batch is
+    writable and keeps its contents after later samples and updates."""
+    srv = server("prioritized", capacity=5000)
+    client = ReplayClient(srv.address, writer=1, timeout=20)
+    client.add(*chunk(0, 4000))
+    client.flush()
+    first = client.sample(batch)
+    kept = {name: getattr(first, name).copy() for name in ("obs", "actions", "rewards", "indices", "weights")}
+    for _ in range(3):
+        client.update_priorities(first.indices, np.full(batch, 3.0))
+        later = client.sample(batch)
+        assert np.array_equal(later.obs[:, 0], later.indices)  # slot i holds id i
+    for name, values in kept.items():
+        assert np.array_equal(getattr(first, name), values)
+    first.obs[0] = -1.0  # writable
+    with pytest.raises(ValueError, match="2 |td| for 3 indices"):
+        client.update_priorities(np.arange(3), np.ones(2))
+    client.close()
 
 
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
