@@ -279,6 +279,34 @@ def _insert_frames(columns, writer, seq):
     return [bytes(f) for f in frames]
 
 
+def test_replies_of_one_burst_keep_the_requests_order(server):
+    """The server sends a sample's reply as soon as it is made (before looking for more requests)
+    and keeps the acks of inserts for the burst's end, where they coalesce: whatever the burst,
+    one peer's replies come in its requests' order, and a dropped ack is one a later ack covers."""
+    srv = server("uniform", capacity=1000)
+    raw = Raw(srv.address)
+    raw.ask(_insert_frames(chunk(0, 50), writer=3, seq=1))
+    srv.lock.acquire()  # the server thread waits: the requests below queue up as one burst
+    try:
+        for seq in (2, 3):
+            raw.socket.send_multipart(_insert_frames(chunk(50 * seq, 50), writer=3, seq=seq))
+        raw.socket.send_multipart([bytes(f) for f in pack(Header(Op.SAMPLE, arg0=8))])
+        for seq in (4, 5):
+            raw.socket.send_multipart(_insert_frames(chunk(50 * seq, 50), writer=3, seq=seq))
+        raw.socket.send_multipart([bytes(f) for f in pack(Header(Op.STATS))])
+        time.sleep(0.3)
+    finally:
+        srv.lock.release()
+    got = []
+    while raw.socket.poll(2000):
+        header = unpack_header(raw.socket.recv_multipart()[0])[0]
+        got.append((Op(header.op).name, header.seq))
+        if header.op == Op.INFO:
+            break
+    assert got == [("ACK", 3), ("BATCH", 0), ("ACK", 5), ("INFO", 0)]
+    raw.close()
+
+
 def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     """FLAG_NO_ACK: the chunk is stored without a reply; a later chunk's ACK (cumulative) or a
     WRITER request covers it; a resend of it is a silent duplicate. A client with a window of 16

@@ -141,8 +141,9 @@ class ReplayServer:
                         wake.recv()
                 if events:
                     # drain what is queued before polling again (one poll per burst, not per message)
-                    replies = []
                     with self.lock:
+                        # replies made outside a request (sample_here) first, as they were made first
+                        replies, service.outbox = service.outbox, []
                         for _ in range(256 if socket in events else 0):
                             try:
                                 message = socket.recv_multipart(zmq.NOBLOCK, copy=self.copy_frames)
@@ -154,7 +155,6 @@ class ReplayServer:
                                 # the drain's last look for more (zmq.Again: ~4 us); only acks coalesce
                                 self._send(socket, coalesce(replies))
                                 replies = []
-                        replies, service.outbox = service.outbox + replies, []
                     self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
                     self._send(socket, service.snapshot.finish())
