@@ -90,7 +90,8 @@ class PrioritizedReplay(Replay):
         if self.compiled:
             self.tree.fill(start, count, self.max_priority ** self.alpha)
         else:
-            self.tree.update((start + np.arange(count)) % self.capacity, np.full(count, self.max_priority ** self.alpha))
+            slots = (start + np.arange(count)) % self.capacity
+            self.tree.update(slots, np.full(count, self.max_priority ** self.alpha))
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
         if self._sampler is None or self.rate_limiter is not None or not self.size:
