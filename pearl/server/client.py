@@ -42,7 +42,7 @@ def spin_wait(sockets, ns: int) -> dict:
     a spin keeps it running until a reply or request that comes soon. Each turn yields the core
     (sched_yield, without the GIL): on an idle machine it returns at once, so the spin keeps the
     core awake; on a busy one the peer, its I/O thread or the host's threads run instead of the
-    spinner (a spin without the yield cost +230-440 us p50 at load 5, docs/BENCHMARKS.md)."""
+    spinner (200 us spins on both ends without the yield: p50 +420-470 us at load 5, docs/BENCHMARKS.md)."""
     deadline = time.perf_counter_ns() + ns
     while True:
         ready = {s: zmq.POLLIN for s in sockets if s.get(zmq.EVENTS) & zmq.POLLIN}
