@@ -325,6 +325,44 @@ def test_compiled_and_numpy_inserts_agree(obs_dim):
             np.testing.assert_array_equal(fast.fields[name], slow.fields[name])
 
 
+def frame_of(values, lead: int = 12):
+    """The values' C-order bytes one after the other in a uint8 frame, each at a multiple of 8
+    after `lead` bytes (a received inline message's layout), and their byte offsets."""
+    parts, offsets, at = [np.zeros(lead, np.uint8)], [], lead
+    for value in values:
+        pad = -at % 8
+        parts += [np.zeros(pad, np.uint8), np.ascontiguousarray(value).reshape(-1).view(np.uint8)]
+        offsets.append(at + pad)
+        at += pad + value.nbytes
+    return np.concatenate(parts), np.array(offsets, np.int64)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(capacity=st.integers(1, 12), counts=st.lists(st.integers(1, 12), min_size=1, max_size=10),
+       obs_dim=st.sampled_from([1, 4, 17]))
+def test_insert_frame_equals_numpy_assignment(capacity, counts, obs_dim):
+    """RowRing.insert_frame (one compiled copy from a received message's bytes) against numpy's
+    fancy assignment of the same rows, across the wrap; a read-only frame (bytes) works too."""
+    counts = [min(c, capacity) for c in counts]
+    ring = fs.RowRing(capacity, layout(obs_dim))
+    reference = numpy_fields(capacity, obs_dim)
+    cursor = inserted = 0
+    assert ring.word_rows
+    for count in counts:
+        values = batch(inserted, count, obs_dim)
+        frame, offsets = frame_of(values)
+        if inserted % 2:
+            frame = np.frombuffer(frame.tobytes(), np.uint8)  # read-only, as pyzmq's bytes
+        ring.insert_frame(cursor, count, frame, offsets)
+        slots = (cursor + np.arange(count)) % capacity
+        for ref, v in zip(reference, values):
+            ref[slots] = v
+        cursor, inserted = (cursor + count) % capacity, inserted + count
+        for (name, _, _), ref in zip(layout(obs_dim), reference):
+            np.testing.assert_array_equal(ring.fields[name], ref)
+    assert not fs.RowRing(3, (("rgb", np.uint8, (3,)),)).word_rows  # padded rows: insert() only
+
+
 @pytest.mark.parametrize("obs_dim", [1, 4, 17])
 def test_sample_uniform_scales_uniforms_and_gathers(obs_dim):
     ring = fs.RowRing(100, layout(obs_dim))

@@ -18,8 +18,8 @@ from pearl.schedule import updates_due  # noqa: E402
 from pearl.server.client import NoReply, ReplayClient, ServerError  # noqa: E402
 from pearl.server.config import RatioConfig, ServerConfig, TableConfig, load_config  # noqa: E402
 from pearl.server.server import ReplayServer  # noqa: E402
-from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, MAGIC, VERSION, ErrorCode,  # noqa: E402
-                               Header, Op, message_arrays, pack, unpack_header)
+from pearl.server.wire import (COLUMN, FLAG_INLINE, FLAG_NO_ACK, HEADER, INLINE_BYTES, MAGIC, VERSION,  # noqa: E402
+                               ErrorCode, Header, Op, message_arrays, pack, unpack_header)
 
 LOOPBACK = "tcp://127.0.0.1:0"
 
@@ -279,6 +279,34 @@ def _insert_frames(columns, writer, seq):
     return [bytes(f) for f in frames]
 
 
+def test_replies_of_one_burst_keep_the_requests_order(server):
+    """The server sends a sample's reply as soon as it is made (before looking for more requests)
+    and keeps the acks of inserts for the burst's end, where they coalesce: whatever the burst,
+    one peer's replies come in its requests' order, and a dropped ack is one a later ack covers."""
+    srv = server("uniform", capacity=1000)
+    raw = Raw(srv.address)
+    raw.ask(_insert_frames(chunk(0, 50), writer=3, seq=1))
+    srv.lock.acquire()  # the server thread waits: the requests below queue up as one burst
+    try:
+        for seq in (2, 3):
+            raw.socket.send_multipart(_insert_frames(chunk(50 * seq, 50), writer=3, seq=seq))
+        raw.socket.send_multipart([bytes(f) for f in pack(Header(Op.SAMPLE, arg0=8))])
+        for seq in (4, 5):
+            raw.socket.send_multipart(_insert_frames(chunk(50 * seq, 50), writer=3, seq=seq))
+        raw.socket.send_multipart([bytes(f) for f in pack(Header(Op.STATS))])
+        time.sleep(0.3)
+    finally:
+        srv.lock.release()
+    got = []
+    while raw.socket.poll(2000):
+        header = unpack_header(raw.socket.recv_multipart()[0])[0]
+        got.append((Op(header.op).name, header.seq))
+        if header.op == Op.INFO:
+            break
+    assert got == [("ACK", 3), ("BATCH", 0), ("ACK", 5), ("INFO", 0)]
+    raw.close()
+
+
 def test_unacknowledged_chunks_are_covered_by_a_later_ack(server):
     """FLAG_NO_ACK: the chunk is stored without a reply; a later chunk's ACK (cumulative) or a
     WRITER request covers it; a resend of it is a silent duplicate. A client with a window of 16
@@ -396,6 +424,77 @@ def test_pack_layout_cached_per_dtypes_and_shapes():
         pack(Header(Op.INSERT, rows=1), [np.zeros((1, 1, 1, 1, 1, 1), np.float32)])
 
 
+@pytest.mark.parametrize("rows", [1, 5, 256])
+def test_packer_frames_equal_pack(rows):
+    """Packer (a fixed layout's descriptors and padding worked out once) gives pack's bytes, also
+    after an int8 column whose length needs padding; non-contiguous or oversize columns are refused."""
+    from pearl.server.wire import Packer
+
+    rng = np.random.default_rng(rows)
+    columns = [rng.normal(size=(rows, 3)).astype(np.float32), (np.arange(rows) % 7).astype(np.int8),
+               np.arange(rows, dtype=np.int64), rng.normal(size=rows).astype(np.float32)]
+    packer = Packer(columns)
+    for seq in range(3):
+        columns[0] += 1.0
+        header = Header(Op.BATCH, rows=rows, seq=seq, arg0=7 * seq, arg1=seq + 1, flags=FLAG_NO_ACK)
+        assert packer.pack(header, columns) == pack(header, columns)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        Packer([np.zeros((4, 6), np.float32)[:, :3]])
+    with pytest.raises(ValueError, match="inline"):
+        Packer([np.zeros(INLINE_BYTES + 8, np.uint8)])
+
+
+@pytest.mark.parametrize("batch", [64, 3000])  # one inline frame; a frame per column (over INLINE_BYTES)
+def test_sampled_batches_are_writable_and_outlive_the_next_sample(server, batch):
+    """The client reads a reply into a fresh buffer of its own (Connection._receive): a batch is
+    writable and keeps its contents after later samples and updates."""
+    srv = server("prioritized", capacity=5000)
+    client = ReplayClient(srv.address, writer=1, timeout=20)
+    client.add(*chunk(0, 4000))
+    client.flush()
+    first = client.sample(batch)
+    kept = {name: getattr(first, name).copy() for name in ("obs", "actions", "rewards", "indices", "weights")}
+    for _ in range(3):
+        client.update_priorities(first.indices, np.full(batch, 3.0))
+        later = client.sample(batch)
+        assert np.array_equal(later.obs[:, 0], later.indices)  # slot i holds id i
+    for name, values in kept.items():
+        assert np.array_equal(getattr(first, name), values)
+    first.obs[0] = -1.0  # writable
+    with pytest.raises(ValueError, match="2 |td| for 3 indices"):
+        client.update_priorities(np.arange(3), np.ones(2))
+    client.close()
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_inline_inserts_store_what_table_add_stores(kind):
+    """An inline INSERT goes into the ring by one compiled copy from the frame (Replay.add_frame):
+    the same rows, cursor, size and priorities as the table's add of the same chunks, across the
+    wrap; a multi-frame chunk (over INLINE_BYTES) still takes add."""
+    from pearl.replay import PrioritizedReplay, UniformReplay
+    from pearl.server.service import ReplayService
+
+    service = ReplayService(ServerConfig(table=TableConfig(kind=kind, capacity=500, obs_dim=4)))
+    reference = (UniformReplay if kind == "uniform" else PrioritizedReplay)(500, 4)
+    assert service._frame_inserts
+    rng = np.random.default_rng(0)
+    for seq, rows in enumerate([37, 100, 1, 250, 113, 2000], 1):
+        chunk = (rng.normal(size=(rows, 4)).astype(np.float32), rng.integers(0, 2, rows),
+                 rng.normal(size=rows).astype(np.float32), rng.normal(size=(rows, 4)).astype(np.float32),
+                 np.full(rows, 0.99, np.float32))
+        frames = pack(Header(Op.INSERT, writer=1, seq=seq, rows=rows, arg0=rows), list(chunk))
+        assert len(frames) == (1 if rows < 1000 else 6)
+        (_, reply), = service.handle(b"peer", frames)
+        assert unpack_header(reply[0])[0].op == Op.ACK
+        reference.add(*chunk)
+    table = service.table
+    assert (table.cursor, table.size, table.inserted) == (reference.cursor, reference.size, reference.inserted)
+    for name in reference.storage:
+        np.testing.assert_array_equal(table.storage[name], reference.storage[name])
+    if kind == "prioritized":
+        np.testing.assert_array_equal(table.tree.get(np.arange(500)), reference.tree.get(np.arange(500)))
+
+
 def test_service_warms_its_kernels_without_changing_the_table():
     """A fresh ReplayService has the insert kernel compiled for the read-only arrays a received
     frame gives (a process's first numba call would otherwise stall the first chunk ~0.7 s), and
@@ -405,7 +504,7 @@ def test_service_warms_its_kernels_without_changing_the_table():
 
     code = """
 import numpy as np
-from pearl.kernels.cpu.fast_storage import insert_rows
+from pearl.kernels.cpu.fast_storage import insert_frame, insert_rows
 from pearl.server.config import RateLimiterConfig, ServerConfig, TableConfig
 from pearl.server.service import ReplayService
 for kind in ("uniform", "prioritized"):
@@ -415,7 +514,8 @@ for kind in ("uniform", "prioritized"):
     assert (t.size, t.cursor, t.inserted, t.rate_limiter.inserts) == (0, 0, 0, 0), (kind, t.size, t.cursor)
     assert not any(s.counts.values()) and s.env_steps == 0
     assert not t.prioritized or t.tree.total == 0
-print(any(not sig[3].types[0].mutable for sig in insert_rows.signatures))  # read-only columns
+print(any(not sig[3].types[0].mutable for sig in insert_rows.signatures)  # read-only columns
+      and any(not sig[3].mutable for sig in insert_frame.signatures))  # a read-only frame (bytes)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -208,6 +208,17 @@ def insert_rows(rows, row_offsets, widths, values, start, count):
         f += 1
 
 
+@njit(**_NJIT)
+def insert_frame(rows, row_offsets, widths, frame, offsets, start, count):
+    """insert_rows from one received message: field f's `count` rows are the C-order bytes at
+    frame[offsets[f]:] (frame a uint8 array, each offset a multiple of 4), copied word for word
+    without an array per field (a replay server's INSERT: ~4 us of views and a tuple dispatch less)."""
+    for f in range(widths.shape[0]):
+        at = offsets[f]
+        _write_words(rows, row_offsets[f], widths[f], frame[at:at + 4 * count * widths[f]].view(np.uint32),
+                     start, count)
+
+
 def _aligned_words(rows: int, words: int) -> np.ndarray:
     """A (rows, words) uint32 array whose first byte is on a cache-line boundary."""
     raw = np.zeros(rows * words * 4 + LINE, dtype=np.uint8)
@@ -244,6 +255,7 @@ class RowRing:
         self._widths = np.array([-(-self.fields[name][0].nbytes // 4) for name, _, _ in self.layout],
                                 dtype=np.int64)
         padded = any(self.fields[name][0].nbytes % 4 for name, _, _ in self.layout)
+        self.word_rows = not padded  # every field is whole words: insert_frame applies
         self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
         self._uniform_calls: dict[int, tuple] = {}
         # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field; with a
@@ -274,6 +286,12 @@ class RowRing:
             field[start:start + head] = first
             if n > head:
                 field[:n - head] = rest
+
+    def insert_frame(self, start: int, count: int, frame: np.ndarray, offsets: np.ndarray) -> None:
+        """insert() of `count` rows whose fields (layout order, each exactly its
+        field's dtype and shape, C order) start at byte `offsets` (int64, multiples of 4) of
+        `frame` (uint8): one compiled copy. Only for a ring of `word_rows`."""
+        insert_frame(self.rows, self._row_offsets, self._widths, frame, offsets, start, count)
 
     def _as_rows(self, count: int, values) -> bool:
         """Whether every value is a C-contiguous array of its field's dtype with `count` rows, which

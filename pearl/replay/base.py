@@ -84,11 +84,29 @@ class Replay(ABC):
             admit_insert(self.rate_limiter, count)
         start = self.cursor
         self._ring.insert(start, count, (obs, actions, rewards, next_obs, discounts))
+        self._advance(count)
+        slots = np.arange(start, start + count)
+        return slots if start + count <= self.capacity else slots % self.capacity
+
+    @property
+    def takes_frames(self) -> bool:
+        """Whether add_frame applies: every field of a row is whole 4-byte words."""
+        return self._ring.word_rows
+
+    def add_frame(self, frame: np.ndarray, offsets: np.ndarray, count: int) -> None:
+        """add() of `count` transitions received in one message (a replay server's
+        INSERT): the fields, in order, each exactly its stored dtype and shape in C order, start at
+        byte `offsets` (multiples of 4) of `frame` (uint8); one compiled copy into the ring, no
+        array per field. Only when `takes_frames`."""
+        if self.rate_limiter is not None:
+            admit_insert(self.rate_limiter, count)
+        self._ring.insert_frame(self.cursor, count, frame, offsets)
+        self._advance(count)
+
+    def _advance(self, count: int) -> None:
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
         self.inserted += count
-        slots = np.arange(start, start + count)
-        return slots if start + count <= self.capacity else slots % self.capacity
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         return dict(zip(FIELDS, self._ring.gather(indices)))

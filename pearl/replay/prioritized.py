@@ -77,11 +77,21 @@ class PrioritizedReplay(Replay):
     def add(self, obs, actions, rewards, next_obs, discounts) -> np.ndarray:
         start = self.cursor
         slots = super().add(obs, actions, rewards, next_obs, discounts)
-        if self.compiled:
-            self.tree.fill(start, len(slots), self.max_priority ** self.alpha)
-        else:
-            self.tree.update(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        self._prioritize_new(start, len(slots))
         return slots
+
+    def add_frame(self, frame: np.ndarray, offsets: np.ndarray, count: int) -> None:
+        start = self.cursor
+        super().add_frame(frame, offsets, count)
+        self._prioritize_new(start, count)
+
+    def _prioritize_new(self, start: int, count: int) -> None:
+        """The `count` transitions written from slot `start` get the largest priority seen so far."""
+        if self.compiled:
+            self.tree.fill(start, count, self.max_priority ** self.alpha)
+        else:
+            slots = (start + np.arange(count)) % self.capacity
+            self.tree.update(slots, np.full(count, self.max_priority ** self.alpha))
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
         if self._sampler is None or self.rate_limiter is not None or not self.size:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import zmq
 
 from pearl.contracts import ReplayTable, implements
 from pearl.replay.base import Batch
-from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, message_arrays,
+from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, Packer, message_arrays,
                                pack, unpack_header)
 
 ZERO_COPY_BYTES = 1 << 18
@@ -38,12 +39,16 @@ def spin_wait(sockets, ns: int) -> dict:
     """{socket: POLLIN} for those of `sockets` with a message, waiting up to `ns` ns by spinning
     on ZMQ_EVENTS (which also takes in the I/O thread's pending commands). A thread blocked in
     poll sleeps, and waking it costs a VM's idle core ~100 us or more (docs/REPLAY_SERVER.md);
-    a spin keeps it running until a reply or request that comes soon. Holds the GIL."""
+    a spin keeps it running until a reply or request that comes soon. Each turn yields the core
+    (sched_yield, without the GIL): on an idle machine it returns at once, so the spin keeps the
+    core awake; on a busy one the peer, its I/O thread or the host's threads run instead of the
+    spinner (200 us spins on both ends without the yield: p50 +420-470 us at load 5, docs/BENCHMARKS.md)."""
     deadline = time.perf_counter_ns() + ns
     while True:
         ready = {s: zmq.POLLIN for s in sockets if s.get(zmq.EVENTS) & zmq.POLLIN}
         if ready or time.perf_counter_ns() >= deadline:
             return ready
+        os.sched_yield()
 
 
 class ServerError(RuntimeError):
@@ -79,6 +84,8 @@ class Connection:
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
         self.spin_ns = int(spin_us * 1000)
         self.context = context or zmq.Context.instance()
+        # every one-frame message fits: its columns (<= INLINE_BYTES), header, descriptors, padding
+        self._scratch = np.empty(INLINE_BYTES + 4096, np.uint8)
         self.socket = None
         self.connect()
 
@@ -118,21 +125,37 @@ class Connection:
         """(header, frames) of the next reply; ServerError for an ERROR reply; NoReply on timeout."""
         timeout = self.timeout if timeout is None else timeout
         socket = self.socket
-        # ZMQ_EVENTS first: a reply already here costs no poll (Socket.poll builds a Poller per call)
-        if not socket.get(zmq.EVENTS) & zmq.POLLIN and not (self.spin_ns and spin_wait((socket,), self.spin_ns)) \
+        # zmq_poll, not Socket.poll (a Poller built per call); it looks at ZMQ_EVENTS itself before
+        # any system call, so a ZMQ_EVENTS check first only adds ~2 us while the reply is on its way
+        if not (self.spin_ns and spin_wait((socket,), self.spin_ns)) \
                 and not zmq.zmq_poll([(socket, zmq.POLLIN)], int(timeout * 1000)):
             # a fresh socket: a late reply to this request must not be read as the next one's (the
             # server sees us leave and takes back a sample it could not deliver)
             self.connect()
             raise NoReply(f"no reply from the replay server at {self.address} within {timeout} s "
                           f"(down, unreachable, or our key is not on its allow-list)")
-        frames = [f.buffer for f in self.socket.recv_multipart(copy=False)]
+        frames = self._receive()
         header, columns = unpack_header(frames[0])
         # a BATCH with FLAG_MASSES ends with one meta row: [total, min mass, beta, size, env steps]
         arrays = message_arrays(frames, header, columns, 1 if header.op == Op.BATCH and len(columns) == 9 else None)
         if header.op == Op.ERROR:
             raise ServerError(header.status, arrays[0].tobytes().decode("utf-8", "replace") if arrays else "")
         return header, arrays
+
+    def _receive(self) -> list:
+        """The frames of the message waiting on the socket, the first (a reply's only frame when
+        inline, as a sample's batch is) copied once from ZeroMQ's buffer into a fresh array of
+        its own: the arrays parsed from it are writable and outlive the next call without a copy
+        each (recv_multipart: a zmq.Frame per part, and then a copy per column, ~3 us more)."""
+        socket, scratch = self.socket, self._scratch
+        n = socket.recv_into(scratch)
+        if n > len(scratch):  # not a message of our server: an inline frame is < INLINE_BYTES + 4 kB
+            self.connect()
+            raise ServerError(ErrorCode.BAD_FRAME, f"a reply frame of {n} bytes (at most {len(scratch)})")
+        frames = [scratch[:n].copy()]
+        if socket.get(zmq.RCVMORE):  # a large message: one frame per column after the header's
+            frames += [f.buffer for f in socket.recv_multipart(copy=False)]
+        return frames
 
     def call(self, frames, timeout: float | None = None):
         if timeout is None or timeout == self.timeout:  # (setting a socket option costs ~10 us)
@@ -155,9 +178,9 @@ class Connection:
             self.socket = None
 
 
-def batch_from(arrays, copy: bool = True) -> Batch:
-    obs, actions, rewards, next_obs, discounts, indices, weights = (a.copy() if copy else a for a in arrays[:7])
-    return Batch(obs, actions, rewards, next_obs, discounts, indices, weights)
+def batch_from(arrays) -> Batch:
+    """A BATCH reply's columns as a Batch (they view the reply's own buffer: Connection._receive)."""
+    return Batch(*arrays[:7])
 
 
 class _Writer:
@@ -287,10 +310,10 @@ class ReplayClient:
 
     def __init__(self, address: str, auth: ClientAuth | None = None, writer: int | None = None,
                  timeout: float = 30.0, piggyback: bool = True, window: int = 16, retries: int = 5,
-                 copy_batches: bool = True, retain: int = 1024, connect_timeout: float | None = None,
+                 retain: int = 1024, connect_timeout: float | None = None,
                  spin_us: float = LEARNER_SPIN_US):
         self.address, self.auth, self.timeout = address, auth or ClientAuth(), timeout
-        self.piggyback, self.copy_batches = piggyback, copy_batches
+        self.piggyback = piggyback
         self.learner = Connection(address, self.auth, timeout, spin_us=spin_us)
         self.info = self.learner.info(Op.HELLO, connect_timeout)  # NoReply: no server answered
         self.capacity = int(self.info["capacity"])
@@ -300,6 +323,7 @@ class ReplayClient:
             self._writer = _Writer(Connection(address, self.auth, timeout), writer, window,
                                    self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
+        self._packers: dict[int, Packer] = {}  # rows -> the packer of an update of that many rows
         self._dtypes = (np.float32, np.dtype(self.info["action_dtype"]), np.float32, np.float32, np.float32)
         self._progress = 0
 
@@ -357,7 +381,7 @@ class ReplayClient:
         """A batch drawn by the server's selector (its RNG; `rng` is accepted for the table
         interface). With a server-side ratio the reply waits until the update is due."""
         header, arrays = self.sample_raw(batch_size, timeout, flags)
-        return batch_from(arrays, self.copy_batches)
+        return batch_from(arrays)
 
     def sample_raw(self, batch_size: int, timeout: float | None = None, flags: int = 0):
         if self._writer is not None and self._writer.inflight:
@@ -367,7 +391,8 @@ class ReplayClient:
         if self._pending is not None:
             indices, td = self._pending
             self._pending = None
-            frames = pack(Header(Op.UPDATE_SAMPLE, rows=len(indices), arg0=batch_size, flags=flags), [indices, td])
+            frames = self._pack_update(Header(Op.UPDATE_SAMPLE, rows=len(indices), arg0=batch_size, flags=flags),
+                                       indices, td)
         else:
             frames = pack(Header(Op.SAMPLE, arg0=batch_size, flags=flags))
         header, arrays = self.learner.call(frames, timeout)
@@ -375,17 +400,29 @@ class ReplayClient:
         return header, arrays
 
     def update_priorities(self, indices, td_errors) -> None:
-        indices = np.ascontiguousarray(indices, np.int64)
-        td = np.abs(np.ascontiguousarray(td_errors, np.float32))
+        indices = np.ascontiguousarray(indices, np.int64).reshape(-1)
+        td = np.abs(np.ascontiguousarray(td_errors, np.float32)).reshape(-1)
+        if td.shape != indices.shape:
+            raise ValueError(f"update_priorities: {td.shape[0]} |td| for {indices.shape[0]} indices")
         if self.piggyback:
             if self._pending is not None:  # two updates without a sample between: send the first
                 self._send_update(*self._pending)
-            self._pending = (indices.copy(), td.copy())
+            self._pending = (indices.copy(), td)  # (np.abs made td a fresh array)
         else:
             self._send_update(indices, td)
 
     def _send_update(self, indices, td) -> None:
-        self.learner.call(pack(Header(Op.UPDATE, rows=len(indices)), [indices, td]))
+        self.learner.call(self._pack_update(Header(Op.UPDATE, rows=len(indices)), indices, td))
+
+    def _pack_update(self, header: Header, indices: np.ndarray, td: np.ndarray) -> list:
+        """An update's message: int64 indices and float32 |td| (update_priorities made them so),
+        packed by one Packer per row count (a learner's batch size: one or two)."""
+        packer = self._packers.get(len(indices))
+        if packer is None:
+            if len(indices) * 12 > INLINE_BYTES or len(self._packers) >= 16:
+                return pack(header, [indices, td])
+            packer = self._packers[len(indices)] = Packer([indices, td])
+        return packer.pack(header, [indices, td])
 
     def flush_updates(self) -> None:
         if self._pending is not None:

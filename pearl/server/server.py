@@ -23,6 +23,7 @@ log = logging.getLogger("pearl.replay_server")
 POLL_MS = 50
 ACK_OP = struct.pack("<H", Op.ACK)
 BATCH_OP = struct.pack("<H", Op.BATCH)
+INSERT_OP = struct.pack("<H", Op.INSERT)
 
 
 def coalesce(replies: list) -> list:
@@ -140,15 +141,20 @@ class ReplayServer:
                         wake.recv()
                 if events:
                     # drain what is queued before polling again (one poll per burst, not per message)
-                    replies = []
                     with self.lock:
+                        # replies made outside a request (sample_here) first, as they were made first
+                        replies, service.outbox = service.outbox, []
                         for _ in range(256 if socket in events else 0):
                             try:
                                 message = socket.recv_multipart(zmq.NOBLOCK, copy=self.copy_frames)
                             except zmq.Again:
                                 break
                             replies += self._handle(message)
-                        replies, service.outbox = service.outbox + replies, []
+                            if replies and not self._insert(message):
+                                # a reply someone waits for (a sample's batch) goes out now, not after
+                                # the drain's last look for more (zmq.Again: ~4 us); only acks coalesce
+                                self._send(socket, coalesce(replies))
+                                replies = []
                     self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
                     self._send(socket, service.snapshot.finish())
@@ -166,6 +172,10 @@ class ReplayServer:
             if self._auth is not None:
                 self._auth.stop()
             context.term()
+
+    def _insert(self, message) -> bool:
+        """Whether a received message is an INSERT (its reply, an ack, may wait for the burst's end)."""
+        return len(message) > 1 and bytes(memoryview(message[1])[6:8]) == INSERT_OP
 
     def _handle(self, message) -> list:
         peer = message[0] if self.copy_frames else message[0].bytes

@@ -21,8 +21,9 @@ from numba import njit
 
 from pearl.schedule import updates_due
 from pearl.server.config import ServerConfig
-from pearl.server.wire import (FLAG_MASSES, FLAG_NO_ACK, REQUESTS, Column, ErrorCode, Header, Op, WireError,
-                               check_columns, error_frames, info_frames, message_arrays, pack, unpack_header)
+from pearl.server.wire import (FLAG_INLINE, FLAG_MASSES, FLAG_NO_ACK, REQUESTS, Column, ErrorCode, Header, Op,
+                               Packer, WireError, check_columns, error_frames, info_frames, inline_columns,
+                               message_arrays, pack, unpack_header)
 
 INDEX = Column(np.dtype(np.int64), ())
 # an update's columns: indices and |td| (float32 or float64)
@@ -121,6 +122,9 @@ class ReplayService:
         self.snapshot = None                    # a checkpoint in progress (pearl/server/checkpoint.py)
         self.outbox: list = []                  # replies made outside a request (sample_here), to send
         self.last_error = ""
+        # inline INSERTs go into the ring by one compiled copy from the received frame (Replay.add_frame)
+        self._frame_inserts = bool(getattr(self.table, "takes_frames", False))
+        self._packers: dict[int, Packer | None] = {}  # rows -> BATCH reply packer
         self._warm()
 
     def _warm(self) -> None:
@@ -130,13 +134,15 @@ class ReplayService:
         otherwise stall the first writer's first chunk. Nothing is stored or changed."""
         def received(schema):
             frames = pack(Header(Op.INSERT), [np.zeros((0,) + c.shape, c.dtype) for c in schema], inline=True)
-            return message_arrays(frames, *unpack_header(frames[0]))
+            return frames, *unpack_header(frames[0])
 
         limiter = self.table.rate_limiter
         if limiter is None or limiter.can_insert(0):
-            self.table.add(*received(self.schema))
+            self.table.add(*message_arrays(*received(self.schema)))
+            if self._frame_inserts:
+                self.table.add_frame(*inline_columns(*received(self.schema)), 0)
         for schema in (UPDATE_FLOAT32, UPDATE_FLOAT64):
-            _check_update(*received(schema), 0)
+            _check_update(*message_arrays(*received(schema)), 0)
 
     # ---- the replay ratio -------------------------------------------------------------------
     @property
@@ -181,7 +187,10 @@ class ReplayService:
                 raise WireError(ErrorCode.UNKNOWN_TABLE, f"unknown table {header.table} (this server holds table 0)")
             if header.rows > 1 << 30:
                 raise WireError(ErrorCode.TOO_LARGE, f"{header.rows} rows")
-            arrays = message_arrays(frames, header, columns)
+            if header.op == Op.INSERT and header.flags & FLAG_INLINE and self._frame_inserts:
+                arrays = inline_columns(frames, header, columns)  # (frame, offsets): _insert's one copy
+            else:
+                arrays = message_arrays(frames, header, columns)
             replies = op[0](peer, header, columns, arrays)
         except WireError as error:
             self.counts["rejected"] += 1
@@ -239,7 +248,10 @@ class ReplayService:
             raise WireError(ErrorCode.RATE_LIMITED, f"insert of {rows} refused by the rate limiter: retry")
         if self.snapshot is not None:
             self.snapshot.before_write(self.table.cursor, rows)
-        self.table.add(*arrays)
+        if type(arrays) is tuple:  # an inline chunk: one compiled copy from the frame into the ring
+            self.table.add_frame(*arrays, rows)
+        else:
+            self.table.add(*arrays)
         self.acked[writer] = seq
         self.env_steps += steps
         self.writer_steps[writer] = self.writer_steps.get(writer, 0) + steps
@@ -336,14 +348,30 @@ class ReplayService:
         self.counts["rows_sampled"] += len(batch.indices)
         columns = [batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.discounts, batch.indices,
                    batch.weights if batch.weights is not None else np.ones(len(batch.indices), np.float32)]
+        reply = Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates)
         if header.flags & FLAG_MASSES:
             masses, total, least = selector_masses(self.table, batch.indices)
             beta = float(getattr(self.table, "beta", 0.0))
             columns += [masses, np.array([[total, least, beta, self.table.size, self.env_steps]], np.float64)]
+        else:
+            packer = self._reply_packer(reply.rows, columns)
+            if packer is not None:
+                return (peer, packer.pack(reply, columns))  # one bytes frame: a copy of the table's buffers
         # copies (inline, or bytes): the table reuses its sample buffers on the next call, zmq may send later
-        return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in
-                       pack(Header(Op.BATCH, rows=len(batch.indices), arg0=self.env_steps, arg1=self.updates),
-                            columns)])
+        return (peer, [bytes(f) if isinstance(f, np.ndarray) else f for f in pack(reply, columns)])
+
+    def _reply_packer(self, rows: int, columns) -> Packer | None:
+        """The Packer of BATCH replies of `rows` rows (the table's sample outputs keep their dtypes
+        and shapes), or None where pack() must do: columns not C-contiguous, or over one inline frame."""
+        if rows not in self._packers:
+            try:
+                packer = Packer(columns)
+            except ValueError:
+                packer = None
+            if len(self._packers) >= 64:  # a learner uses one or two batch sizes: no unbounded cache
+                return packer
+            self._packers[rows] = packer
+        return self._packers[rows]
 
     def sample_here(self, batch_size: int, update=None):
         """A batch for a learner in the server's own process (the Ray runtime's, which hosts the
