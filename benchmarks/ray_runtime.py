@@ -145,12 +145,12 @@ def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, in
 
 
 def driver_threads() -> dict[int, str]:
-    """This process's threads by role (cpu_snapshot's `threads`): the learner's, the replay server's."""
+    """This process's threads by role (cpu_snapshot's `threads`): the learner's, the replay server's, the publisher's."""
     import threading
 
     threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
-    threads.update({t.native_id: "driver: replay-server thread" for t in threading.enumerate()
-                    if t.name == "replay-server"})
+    names = {"replay-server": "driver: replay-server thread", "ray-publisher": "driver: publisher thread"}
+    threads.update({t.native_id: names[t.name] for t in threading.enumerate() if t.name in names})
     return threads
 
 

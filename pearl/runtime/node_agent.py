@@ -112,8 +112,11 @@ class NodeAgent:
 
         return ray.get_runtime_context().get_node_id()
 
-    def publish(self, weights: np.ndarray, epsilon: float) -> None:
-        """The learner's weights (one object-store put, read here) and epsilon, onto the board."""
+    def publish(self, weights: np.ndarray | bytes, epsilon: float) -> None:
+        """The learner's weights (their float32 bytes inside the call, or one object-store put read
+        here) and epsilon, onto the board."""
+        if isinstance(weights, bytes):
+            weights = np.frombuffer(weights, np.float32)
         with self.lock:
             self.weights, self.epsilon = weights, epsilon
             if self.actors is not None:
