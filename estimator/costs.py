@@ -298,7 +298,8 @@ class Costs:
         for the wire and the node agents; the profile's or analytic figures for the tables):
         `insert` a chunk into a cpu table, `request` the server's handling of one request, `agent`
         a node agent's pass draining its rings and sending one chunk, `chunk_wire` the bytes of one
-        chunk on the link, `round` the driver's loop per chunk taken in; with the replay off the
+        chunk on the link, `insert_rtt` a chunk's round trip as its agent waits for the reply,
+        `round` the driver's loop per chunk taken in; with the replay off the
         learner's process, `sample_wait` the learner's sample (the shards asked at once, the
         previous update riding on it), `sample_client` its own Python in that, `shard_update` a
         shard's work per update."""
@@ -313,6 +314,7 @@ class Costs:
                  "request": wire.server_s("insert", self, rows, insert, kind) * 1e6,
                  "agent": wire.agent_pass_s(rows, cand.actors, self, kind) * 1e6,
                  "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
+                 "insert_rtt": wire.round_trip_s("insert", rows, self, kind, insert) * 1e6,
                  "round": per_round * rows}
         if cand.placement != "learner":
             share = replace(table, batch=max(1, cand.batch // cand.shards))

@@ -138,6 +138,17 @@ def server_s(task: str, costs=None, rows: int | None = None, table_s: float = 0.
     return SERVER_REQUEST_US * 1e-6
 
 
+def round_trip_s(task: str, rows: int, costs, kind: str, table_s: float) -> float:
+    """A `task` request of `rows` rows on a `kind` table as its caller waits for the reply, over
+    the cluster's link: the profile's measured round trip, or the client's calls, the messages,
+    the server's handling and the table's own work `table_s`."""
+    measured = measured_s(costs, task, kind, "rtt", rows)
+    if measured is not None:
+        return measured
+    latency, bandwidth = node_link(costs.platform)
+    return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table_s
+
+
 def agent_pass_s(rows: int, rings: int, costs, kind: str = "") -> float:
     """A node agent's pass that drains `rings` actor rings and sends one chunk of `rows` rows to a
     `kind` table."""

@@ -166,3 +166,38 @@ def test_the_wire_is_measured_through_the_runtimes_server_on_loopback(monkeypatc
             # the caller waits at least for its own CPU (a median against a mean: some slack)
             assert all(rtt[n] > 0.5 * client[n] for n in sizes)
     assert wire.source(tables, "uniform") == wire.source(tables, "prioritized") == "measured"
+
+
+def test_the_models_credit_lag_and_nap_are_the_runtimes():
+    """The ray model prices the runtime's credit window with pearl.schedule's credit_lag and
+    AGENT_NAP_S: held equal to pearl/runtime/ray.py's and node_agent.py's over a grid of plans."""
+    pytest.importorskip("zmq")
+    from pearl.runtime import node_agent
+    from pearl.runtime import ray as ray_runtime
+    from pearl.schedule import AGENT_NAP_S, credit_lag
+
+    assert AGENT_NAP_S == node_agent.NAP_S
+    for nodes in (1, 2, 3, 8):
+        for chunk in (8, 32, 256):
+            for actors, envs, n_step, u in ((1, 8, 1, 0.25), (2, 4, 3, 1.0), (3, 16, 1, 0.05)):
+                plan = Candidate("uniform", "cpu", "cpu", "fused", envs, 64, runtime="ray", actors=actors,
+                                 nodes=nodes, chunk=chunk).to_plan()
+                assert credit_lag(plan, u, n_step) == ray_runtime.credit_lag(plan, u, n_step)
+
+
+def test_a_small_credit_window_costs_a_credit_cycle_per_window():
+    workload = workload_from_config(config())
+    platform = load_platform("local_cluster")
+    fast, slow = (Costs(platform, workload, {**TASKS, **wire_tables(scale)}) for scale in (1.0, 3.0))
+    small, large = predict(on_ray("learner", chunk=32), fast), predict(on_ray("learner", chunk=256), fast)
+    # chunks of 32 rows leave the agents a window of 112 env steps (28 updates at 0.25), of 256 rows 560
+    from pearl.schedule import AGENT_NAP_S
+
+    rtt = 150.0 + 0.1 * 8  # a chunk of one 8-env act round: the rows arriving per pass here
+    assert small.step_us["credit_wait"] == pytest.approx((AGENT_NAP_S * 1e6 + 2 * rtt) / 112, rel=0.05)
+    assert large.step_us["credit_wait"] == pytest.approx(small.step_us["credit_wait"] * 112 / 560, rel=0.05)
+    assert small.steps_per_s < large.steps_per_s
+    # a slower measured link makes each credit cycle longer
+    assert predict(on_ray("learner", chunk=32), slow).step_us["credit_wait"] > small.step_us["credit_wait"]
+    # the remote placements keep no credit of their own (the driver grants): no such term
+    assert "credit_wait" not in predict(on_ray("server"), fast).step_us
