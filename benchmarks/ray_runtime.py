@@ -34,16 +34,19 @@ a mean >= 475), the best periodic evaluation of the run (eval.interval) and the 
     python benchmarks/ray_runtime.py --learning --seeds 3 [--replay server --shards 2]
 
 `--accuracy`: the estimator's ray model (pearl/schedule/models.py Ray) against measurement (issue
-15). `pearl profile` measures the config's task costs here (n_step 1, uniform replay, the fused
-learner, 1 / 8 / 16 envs, with the processes runtime's ring write and time-sharing factor; cached
-per machine), the model prices RAY_PLANS on platforms/local_cluster.yaml (1-3 nodes, the three
+15). `pearl profile --wire` measures the config's task costs here (n_step 1, uniform replay, the
+fused learner, 1 / 8 / 16 envs, with the processes runtime's ring write and time-sharing factor,
+and the replay wire: estimator/wire.py; cached per machine; `--wire-constants`: the profile
+without the wire, priced by wire.py's constants), the model prices RAY_PLANS on platforms/local_cluster.yaml (1-3 nodes, the three
 replay placements, chunks of 32 and 256 rows), and each plan trains --steps env steps on a local
 3-node cluster, its steady rate taken after the first quarter (`pearl_run`); the processes plans
 of PROCESSES_PLANS are measured in the same turns (pearl.measure windows) beside them, the local
-runtimes' accuracy. Prints per plan predicted, measured and error, the median |error| of each set,
-the CPU model and the load average before each plan.
+runtimes' accuracy. Prints the wire's tables, per plan predicted, measured and error (and the
+ray plans priced again with wire.py's constants: what the measured wire changes), the median
+|error| of each set, the CPU model and the load average before each plan; `--save FILE` keeps
+the runs' figures and the profile's tables as JSON.
 
-    python benchmarks/ray_runtime.py --accuracy --steps 40000 [--passes 2]
+    python benchmarks/ray_runtime.py --accuracy --steps 40000 [--passes 2] [--save runs.json]
 
 `--calls`: the Ray figures of platforms/local_cluster.yaml's `nodes:` (a driver's time per actor
 call, a call's round trip, the Ray daemons' idle CPU per node) on the same local cluster.
