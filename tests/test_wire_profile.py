@@ -156,7 +156,18 @@ def test_the_wire_is_measured_through_the_runtimes_server_on_loopback(monkeypatc
 
     monkeypatch.setattr(measure, "WIRE_CALLS", 20)  # bounded: 20 calls x 1 repeat per size
     monkeypatch.setattr(measure, "WIRE_REPEATS", 1)
+    from pearl.server import client as client_module
+
+    addresses, connect = [], client_module.Connection.connect
+
+    def recorded(self):
+        addresses.append(self.address)
+        connect(self)
+
+    monkeypatch.setattr(client_module.Connection, "connect", recorded)
     tables = measure.wire_us(config(), ["uniform", "prioritized"], (8, 64), (16, 32))
+    # every connection went to the server process on loopback
+    assert addresses and all(a.startswith("tcp://127.0.0.1:") for a in addresses), addresses
     for kind in ("uniform", "prioritized"):
         for task, sizes in (("insert", {"8", "64"}), ("sample", {"16", "32"})):
             for part in wire.WIRE_PARTS:
