@@ -34,16 +34,19 @@ a mean >= 475), the best periodic evaluation of the run (eval.interval) and the 
     python benchmarks/ray_runtime.py --learning --seeds 3 [--replay server --shards 2]
 
 `--accuracy`: the estimator's ray model (pearl/schedule/models.py Ray) against measurement (issue
-15). `pearl profile` measures the config's task costs here (n_step 1, uniform replay, the fused
-learner, 1 / 8 / 16 envs, with the processes runtime's ring write and time-sharing factor; cached
-per machine), the model prices RAY_PLANS on platforms/local_cluster.yaml (1-3 nodes, the three
+15). `pearl profile --wire` measures the config's task costs here (n_step 1, uniform replay, the
+fused learner, 1 / 8 / 16 envs, with the processes runtime's ring write and time-sharing factor,
+and the replay wire: estimator/wire.py; cached per machine; `--wire-constants`: the profile
+without the wire, priced by wire.py's constants), the model prices RAY_PLANS on platforms/local_cluster.yaml (1-3 nodes, the three
 replay placements, chunks of 32 and 256 rows), and each plan trains --steps env steps on a local
 3-node cluster, its steady rate taken after the first quarter (`pearl_run`); the processes plans
 of PROCESSES_PLANS are measured in the same turns (pearl.measure windows) beside them, the local
-runtimes' accuracy. Prints per plan predicted, measured and error, the median |error| of each set,
-the CPU model and the load average before each plan.
+runtimes' accuracy. Prints the wire's tables, per plan predicted, measured and error (and the
+ray plans priced again with wire.py's constants: what the measured wire changes), the median
+|error| of each set, the CPU model and the load average before each plan; `--save FILE` keeps
+the runs' figures and the profile's tables as JSON.
 
-    python benchmarks/ray_runtime.py --accuracy --steps 40000 [--passes 2]
+    python benchmarks/ray_runtime.py --accuracy --steps 40000 [--passes 2] [--save runs.json]
 
 `--calls`: the Ray figures of platforms/local_cluster.yaml's `nodes:` (a driver's time per actor
 call, a call's round trip, the Ray daemons' idle CPU per node) on the same local cluster.
@@ -363,8 +366,9 @@ def accuracy_config():
     return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
 
 
-def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None):
-    """Costs of the config's workload on `platform` from this machine's profile (measured if not cached)."""
+def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None, wire: bool = False):
+    """Costs of the config's workload on `platform` from this machine's profile (measured if not
+    cached; `wire`: with the replay wire's tables, `pearl profile --wire`)."""
     from pearl import measure
     from pearl.estimator.costs import Costs
     from pearl.estimator.profile import profile
@@ -372,7 +376,7 @@ def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None
     from pearl.platforms import load_platform
 
     tables = profile(config, [("uniform", "cpu")], envs=(1, 8, 16), kernels=("fused",),
-                     seconds=profile_seconds, log=log, processes=True, runner=measure)
+                     seconds=profile_seconds, log=log, processes=True, wire=wire, runner=measure)
     return Costs(load_platform(platform), workload_from_config(config), tables)
 
 
@@ -383,20 +387,30 @@ def ray_candidate(nodes, actors, envs, placement, shards, chunk, batch=64, kerne
                      placement=placement, shards=shards, chunk=chunk)
 
 
-def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
+def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True, save: str | None = None) -> None:
     import sys
 
+    from pearl.estimator.costs import Costs
     from pearl.estimator.model import Candidate, predict
     from pearl.measure import measure_many
 
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     config = accuracy_config()
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
-    costs = measured_costs(config, "local_cluster", profile_seconds, log)
+    costs = measured_costs(config, "local_cluster", profile_seconds, log, wire=wire)
+    from pearl.estimator.wire import source
+
+    print(f"# the wire: {'measured by pearl profile --wire' if source(costs.measured, 'uniform') == 'measured' else 'constants (estimator/wire.py)'}", flush=True)
+    for name in sorted(k for k in costs.measured if k.startswith("wire|")):
+        print(f"#   {name}: " + ", ".join(f"{size} rows {us:.1f} us" for size, us in costs.measured[name].items()))
     cands = [ray_candidate(*plan) for plan in RAY_PLANS]
     local = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=a)
              for a, e in PROCESSES_PLANS]
     predicted = {c: predict(c, costs) for c in cands + local}
+    # the same model with estimator/wire.py's constants for the wire: what the measured wire changes
+    constants = Costs(costs.platform, costs.workload, {k: v for k, v in costs.measured.items()
+                                                       if not k.startswith("wire|")})
+    unwired = {c: predict(c, constants) for c in cands}
     rates: dict = {c: [] for c in cands + local}
     loads: dict = {c: [] for c in cands + local}
     cpu: dict = {}  # ray plan -> role -> CPU us per env step over its fastest run's steady window
@@ -421,8 +435,8 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
             loads[cand].append(os.getloadavg()[0])
             rates[cand].append(run["steps_per_s"])
     print("| runtime | plan | predicted steps/s | measured steps/s (runs) | error | limiting side (model) | "
-          "load average |\n| --- | --- | ---: | ---: | ---: | --- | --- |")
-    errors: dict = {"ray": [], "processes": []}
+          "load average | wire constants: predicted, error |\n| --- | --- | ---: | ---: | ---: | --- | --- | --- |")
+    errors: dict = {"ray": [], "processes": [], "ray, wire constants": []}
     for cand in cands + local:
         p = predicted[cand]
         measured = max(rates[cand])  # the least disturbed run, as pearl.measure keeps the fastest window
@@ -430,7 +444,11 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
         errors[cand.runtime].append(abs(error))
         print(f"| {cand.runtime} | {cand.label()} | {p.steps_per_s:,.0f} | {measured:,.0f} "
               f"({', '.join(f'{r:,.0f}' for r in rates[cand])}) | {100 * error:+.1f}% | {p.limiting_side} "
-              f"({p.bottleneck}) | {', '.join(f'{x:.1f}' for x in loads[cand])} |")
+              f"({p.bottleneck}) | {', '.join(f'{x:.1f}' for x in loads[cand])} | " +
+              (f"{unwired[cand].steps_per_s:,.0f}, {100 * (unwired[cand].steps_per_s - measured) / measured:+.1f}% |"
+               if cand in unwired else "|"))
+        if cand in unwired:
+            errors["ray, wire constants"].append(abs(unwired[cand].steps_per_s - measured) / measured)
     for runtime, values in errors.items():
         print(f"# {runtime}: median |error| {100 * statistics.median(values):.1f}% over {len(values)} plans, "
               f"max {100 * max(values):.1f}%")
@@ -444,6 +462,13 @@ def accuracy(steps: int, passes: int, profile_seconds: float) -> None:
                  "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0)}
         print(f"| {cand.label()} | " + " | ".join(f"{m[k]:.1f} / {model[k]:.1f}" for k in model) + f" | {m['ray']:.1f} |")
     print(f"# load average after: {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    if save:
+        import json
+
+        runs = [{"plan": dataclasses.asdict(cand), "rates": rates[cand], "loads": loads[cand], "cpu": cpu.get(cand)}
+                for cand in cands + local]
+        with open(save, "w") as out:
+            json.dump({"tables": costs.measured, "runs": runs}, out, indent=1)
 
 
 @contextlib.contextmanager
@@ -621,6 +646,10 @@ def main() -> None:
     parser.add_argument("--accuracy", action="store_true", help="the estimator's ray model against measurement")
     parser.add_argument("--passes", type=int, default=1, help="--accuracy: runs of each plan, in turns")
     parser.add_argument("--profile-seconds", type=float, default=1.5)
+    parser.add_argument("--save", metavar="FILE", help="--accuracy: the runs' figures and the profile's tables as JSON "
+                                                       "(to price the same runs again with another model)")
+    parser.add_argument("--wire-constants", action="store_true",
+                        help="--accuracy: price the wire with estimator/wire.py's constants, not `pearl profile --wire`")
     parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
     parser.add_argument("--scaling", metavar="PLATFORM", help="the model's figures for 1-64 nodes on a cluster profile")
     parser.add_argument("--runtimes", default="processes,ray", help="which of processes, ray to run")
@@ -630,7 +659,7 @@ def main() -> None:
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
     if args.accuracy:
-        return accuracy(args.steps, args.passes, args.profile_seconds)
+        return accuracy(args.steps, args.passes, args.profile_seconds, not args.wire_constants, args.save)
     if args.calls:
         return calls(CLUSTER_NODES)
     if args.scaling:

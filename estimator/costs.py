@@ -117,6 +117,11 @@ class Costs:
         found = self._lookup(name, size)
         return None if found is None else found[0]
 
+    def profiled_seconds(self, name: str, size: int) -> float | None:
+        """Seconds from the profile's table `name` at `size` (interpolated or extrapolated between
+        its sizes), or None: for tables outside the task grid (estimator/wire.py's)."""
+        return self._seconds(name, size)
+
     @staticmethod
     def measured_name(task: str, cand) -> tuple[str, int]:
         """The profile table holding `task` of `cand`, and the size it is indexed by."""
@@ -293,7 +298,8 @@ class Costs:
         for the wire and the node agents; the profile's or analytic figures for the tables):
         `insert` a chunk into a cpu table, `request` the server's handling of one request, `agent`
         a node agent's pass draining its rings and sending one chunk, `chunk_wire` the bytes of one
-        chunk on the link, `round` the driver's loop per chunk taken in; with the replay off the
+        chunk on the link, `insert_rtt` a chunk's round trip as its agent waits for the reply,
+        `round` the driver's loop per chunk taken in; with the replay off the
         learner's process, `sample_wait` the learner's sample (the shards asked at once, the
         previous update riding on it), `sample_client` its own Python in that, `shard_update` a
         shard's work per update."""
@@ -301,19 +307,28 @@ class Costs:
 
         latency, bandwidth = wire.node_link(self.platform)
         table = replace(cand, replay_device="cpu")
+        kind = cand.replay_kind
         per_round, _ = self.overhead_parts_us(replace(cand, envs=rows))
-        parts = {"insert": self.task_seconds("insert", replace(table, envs=rows))[0] * 1e6,
-                 "request": wire.server_s("insert") * 1e6,
-                 "agent": wire.agent_pass_s(rows, cand.actors, self) * 1e6,
+        insert = self.task_seconds("insert", replace(table, envs=rows))[0]
+        parts = {"insert": insert * 1e6,
+                 "request": wire.server_s("insert", self, rows, insert, kind) * 1e6,
+                 "agent": wire.agent_pass_s(rows, cand.actors, self, kind) * 1e6,
                  "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
+                 "insert_rtt": wire.round_trip_s("insert", rows, self, kind, insert) * 1e6,
                  "round": per_round * rows}
         if cand.placement != "learner":
             share = replace(table, batch=max(1, cand.batch // cand.shards))
-            tasks = ("sample", "update_priorities") if cand.replay_kind != "uniform" else ("sample",)
-            shard = sum(self.task_seconds(task, share)[0] for task in tasks) * 1e6 + wire.server_s("sample") * 1e6
-            client = sum(wire.client_s(task, self, cand.shards) for task in tasks) * 1e6
-            parts.update(shard_update=shard, sample_client=client,
-                         sample_wait=client + shard + wire.messages_s("sample", cand.batch, self, latency, bandwidth) * 1e6)
+            tasks = ("sample", "update_priorities") if kind != "uniform" else ("sample",)
+            work = sum(self.task_seconds(task, share)[0] for task in tasks)
+            shard = (work + wire.server_s("sample", self, share.batch, work, kind)) * 1e6
+            client = wire.client_s("sample", self, cand.shards, cand.batch, kind) * 1e6
+            if kind != "uniform" and wire.measured_s(self, "sample", kind, "client", share.batch) is None:
+                client += wire.client_s("update_priorities", self, cand.shards) * 1e6
+            rtt = wire.measured_s(self, "sample", kind, "rtt", share.batch)
+            # the shards asked at once: one round trip, and the client's own work for the others
+            wait = client + shard + wire.messages_s("sample", cand.batch, self, latency, bandwidth) * 1e6 \
+                if rtt is None else rtt * 1e6 + client * (cand.shards - 1) / cand.shards
+            parts.update(shard_update=shard, sample_client=client, sample_wait=wait)
         return parts
 
     def overhead_us(self, cand) -> float:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pearl.estimator.costs import SOURCES
 from pearl.kernels.registry import REPLAY_TASKS, TASKS, backend, kind_of
 from pearl.plan import Plan, RayPlan
+from pearl.schedule import CLUSTER_RUNTIMES
 from pearl.schedule.models import MODELS, StepFigures
 
 
@@ -206,6 +207,10 @@ def predict(cand: Candidate, costs, schedule: str | None = None) -> Prediction:
     step_us["overhead"] = overhead
     busy["cpu"] = busy.get("cpu", 0.0) + overhead
     step = model.step(StepFigures(call_us, step_us, busy, u), cand, costs)
+    if cand.runtime in CLUSTER_RUNTIMES:  # the wire's parts: the profile's measured wire, or wire.py's constants
+        from pearl.estimator.wire import source
+
+        sources.update(dict.fromkeys(("agent", "server_requests"), source(costs.measured, cand.replay_kind)))
     total, host_busy_cores = step.total_us, step.host_busy_cores
 
     utilisation, device_w = {}, {}

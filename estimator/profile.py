@@ -15,6 +15,10 @@ per torch batch size, per reduced precision the mapper offers (bf16) and per lea
 it offers beyond one (every core of this machine, each precision) cover every table, and the model
 combines tables for any plan on the grid.
 
+`--wire` adds the replay wire (estimator/wire.py): the runtime's replay server and its clients on
+loopback, each request kind the ray plans send (an insert of a chunk of N rows, a sample of B
+rows with its priority update) timed: its round trip, the client's and the server's CPU.
+
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
 and for processes the ring write of an act round (timed on the runtime's own ring).
@@ -41,6 +45,10 @@ from pearl.io import atomic_write_text
 # 3: the workload key names n_step, batch, dims; the entry its CPU model. 4: learner threads are the
 # plan's (a learn table per thread count), no longer the key's
 PROFILE_VERSION = 4
+# The wire tables' own version (`wire|...`, `pearl profile --wire`): an entry whose wire_version
+# differs keeps its task tables, and its wire tables are measured again when asked for
+WIRE_VERSION = 1
+WIRE_ROWS = (8, 32, 256)  # the chunks ray plans send: one 8-env act round up to the largest chunk
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 
 
@@ -74,7 +82,29 @@ def load_cached(workload_key: str) -> dict | None:
         return None  # a damaged cache is re-measured, not trusted
     if data.get("version") != PROFILE_VERSION:
         return None
-    return data.get("workloads", {}).get(workload_key)
+    entry = data.get("workloads", {}).get(workload_key)
+    if entry is None:
+        return None
+    check_tables(entry.get("tables"), path)
+    if entry.get("wire_version") != WIRE_VERSION:  # wire tables of another measurement: absent
+        entry["tables"] = {k: v for k, v in entry["tables"].items() if not k.startswith("wire|")}
+    return entry
+
+
+def check_tables(tables, path) -> None:
+    """A ConfigError in one line naming the file and table when the profile's tables are not
+    {table: {size: microseconds}} with integer sizes and finite, non-negative figures (a file
+    edited or written by something else: its figures would price every plan)."""
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{path}: tables: expected a mapping of table name to {{size: us}}")
+    for name, cells in tables.items():
+        if not isinstance(cells, dict) or not cells:
+            raise ConfigError(f"{path}: table {name!r}: expected a non-empty mapping of size to us")
+        for size, us in cells.items():
+            if not (isinstance(size, str) and size.isdigit()) or isinstance(us, bool) or \
+                    not isinstance(us, (int, float)) or not 0 <= us < float("inf"):
+                raise ConfigError(f"{path}: table {name!r}: {size!r}: {us!r} (expected an integer size and "
+                                  f"a finite number of us >= 0)")
 
 
 def _store(workload_key: str, entry: dict) -> Path:
@@ -107,14 +137,18 @@ class Runner(Protocol):
     def ring_write_us(self, config, envs) -> dict:
         """Per envs per actor (str): us of one act round's write into a processes-runtime ring."""
 
+    def wire_us(self, config, kinds, rows, batches) -> dict:
+        """The replay wire's tables (`wire|TASK|KIND|PART`: {size (str): us}), estimator/wire.py."""
+
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None, kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
-            processes: bool = False, overlap: bool = False, *, runner: Runner) -> dict:
+            processes: bool = False, overlap: bool = False, wire: bool = False, *, runner: Runner) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc), its
     runs made by `runner` (pearl.measure); `batches`: default the config's own batch size;
     `kernels`: the cpu learner kernels to time (default: every one the algorithm has); `overlap`:
-    the processes runtime's one-actor factor and ring write (implied by `processes`)."""
+    the processes runtime's one-actor factor and ring write (implied by `processes`); `wire`: the
+    replay wire's tables for the cpu replay kinds of `replays`."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
@@ -125,6 +159,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
     from pearl.estimator.mapper import env_engines
 
     wanted = _grid(replays, envs, batches, kernels, workload, env_engines(workload))
+    kinds = sorted({kind for kind, device in replays if device == "cpu"})
     if use_cache:
         cached = load_cached(workload.key())
         if cached and all(name in cached["tables"] and str(size) in cached["tables"][name]
@@ -132,6 +167,13 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                 not threaded or all(f"threaded|{k}" in cached["tables"] for k in kernels)) and (
                 not overlap or all(str(e) in cached["tables"].get(f"processes1|{kernels[0]}", {}) for e in envs)) and (
                 not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
+            from pearl.estimator.wire import source
+
+            if not wire or all(source(cached["tables"], kind) == "measured" for kind in kinds):
+                return cached["tables"]
+            # only the wire is missing: measured alone and added to the entry
+            cached["tables"].update(_wire_tables(runner, config, kinds, batches, log))
+            _store(workload.key(), {**cached, "wire_version": WIRE_VERSION})
             return cached["tables"]
     from pearl.estimator.costs import context_table
 
@@ -176,12 +218,25 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
         tables["ring_write"] = runner.ring_write_us(config, envs)
         tables.update(_processes_factors(runner, config, workload, tables, replays[0], envs, batches[0],
                                          kernels if processes else kernels[:1], seconds, log, processes))
+    if wire:
+        tables.update(_wire_tables(runner, config, kinds, batches, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds,
-                            "cpu_model": this_cpu_model()})
+                            "cpu_model": this_cpu_model(), **({"wire_version": WIRE_VERSION} if wire else {})})
     if log:
         log(f"profiled in {time.perf_counter() - started:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return tables
+
+
+def _wire_tables(runner, config, kinds, batches, log) -> dict:
+    """The wire's tables by the runner: chunks of WIRE_ROWS rows, samples of each batch size and
+    its shares of 2 and 4 shards (the sharded client asks each shard batch / shards rows)."""
+    sizes = sorted({max(1, b // s) for b in batches for s in (4, 2, 1)})
+    out = runner.wire_us(config, kinds, WIRE_ROWS, sizes)
+    if log:
+        for name, cells in sorted(out.items()):
+            log(f"{name}: " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
+    return out
 
 
 def this_cpu_model() -> str:

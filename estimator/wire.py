@@ -16,7 +16,18 @@ prices its wire from the same parts (`client_s`, `messages_s`, `server_s`) over 
 link (`node_link`: a platform's `nodes.link`, or loopback), and its node agents, the wire's
 writers, with `agent_pass_s`.
 
-The figures are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback; session 9 re-measure,
+Measured wire: `pearl profile --wire` (pearl/measure.py `wire_us`) times the requests on this
+machine through the runtime's own server and clients (CURVE, loopback) and keeps per replay kind,
+by rows, tables `wire|TASK|KIND|PART` (TASK insert or sample, PART `rtt` / `client` / `server`:
+the call's wall time, the caller's CPU, the server thread's CPU per request). Where they are, they
+replace the constants below: a call on the server costs its measured round trip; the server's
+handling of a request is its measured CPU less the table's own work; a client's own Python its
+measured CPU (`source` says which the costs use). What no request times stays a constant: the
+link's bandwidth (the wire's bytes per chunk are ~0.4-12 kB here) and Ray's calls (the platform's
+`nodes:` figures, `benchmarks/ray_runtime.py --calls`: the ray runtime's weights travel in Ray
+calls, not on this wire).
+
+The constants are docs/BENCHMARKS.md "Replay server" (2-core machine, loopback; session 9 re-measure,
 2026-11-26, `benchmarks/replay_server.py latency`, 4 runs without spinning at load average 7-12):
 piggybacked sample + update p50 228-315 us of which the server's handling of UPDATE_SAMPLE was
 80-117 us p50 and the table's own work 32-36 us, so ~45-80 us of handling beyond the table and
@@ -40,6 +51,31 @@ CLIENT_CALLS = {"insert": 3, "sample": 4, "update_priorities": 1}  # pack + send
 AGENT_CALLS_PER_RING = 8
 AGENT_CALLS_PER_CHUNK = 7
 AGENT_COPIES = 3
+
+
+# what `pearl profile --wire` times (pearl/measure.py wire_us): per request kind, its parts
+WIRE_TASKS = ("insert", "sample")
+WIRE_PARTS = ("rtt", "client", "server")
+
+
+def table_name(task: str, kind: str, part: str) -> str:
+    """The profile table of the wire's `part` of a `task` request on a `kind` replay table, by rows."""
+    return f"wire|{task}|{kind}|{part}"
+
+
+def measured_s(costs, task: str, kind: str, part: str, rows: int) -> float | None:
+    """Seconds of `part` of one `task` request of `rows` rows from the profile's wire tables (at a
+    profiled size, between or beyond them), or None when the profile has none."""
+    if task not in WIRE_TASKS:
+        return None
+    return costs.profiled_seconds(table_name(task, kind, part), rows)
+
+
+def source(tables: dict, kind: str) -> str:
+    """"measured" when the profile's `tables` hold every wire table of replay `kind`, else "wire"
+    (the constants of this module)."""
+    names = [table_name(t, kind, p) for t in WIRE_TASKS for p in WIRE_PARTS]
+    return "measured" if all(tables.get(n) for n in names) else "wire"
 
 
 def link(platform) -> tuple[float, float]:
@@ -66,8 +102,14 @@ def message_s(nbytes: float, latency_us: float, bandwidth_gb_s: float) -> float:
     return latency_us * 1e-6 + nbytes / (bandwidth_gb_s * 1e9)
 
 
-def client_s(task: str, costs, servers: int = 1) -> float:
-    """The client's own Python for one call of `task` asked of `servers` servers at once."""
+def client_s(task: str, costs, servers: int = 1, rows: int | None = None, kind: str = "") -> float:
+    """The client's own Python (and socket work) for one call of `task` carrying `rows` rows, asked
+    of `servers` servers at once (each its share of the rows) on a `kind` table: measured where the
+    profile has it."""
+    if rows is not None:
+        each = measured_s(costs, task, kind, "client", max(1, rows // servers))
+        if each is not None:
+            return each * servers
     return CLIENT_CALLS[task] * servers * costs.platform.host.call_overhead_us * 1e-6
 
 
@@ -83,23 +125,51 @@ def messages_s(task: str, rows: int, costs, latency_us: float, bandwidth_gb_s: f
     return rows * 12 / (bandwidth_gb_s * 1e9)
 
 
-def server_s(task: str) -> float:
-    """The server's handling of one request beyond the table's work (an update_priorities rides
-    on a sample request: none of its own)."""
-    return 0.0 if task == "update_priorities" else SERVER_REQUEST_US * 1e-6
+def server_s(task: str, costs=None, rows: int | None = None, table_s: float = 0.0, kind: str = "") -> float:
+    """The server's handling of one request of `rows` rows on a `kind` table beyond the table's own work `table_s`
+    (an update_priorities rides on a sample request: none of its own): the profile's measured
+    server CPU per request less `table_s`, or SERVER_REQUEST_US."""
+    if task == "update_priorities":
+        return 0.0
+    if costs is not None and rows is not None:
+        whole = measured_s(costs, task, kind, "server", rows)
+        if whole is not None:
+            return max(0.0, whole - table_s)
+    return SERVER_REQUEST_US * 1e-6
 
 
-def agent_pass_s(rows: int, rings: int, costs) -> float:
-    """A node agent's pass that drains `rings` actor rings and sends one chunk of `rows` rows."""
+def round_trip_s(task: str, rows: int, costs, kind: str, table_s: float) -> float:
+    """A `task` request of `rows` rows on a `kind` table as its caller waits for the reply, over
+    the cluster's link: the profile's measured round trip, or the client's calls, the messages,
+    the server's handling and the table's own work `table_s`."""
+    measured = measured_s(costs, task, kind, "rtt", rows)
+    if measured is not None:
+        return measured
+    latency, bandwidth = node_link(costs.platform)
+    return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table_s
+
+
+def agent_pass_s(rows: int, rings: int, costs, kind: str = "") -> float:
+    """A node agent's pass that drains `rings` actor rings and sends one chunk of `rows` rows to a
+    `kind` table."""
     host, w = costs.platform.host, costs.workload
-    calls = AGENT_CALLS_PER_RING * rings + AGENT_CALLS_PER_CHUNK + CLIENT_CALLS["insert"]
-    return calls * host.call_overhead_us * 1e-6 + \
+    calls = AGENT_CALLS_PER_RING * rings + AGENT_CALLS_PER_CHUNK
+    return calls * host.call_overhead_us * 1e-6 + client_s("insert", costs, rows=rows, kind=kind) + \
         AGENT_COPIES * rows * w.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)
 
 
 def task_seconds(task: str, cand, costs) -> float:
-    """One call of replay task `task` of candidate `cand` on its server (`costs`: estimator.costs.Costs)."""
+    """One call of replay task `task` of candidate `cand` on its server (`costs`: estimator.costs.Costs):
+    the profile's measured round trip where it has one (an update_priorities then rides inside the
+    measured sample of a prioritized table), else the parts above over the platform's link."""
+    rows, kind = (cand.envs if task == "insert" else cand.batch), cand.replay_kind
+    if task == "update_priorities":
+        if measured_s(costs, "sample", kind, "rtt", rows) is not None:
+            return 0.0
+    else:
+        rtt = measured_s(costs, task, kind, "rtt", rows)
+        if rtt is not None:
+            return rtt
     latency, bandwidth = link(costs.platform)
-    rows = cand.envs if task == "insert" else cand.batch
     table = costs.analytic_seconds(task, replace(cand, replay_device="cpu"), costs.platform.host)  # the server's table, a cpu one
     return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table

@@ -200,3 +200,138 @@ def ring_write_us(config, envs, rounds: int = 2000) -> dict:
             channel.close()
         out[str(e)] = round(best * 1e6, 3)
     return out
+
+
+# The wire's figures (`pearl profile --wire`): each request kind timed WIRE_REPEATS times over
+# WIRE_CALLS calls per size, the least disturbed repeat kept (the smallest median round trip, the
+# smallest CPU per call), as the profile keeps its fastest window.
+WIRE_CALLS = 200
+WIRE_REPEATS = 3
+
+
+def _wire_server(table: dict, max_rows: int, secret_file: str, client_public: bytes, control) -> None:
+    """A replay server process for `wire_us` (a spawned child): serves on loopback, reports its
+    address, then answers each byte on `control` with its server thread's CPU seconds (packed
+    doubles: nothing on the pipe is unpickled) until the pipe closes."""
+    import struct
+    import threading
+
+    from pearl.server.config import AuthConfig, ServerConfig, TableConfig
+    from pearl.server.server import ReplayServer
+
+    server = ReplayServer(ServerConfig(table=TableConfig(**table), bind="tcp://127.0.0.1:0", max_chunk_rows=max_rows,
+                                       auth=AuthConfig(server_secret=secret_file, allow=[client_public.decode()])))
+    server.start()
+    try:
+        # the server's thread (ReplayServer.start names it): its own CPU clock
+        thread = next(t for t in threading.enumerate() if t.name == "replay-server")
+        clock = time.pthread_getcpuclockid(thread.ident)
+        control.send_bytes(server.address.encode())
+        while control.poll(60.0):  # the parent asks at most a few seconds apart (bounded: a lost parent)
+            try:
+                control.recv_bytes(16)
+            except EOFError:
+                break
+            control.send_bytes(struct.pack("<d", time.clock_gettime(clock)))
+    finally:
+        server.stop()
+
+
+def wire_us(config, kinds, rows, batches) -> dict:
+    """The replay wire on this machine, through the runtime's own code: a replay server
+    (pearl.server.ReplayServer, as a ray run's shard hosts it: a process of its own, CURVE keys as
+    a ray run makes them, loopback) holding the config's transitions, and its clients in this
+    process. Per replay kind, tables `wire|TASK|KIND|PART` by size (estimator/wire.py reads them):
+    - insert, by rows: a chunk of that many rows sent and its acknowledgement awaited;
+    - sample, by batch: a draw of that many rows (prioritized: the previous batch's priorities
+      riding on it, as the learner's sharded client sends them);
+    PART: `rtt` the call's wall time as its caller waits (median), `client` the calling thread's
+    CPU per call, `server` the server thread's CPU per request (validation, the table's work,
+    packing, the socket's encryption)."""
+    import multiprocessing
+    import struct
+    import tempfile
+
+    from pearl.api import make_agent
+    from pearl.runtime.ray_replay import server_keys
+    from pearl.server.client import ClientAuth, ReplayClient
+
+    fields = make_agent(config).parts.transition_fields
+    (action_dtype, action_shape), (obs_dtype, obs_shape) = fields["actions"], fields["obs"]
+    data_rng = np.random.default_rng(0)
+
+    def chunk(n: int) -> list:
+        return [data_rng.standard_normal((n, *obs_shape)).astype(obs_dtype), np.zeros((n, *action_shape), action_dtype),
+                np.ones(n, np.float32), data_rng.standard_normal((n, *obs_shape)).astype(obs_dtype),
+                np.full(n, 0.99, np.float32)]
+
+    out: dict = {}
+    capacity = max(4 * max(batches), 4 * max(rows), min(config.replay.capacity, 1 << 16))
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="pearl-wire-") as keydir:
+        keys = server_keys(keydir)
+        auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
+        for kind in kinds:
+            table = dict(kind=kind, capacity=capacity, obs_dim=int(obs_shape[0]),
+                         action_dtype=str(np.dtype(action_dtype)), action_shape=tuple(action_shape))
+            control, child_end = spawn.Pipe()
+            child = spawn.Process(target=_wire_server, daemon=True,
+                                  args=(table, max(rows), keys["server_secret_file"], keys["client"][0], child_end))
+            child.start()
+            writer = learner = None
+            try:
+                if not control.poll(120.0):
+                    raise RuntimeError("the wire profile's replay server did not start within 120 s")
+                address = control.recv_bytes(256).decode()
+
+                def server_cpu() -> float:
+                    control.send_bytes(b"?")
+                    if not control.poll(30.0):
+                        raise RuntimeError("the wire profile's replay server stopped answering")
+                    return struct.unpack("<d", control.recv_bytes(16))[0]
+
+                writer = ReplayClient(address, auth, writer=1, window=1, timeout=30.0)
+                learner = ReplayClient(address, auth, timeout=30.0)
+                for _ in range(capacity // max(rows) // 2):  # rows to sample from
+                    writer.add(*chunk(max(rows)))
+                writer.flush()
+                payloads = {n: chunk(n) for n in rows}
+
+                def insert(n):
+                    writer.add(*payloads[n])
+                    writer.flush()
+
+                indices = np.arange(max(batches), dtype=np.int64)
+                td = np.ones(max(batches), np.float32)
+
+                def sample(b):
+                    if kind != "uniform":
+                        learner.update_priorities(indices[:b], td[:b])
+                    learner.sample(b)
+
+                for task, call, sizes in (("insert", insert, rows), ("sample", sample, batches)):
+                    for size in sizes:
+                        best = {"rtt": np.inf, "client": np.inf, "server": np.inf}
+                        for _ in range(WIRE_REPEATS):
+                            walls = np.empty(WIRE_CALLS)
+                            cpu0, server0 = time.thread_time(), server_cpu()
+                            for i in range(WIRE_CALLS):
+                                started = time.perf_counter()
+                                call(size)
+                                walls[i] = time.perf_counter() - started
+                            figures = {"rtt": float(np.median(walls)),
+                                       "client": (time.thread_time() - cpu0) / WIRE_CALLS,
+                                       "server": (server_cpu() - server0) / WIRE_CALLS}
+                            best = {part: min(best[part], figures[part]) for part in best}
+                        for part, seconds in best.items():
+                            out.setdefault(f"wire|{task}|{kind}|{part}", {})[str(size)] = round(seconds * 1e6, 3)
+            finally:
+                for client in (writer, learner):
+                    if client is not None:
+                        client.close()
+                control.close()
+                child.join(10.0)
+                if child.is_alive():
+                    child.kill()
+                    child.join(5.0)
+    return out

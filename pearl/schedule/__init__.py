@@ -11,6 +11,7 @@ at each env step that is a multiple of `target_update_interval`; weights go to t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # Updates a parallel runtime's learner may trail the count due (its lag bound), by runtime: a
@@ -93,6 +94,20 @@ def allowance(updates_per_step: float, actors: int, envs: int) -> int:
     most half of its ring's commit records."""
     rounds = MAX_LAG["processes"] / max(updates_per_step, 1e-9) / actors / envs
     return envs * max(1, min(int(rounds), RING_RECORDS // 2))
+
+
+def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
+    """Updates a ray run's credit lets the learner trail the count due (its replay server's
+    max_lag, pearl/runtime/ray.py): the processes runtime's bound, plus room for each node agent
+    to hold the credit of one chunk (at most `chunk` rows, each with the env steps it commits;
+    n-step heads add up to n_step x envs per actor)."""
+    chunk_steps = plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
+    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps)
+
+
+# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py NAP_S; the
+# ray model's credit window prices it, tests/test_wire_profile.py holds the two equal)
+AGENT_NAP_S = 0.002
 
 
 @dataclass(frozen=True)

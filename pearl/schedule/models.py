@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import INLINE_WEIGHTS_BYTES, PUBLISH_S, allowance
+from pearl.schedule import AGENT_NAP_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, allowance, credit_lag
 
 
 @dataclass
@@ -198,6 +198,13 @@ class Ray(ScheduleModel):
                      + (d - v) ray.waits (a sync past the time gate while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
                      `server` / `node`: the sample is a wait on the wire and the shards
+    With the replay in the learner the server's credit bounds the env steps committed ahead of
+    the learner's updates to W = credit_lag / u (pearl.schedule.credit_lag); once an agent used its
+    share it waits for more, and the steps in flight turn over once per credit cycle: the agent's
+    CREDIT round trip, its chunk's round trip (the wire's insert round trip, measured by `pearl
+    profile --wire` or wire.py's constants) and its nap (AGENT_NAP_S) before the next pass. By
+    Little's law the step gains that cycle / W (`credit_wait`): small windows (small chunks, few
+    nodes) cost the most.
     d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
     agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
     flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
@@ -237,6 +244,8 @@ class Ray(ScheduleModel):
         step_us = dict(figures.step_us)
         total = sum(step_us.values())  # a start: the sequential sum
         rows, priced, others = cand.chunk, {}, total
+        # env steps the server's credit lets the agents commit ahead of the learner (replay: learner)
+        window = 0.0 if remote else credit_lag(cand.to_plan(), u, costs.workload.n_step) / u
         # rows an agent finds in its rings at most: its actors' allowances (pearl.schedule.allowance)
         held = a * allowance(u, n * a, e)
         for _ in range(self.ITERATIONS):
@@ -263,6 +272,9 @@ class Ray(ScheduleModel):
             step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
             step_us["overhead"] = per_update + parts["round"] / rows
+            if window:  # a credit cycle per window of env steps (the docstring)
+                step_us["credit_wait"] = (AGENT_NAP_S * 1e6 + 2 * parts["insert_rtt"]) / window
+            wait = step_us.get("credit_wait", 0.0)
             chunk_server = step_us["insert"] + step_us["server_requests"]
             if remote:
                 step_us["sample"] = u * parts["sample_wait"]
@@ -291,8 +303,8 @@ class Ray(ScheduleModel):
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
             limiting = max(sides, key=sides.get)
-            others = factor * max(v for k, v in sides.items() if k != "agents")
-            new = factor * sides[limiting]
+            others = factor * max(v for k, v in sides.items() if k != "agents") + wait
+            new = factor * sides[limiting] + wait
             if abs(new - total) <= 1e-6 * total:
                 total = new
                 break
