@@ -58,10 +58,15 @@ def relative_error(got, want) -> float:
 
 
 def assert_copies_are_the_masters_rounded(learner) -> None:
+    """Each copy's weight is its master's rounded to bfloat16, the first convolution's after the
+    multiplication by the input scale (folded there: the copy reads the frames' integer values)."""
     for name, low in learner._low.items():
-        for copy, master in zip(low.net.parameters(), learner.algo.networks()[name].parameters()):
+        master_net = learner.algo.networks()[name]
+        first = master_net.encoder.convs[0].weight
+        for copy, master in zip(low.net.parameters(), master_net.parameters()):
             assert copy.dtype == torch.bfloat16
-            np.testing.assert_array_equal(copy.detach().float().numpy(), master.detach().to(torch.bfloat16).float().numpy())
+            want = master * master_net.encoder.obs_scale if master is first else master
+            np.testing.assert_array_equal(copy.detach().float().numpy(), want.detach().to(torch.bfloat16).float().numpy())
 
 
 @pytest.mark.parametrize("net", NETS)

@@ -12,8 +12,6 @@ shares, so a checkpoint written by one learner loads into the other.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
@@ -97,26 +95,13 @@ class TorchLearner:
         """DQN.update's step with the loss taken through the bfloat16 copies (float32 outputs, so the
         loss and TD errors are float32) and the gradients handed to the float32 masters."""
         algo, low = self.algo, self._low
-        with self._networks(low["online"], low["target"]):
-            loss, abs_td = algo.loss(*tensors)
+        loss, abs_td = algo.loss(*tensors, online=low["online"], target=low["target"])
         loss.backward()
         low["online"].grads_to_master()
         torch.nn.utils.clip_grad_norm_(algo.online.parameters(), algo.config.max_grad_norm)
         algo.optimizer.step()
         low["online"].refresh()
         return float(loss.detach()), abs_td
-
-    @contextlib.contextmanager
-    def _networks(self, online, target):
-        """The algorithm's loss reads `algo.online` and `algo.target`: the copies stand in for them
-        during the loss only, so the optimizer, target updates and checkpoints see the masters."""
-        algo = self.algo
-        masters = algo.online, algo.target
-        algo.online, algo.target = online, target
-        try:
-            yield
-        finally:
-            algo.online, algo.target = masters
 
     def _refresh_low(self, *names) -> None:
         if self._low is not None:
