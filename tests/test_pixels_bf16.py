@@ -134,7 +134,7 @@ def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
     Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
     from pearl.config import parse_config
-    from pearl.estimator.costs import TORCH_CNN_BF16_SPEEDUP, Costs
+    from pearl.estimator.costs import LEARN_SPEEDUP, Costs
     from pearl.estimator.mapper import candidates
     from pearl.estimator.model import Candidate
     from pearl.estimator.workload import Workload, workload_from_config
@@ -161,4 +161,4 @@ def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     learn = {c.precision: costs.task_seconds("learn", c) for c in (fp32, bf16)}
     assert learn["fp32"][1] == learn["bf16"][1] == "analytic" and fixed["bf16"] > fixed["fp32"]
     assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
-        TORCH_CNN_BF16_SPEEDUP)
+        LEARN_SPEEDUP["torch/bf16"])
