@@ -248,6 +248,15 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
     return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
+def learner_precision(requested: str, learn_device: str, workload, kernel: str) -> str:
+    """'auto' -> the fastest precision the learn device's backend offers the kernel for the workload
+    (bf16 where it has bfloat16 units and a bf16 learner runs the workload: a shipped config can ask
+    for bf16 and still run, in float32, on a CPU without them); anything else as requested."""
+    if requested != "auto":
+        return requested
+    return backend(kind_of(learn_device)).learner_precisions(workload, kernel)[-1]
+
+
 def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_itemsize: int = 4,
                  features: int | None = None) -> None:
     """Refuses (one line naming the field) a replay table or networks larger than this machine's
@@ -282,6 +291,8 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
+    plan = dataclasses.replace(plan, learner_precision=learner_precision(plan.learner_precision, plan.device_of("learn"),
+                                                                         workload, kernel))
     family.check_precision(plan.learner_precision, kernel, plan.device_of("learn"), config)
 
     torch.set_num_threads(config.runtime.torch_threads)

@@ -158,12 +158,16 @@ class BF16Copy(nn.Module):
                 low.copy_(master * self._scale)
 
     def grads_to_master(self) -> None:
-        for low, master in zip(*self._pairs):
-            master.grad = None if low.grad is None else low.grad.to(master.dtype).contiguous()
+        lows, masters = self._pairs
+        for master in masters:  # kept between steps: the copy below writes into them
+            if master.grad is None:
+                master.grad = torch.zeros_like(master)
+        with torch.no_grad():
+            torch._foreach_copy_([master.grad for master in masters], [low.grad for low in lows])
+            if self._scale != 1.0:
+                self._first[1].grad.mul_(self._scale)
+        for low in lows:
             low.grad = None
-        master = self._first[1]
-        if self._scale != 1.0 and master.grad is not None:
-            master.grad.mul_(self._scale)
 
 
 class TorchPolicy:

@@ -130,6 +130,18 @@ def test_bf16_for_an_mlp_q_network_is_refused_in_one_line():
         pearl.DQN("CartPole-v1", learner_precision="bf16", hidden=[8])
 
 
+@pytest.mark.parametrize("flags, want", [({"avx512f", "amx_bf16", "amx_tile"}, "bf16"), ({"avx512f"}, "fp32")])
+def test_auto_precision_is_bf16_where_the_cpu_has_bfloat16_units(monkeypatch, flags, want):
+    """learner_precision auto (configs/breakout_dqn.yaml's): bf16 for a CNN Q-network on a cpu with
+    bfloat16 units, float32 without them, and float32 for an MLP Q-network (no refusal)."""
+    from pearl.kernels.cpu import backend as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset(flags))
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="auto", **MINATAR)
+    assert agent.learner.precision == want and agent.plan.learner_precision == want
+    assert pearl.DQN("CartPole-v1", learner_precision="auto", hidden=[8]).plan.learner_precision == "fp32"
+
+
 def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
     Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
