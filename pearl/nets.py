@@ -170,6 +170,18 @@ class BF16Copy(nn.Module):
             low.grad = None
 
 
+def as_views_of(flat: np.ndarray, params) -> None:
+    """Makes each (contiguous, cpu, float32) parameter a view of its span of `flat`, in parameter
+    order (the flat weights' layout), keeping its values: the parameter objects stay the same."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        view = torch.from_numpy(flat[offset:offset + n]).view_as(p)
+        view.copy_(p.data)
+        p.data = view
+        offset += n
+
+
 class TorchPolicy:
     """The actor's copy of a network the numpy act kernels cannot run (a CNN): the network built by
     `build()` on the cpu, loaded from the flat float32 weights every learner publishes.
@@ -188,13 +200,7 @@ class TorchPolicy:
         self.flat = np.zeros(sum(p.numel() for p in self.net.parameters()), dtype=np.float32)
         # the parameters are views of `flat`, so a load is one copy (a sync of the Nature CNN's 1.7M
         # weights every update: two copies cost ~1 ms more)
-        offset = 0
-        for p in self.net.parameters():
-            n = p.numel()
-            view = torch.from_numpy(self.flat[offset:offset + n]).view_as(p)
-            view.copy_(p.data)
-            p.data = view
-            offset += n
+        as_views_of(self.flat, self.net.parameters())
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)

@@ -17,7 +17,7 @@ import torch
 
 from pearl.contracts import Learner, implements
 from pearl.kernels.cpu import FusedQLearner
-from pearl.nets import BF16Copy
+from pearl.nets import BF16Copy, as_views_of
 
 
 @implements(Learner)
@@ -69,6 +69,14 @@ class TorchLearner:
         algo.target.to(self.device)
         self._policy = np.zeros(algo.n_params(), dtype=np.float32)
         self._policy_stale = True
+        params = list(algo.online.parameters())
+        # on the cpu the online network's weights are views of the policy vector, so a sync reads it
+        # without gathering them (the Nature CNN's 1.7M weights: ~0.7 ms CPU an update); not for
+        # channels-last weights, whose memory order is not the flat layout's
+        self._policy_views = self.device.type == "cpu" and all(p.is_contiguous() and p.dtype == torch.float32
+                                                               for p in params)
+        if self._policy_views:
+            as_views_of(self._policy, params)
         self._low = None
         if precision == "bf16":
             self._low = {name: BF16Copy(net) for name, net in algo.networks().items()}
@@ -113,7 +121,7 @@ class TorchLearner:
         self._refresh_low("target")
 
     def policy_weights(self) -> np.ndarray:
-        if self._policy_stale:
+        if self._policy_stale and not self._policy_views:
             params = [p.detach().reshape(-1) for p in self.algo.online.parameters()]
             if self.device.type == "cpu":  # one pass into the vector (a CNN's 1.7M weights: ~0.7 ms saved a sync)
                 torch.cat(params, out=torch.from_numpy(self._policy))
