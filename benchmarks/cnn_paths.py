@@ -16,7 +16,8 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
                   master weights, fused Adam, float32 loss (pearl.nets.BF16Copy)
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
-and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last.
+and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
+(torch's, and the bf16 path's compiled pass).
 
     python benchmarks/cnn_paths.py [--repeats 20] [--nets nature minatar] [--threads 1 2] [--compile]
 
@@ -39,6 +40,7 @@ import torch
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
+from pearl.kernels.cpu.pixels import BF16_OF_BYTE, bytes_to_bf16_nhwc
 from pearl.replay import Batch
 from pearl.runtime.learners import TorchLearner
 
@@ -97,8 +99,13 @@ def timed(fn) -> tuple[float, float]:
 def conversions(net: str, batch: int, repeats: int) -> None:
     shape, _, _, scale, high = NETS[net]
     frames = torch.from_numpy(np.random.default_rng(0).integers(0, high, (batch, *shape), dtype=np.uint8))
+    c, h, w = shape
+    bits = np.empty((batch, h * w, c), np.uint16)
     ways = {"uint8->fp32 NCHW": lambda: frames.to(torch.float32) * scale,
-            "uint8->bf16 channels_last": lambda: frames.to(torch.bfloat16, memory_format=torch.channels_last) * scale}
+            "uint8->bf16 channels_last (torch)": lambda: frames.to(torch.bfloat16, memory_format=torch.channels_last) * scale,
+            # the bf16 path's: integer values, the scale folded into the first layer (pearl.nets.BF16Copy)
+            "uint8->bf16 channels_last (kernels/cpu/pixels.py)": lambda: bytes_to_bf16_nhwc(
+                frames.numpy().reshape(batch, c, h * w), BF16_OF_BYTE, bits)}
     times = {name: [] for name in ways}
     for _ in range(repeats * 5):
         for name, way in ways.items():

@@ -52,12 +52,20 @@ PROFILED = SOURCES[:3]
 # 0.33-0.61, median 0.39. The held-out workloads' wider networks reach more (0.55-0.8), which a
 # profile measures; the analytic model stays on the development set's figure.
 CPU_KERNEL_EFFICIENCY = 0.4
-# How much faster a learner's matrix products run with bfloat16 operands than with float32 on a cpu
-# with bfloat16 units (kernels/cpu/backend.py bf16_products): the 28 products of a fused DDPG update
-# at 400x300 / batch 256, replayed alone in each precision on this project's Xeon (AMX), 5.11 vs
-# 2.27 ms (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md). An analytic bf16 learn divides its
-# FLOP time by it; `pearl profile` measures bf16 learns where the mapper offers them.
-PRODUCT_SPEEDUP = {"fp32": 1.0, "bf16": 2.25}
+# How much faster than float32 a learner variant (`learner_variant`: kernel and precision) runs its
+# learn FLOPs on a cpu with bfloat16 units (kernels/cpu/backend.py bf16_products); an analytic bf16
+# learn divides its FLOP time by it (float32 variants: 1); `pearl profile` measures bf16 learns where
+# the mapper offers them. Each figure stays with what it measured, on this project's Xeon (AMX):
+# - fused/bf16, the fused DDPG / TD3 / SAC learners' bfloat16 products: the 28 products of a DDPG
+#   update at 400x300 / batch 256 replayed alone in each precision, 5.11 vs 2.27 ms
+#   (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md);
+# - torch/bf16, DQN's torch learner with a CNN Q-network (the only one the builder lets run bf16;
+#   pearl/nets.py BF16Copy: channels-last bfloat16 copies on oneDNN's AMX kernels, float32 masters,
+#   fused Adam): the whole Nature CNN update against the float32 one at batch 32, one thread, CPU time,
+#   interleaved (benchmarks/cnn_paths.py, docs/BENCHMARKS.md "Pixels end to end"): 56.1 vs 27.6 ms.
+#   MinAtar's one small conv gains less (3.75 vs 3.19 ms), but its update is the call overhead the
+#   call counts price, not FLOPs.
+LEARN_SPEEDUP = {"fused/bf16": 2.25, "torch/bf16": 2.0}
 # What each learner thread beyond the first adds to the speed of a learner's FLOP time
 # (Plan.learner_threads: torch's intra-op threads split each product). From the whole update, not
 # the products alone: the fused DDPG update at 400x300 / batch 256 on this project's quiet 2-core
@@ -215,7 +223,7 @@ class Costs:
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
             if task == "learn":
-                peak *= learn_speedup(self.workload, cand) * product_thread_speedup(cand.threads)
+                peak *= LEARN_SPEEDUP.get(learner_variant(cand), 1.0) * product_thread_speedup(cand.threads)
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9
@@ -378,24 +386,6 @@ class Costs:
                           for x, y in ([(a, b)] if "cpu" in (a, b) else [(a, "cpu"), ("cpu", b)]))
             out[(a, b)] = out.get((a, b), 0.0) + seconds * per_step
         return out
-
-
-# DQN's torch learner with a CNN Q-network in bfloat16 (runtime.learner_precision: bf16; pearl/nets.py
-# BF16Copy: channels-last bfloat16 copies on oneDNN's AMX kernels, float32 masters, fused Adam): the
-# whole update against the float32 one, Nature CNN at batch 32, one thread, CPU time, interleaved
-# (benchmarks/cnn_paths.py on this project's Xeon, docs/BENCHMARKS.md "Pixels end to end"):
-# 56.1 vs 27.6 ms. MinAtar's one small conv gains less (3.75 vs 3.19 ms), but its update is the
-# call overhead the call counts price, not FLOPs. Kept apart from PRODUCT_SPEEDUP (the fused MLP
-# learners' products) so each figure stays with what it measured.
-TORCH_CNN_BF16_SPEEDUP = 2.0
-
-
-def learn_speedup(workload, cand) -> float:
-    """How much faster than float32 a candidate's learn FLOPs run at its precision: DQN's torch CNN
-    learner in bf16 (TORCH_CNN_BF16_SPEEDUP), else the fused learners' products (PRODUCT_SPEEDUP)."""
-    if cand.precision == "bf16" and cand.learner_kernel == "torch" and workload.image:
-        return TORCH_CNN_BF16_SPEEDUP
-    return PRODUCT_SPEEDUP[cand.precision]
 
 
 def context_table(name: str, cand) -> str:

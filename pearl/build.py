@@ -71,9 +71,12 @@ class Discrete:
         return algorithm_class(config.algo)(self.obs_dim, self.n_actions, config.algo_config,
                                             config.total_steps, config.seed, **image)
 
-    def precision_kernels(self) -> tuple[str, ...]:
-        """The learner kernels with a bf16 precision: DQN's torch learner for a CNN Q-network."""
-        return ("torch",) if self.image else ()
+    def check_precision(self, precision: str, kernel: str, device: str, config: ExperimentConfig) -> None:
+        """A reduced precision runs in DQN's torch learner for a CNN Q-network only."""
+        if precision != "fp32" and not (kernel == "torch" and self.image):
+            raise ConfigError(f"runtime.learner_precision: {precision} products run in DQN's torch learner for "
+                              f"a CNN Q-network; {config.env}'s observations are flat (expected image "
+                              f"observations, or learner_precision fp32)")
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device, precision)
@@ -131,9 +134,12 @@ class Continuous:
         image = dict(obs_shape=self.obs_shape, obs_scale=self.obs_scale) if self.image else {}
         return algorithm_class(config.algo)(self.obs_dim, self.action_dim, config.algo_config, config.seed, **image)
 
-    def precision_kernels(self) -> tuple[str, ...]:
-        """The learner kernels with a bf16 precision: the fused DDPG / TD3 / SAC learners."""
-        return ("fused",)
+    def check_precision(self, precision: str, kernel: str, device: str, config: ExperimentConfig) -> None:
+        """A reduced precision runs in the fused DDPG / TD3 / SAC learners only."""
+        if precision != "fp32" and kernel != "fused":
+            raise ConfigError(f"runtime.learner_precision: {precision} products run in the fused cpu learner; "
+                              f"this run's learner is {kernel} on {device} (expected learner_kernel fused or "
+                              f"auto on the cpu, or learner_precision fp32)")
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
         if kernel != "fused":
@@ -242,6 +248,15 @@ def learner_kernel(requested: str, learn_device: str, workload) -> str:
     return backend(kind_of(learn_device)).learner_kernels(workload)[0]
 
 
+def learner_precision(requested: str, learn_device: str, workload, kernel: str) -> str:
+    """'auto' -> the fastest precision the learn device's backend offers the kernel for the workload
+    (bf16 where it has bfloat16 units and a bf16 learner runs the workload: a shipped config can ask
+    for bf16 and still run, in float32, on a CPU without them); anything else as requested."""
+    if requested != "auto":
+        return requested
+    return backend(kind_of(learn_device)).learner_precisions(workload, kernel)[-1]
+
+
 def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_itemsize: int = 4,
                  features: int | None = None) -> None:
     """Refuses (one line naming the field) a replay table or networks larger than this machine's
@@ -276,14 +291,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
-    if plan.learner_precision != "fp32" and kernel not in family.precision_kernels():
-        if config.algo == "dqn":
-            raise ConfigError(f"runtime.learner_precision: {plan.learner_precision} products run in DQN's torch "
-                              f"learner for a CNN Q-network; {config.env}'s observations are flat (expected "
-                              f"image observations, or learner_precision fp32)")
-        raise ConfigError(f"runtime.learner_precision: {plan.learner_precision} products run in the fused cpu "
-                          f"learner; this run's learner is {kernel} on {plan.device_of('learn')} (expected "
-                          f"learner_kernel fused or auto on the cpu, or learner_precision fp32)")
+    plan = dataclasses.replace(plan, learner_precision=learner_precision(plan.learner_precision, plan.device_of("learn"),
+                                                                         workload, kernel))
+    family.check_precision(plan.learner_precision, kernel, plan.device_of("learn"), config)
 
     torch.set_num_threads(config.runtime.torch_threads)
     algo = family.algorithm(config)

@@ -181,8 +181,9 @@ class RuntimeConfig:
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
     # the learner's matrix products: float32, or bfloat16 operands accumulated in float32 with
     # float32 master weights, Adam state and losses (the fused DDPG / TD3 / SAC learners, and DQN's
-    # torch learner for a CNN Q-network; pearl/build.py refuses the rest; a Plan's learner_precision)
-    learner_precision: Literal["fp32", "bf16"] = "fp32"
+    # torch learner for a CNN Q-network; pearl/build.py refuses the rest; a Plan's learner_precision);
+    # auto: bf16 where the learn device has bfloat16 units and the learner runs bf16, else fp32
+    learner_precision: Literal["fp32", "bf16", "auto"] = "fp32"
     envs_per_actor: int = 1
     torch_threads: int = 1
 

@@ -117,26 +117,69 @@ class BF16Copy(nn.Module):
     through per-op casts; oneDNN's bfloat16 kernels (AMX on this Xeon) want the channels-last bfloat16
     operands directly (benchmarks/cnn_paths.py: full-bf16 copies vs autocast, docs/BENCHMARKS.md).
 
+    uint8 frames enter as their integer values (exact in bfloat16), converted to channels-last
+    bfloat16 in one compiled pass (kernels/cpu/pixels.py); the encoder's input scale (1/255 for Atari)
+    is folded into the first convolution's weights instead (conv(s x) = conv with s W, one rounding of
+    s W), which saves a pass over each input batch.
+
     Outputs are float32, so losses and targets are computed in float32. `refresh` copies the master's
     weights in (after each optimizer step or target update); `grads_to_master` hands this copy's
-    gradients to the master's parameters as float32 and clears its own."""
+    gradients to the master's parameters as float32 (the first convolution's times the scale) and
+    clears its own."""
 
     def __init__(self, master: nn.Module):
         super().__init__()
+        from pearl.kernels.cpu.pixels import BF16_OF_BYTE, bytes_to_bf16_nhwc
+
         self.net = copy.deepcopy(master).to(dtype=torch.bfloat16, memory_format=torch.channels_last)
         self._pairs = (list(self.net.parameters()), list(master.parameters()))
+        self._convert, self._table = bytes_to_bf16_nhwc, BF16_OF_BYTE
+        encoder = self.net.encoder
+        self._in_shape, self._scale = encoder.in_shape, encoder.obs_scale
+        encoder.obs_scale = 1.0
+        # the first convolution's weight, in the copy and in the master: where the scale is folded
+        self._first = encoder.convs[0].weight, master.encoder.convs[0].weight
+        self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dtype == torch.uint8 and obs.device.type == "cpu":
+            n, (c, h, w) = obs.shape[0], self._in_shape
+            # a new buffer per call: autograd keeps each forward's input for the weight gradients
+            bits = np.empty((n, h * w, c), np.uint16)
+            self._convert(obs.numpy().reshape(n, c, h * w), self._table, bits)
+            obs = torch.from_numpy(bits).view(torch.bfloat16).view(n, h, w, c).permute(0, 3, 1, 2)
         return self.net(obs).float()
 
     def refresh(self) -> None:
         with torch.no_grad():
             torch._foreach_copy_(*self._pairs)
+            if self._scale != 1.0:
+                low, master = self._first
+                low.copy_(master * self._scale)
 
     def grads_to_master(self) -> None:
-        for low, master in zip(*self._pairs):
-            master.grad = None if low.grad is None else low.grad.to(master.dtype).contiguous()
+        lows, masters = self._pairs
+        for master in masters:  # kept between steps: the copy below writes into them
+            if master.grad is None:
+                master.grad = torch.zeros_like(master)
+        with torch.no_grad():
+            torch._foreach_copy_([master.grad for master in masters], [low.grad for low in lows])
+            if self._scale != 1.0:
+                self._first[1].grad.mul_(self._scale)
+        for low in lows:
             low.grad = None
+
+
+def as_views_of(flat: np.ndarray, params) -> None:
+    """Makes each (contiguous, cpu, float32) parameter a view of its span of `flat`, in parameter
+    order (the flat weights' layout), keeping its values: the parameter objects stay the same."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        view = torch.from_numpy(flat[offset:offset + n]).view_as(p)
+        view.copy_(p.data)
+        p.data = view
+        offset += n
 
 
 class TorchPolicy:
@@ -157,13 +200,7 @@ class TorchPolicy:
         self.flat = np.zeros(sum(p.numel() for p in self.net.parameters()), dtype=np.float32)
         # the parameters are views of `flat`, so a load is one copy (a sync of the Nature CNN's 1.7M
         # weights every update: two copies cost ~1 ms more)
-        offset = 0
-        for p in self.net.parameters():
-            n = p.numel()
-            view = torch.from_numpy(self.flat[offset:offset + n]).view_as(p)
-            view.copy_(p.data)
-            p.data = view
-            offset += n
+        as_views_of(self.flat, self.net.parameters())
 
     def load(self, flat: np.ndarray) -> None:
         np.copyto(self.flat, flat)

@@ -86,7 +86,7 @@ class Plan:
     batch_size: int | None = None  # None: the algorithm's batch_size
     sync_interval: int = 1  # learner updates between weight syncs to the actors
     learner_kernel: Literal["auto", "fused", "torch"] | None = None  # None: runtime.learner_kernel
-    learner_precision: Literal["fp32", "bf16"] | None = None  # None: runtime.learner_precision
+    learner_precision: Literal["fp32", "bf16", "auto"] | None = None  # None: runtime.learner_precision
     # torch's intra-op threads in the learner's process, which split the learner's matrix products
     # (the torch learners and the fused DDPG / TD3 / SAC ones; the fused DQN learner is numba and
     # runs on one); None: runtime.torch_threads. The mapper offers more than 1 only where the

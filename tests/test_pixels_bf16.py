@@ -58,10 +58,15 @@ def relative_error(got, want) -> float:
 
 
 def assert_copies_are_the_masters_rounded(learner) -> None:
+    """Each copy's weight is its master's rounded to bfloat16, the first convolution's after the
+    multiplication by the input scale (folded there: the copy reads the frames' integer values)."""
     for name, low in learner._low.items():
-        for copy, master in zip(low.net.parameters(), learner.algo.networks()[name].parameters()):
+        master_net = learner.algo.networks()[name]
+        first = master_net.encoder.convs[0].weight
+        for copy, master in zip(low.net.parameters(), master_net.parameters()):
             assert copy.dtype == torch.bfloat16
-            np.testing.assert_array_equal(copy.detach().float().numpy(), master.detach().to(torch.bfloat16).float().numpy())
+            want = master * master_net.encoder.obs_scale if master is first else master
+            np.testing.assert_array_equal(copy.detach().float().numpy(), want.detach().to(torch.bfloat16).float().numpy())
 
 
 @pytest.mark.parametrize("net", NETS)
@@ -125,11 +130,23 @@ def test_bf16_for_an_mlp_q_network_is_refused_in_one_line():
         pearl.DQN("CartPole-v1", learner_precision="bf16", hidden=[8])
 
 
+@pytest.mark.parametrize("flags, want", [({"avx512f", "amx_bf16", "amx_tile"}, "bf16"), ({"avx512f"}, "fp32")])
+def test_auto_precision_is_bf16_where_the_cpu_has_bfloat16_units(monkeypatch, flags, want):
+    """learner_precision auto (configs/breakout_dqn.yaml's): bf16 for a CNN Q-network on a cpu with
+    bfloat16 units, float32 without them, and float32 for an MLP Q-network (no refusal)."""
+    from pearl.kernels.cpu import backend as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset(flags))
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="auto", **MINATAR)
+    assert agent.learner.precision == want and agent.plan.learner_precision == want
+    assert pearl.DQN("CartPole-v1", learner_precision="auto", hidden=[8]).plan.learner_precision == "fp32"
+
+
 def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
     Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
     from pearl.config import parse_config
-    from pearl.estimator.costs import TORCH_CNN_BF16_SPEEDUP, Costs
+    from pearl.estimator.costs import LEARN_SPEEDUP, Costs
     from pearl.estimator.mapper import candidates
     from pearl.estimator.model import Candidate
     from pearl.estimator.workload import Workload, workload_from_config
@@ -156,4 +173,4 @@ def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     learn = {c.precision: costs.task_seconds("learn", c) for c in (fp32, bf16)}
     assert learn["fp32"][1] == learn["bf16"][1] == "analytic" and fixed["bf16"] > fixed["fp32"]
     assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
-        TORCH_CNN_BF16_SPEEDUP)
+        LEARN_SPEEDUP["torch/bf16"])

@@ -1,12 +1,12 @@
 """The learner's product precision in the estimator: the cpu backend offers bf16 to the fused DDPG /
 TD3 learner only where the cpu has bfloat16 units (/proc/cpuinfo flags), the cost model prices it
-(analytic: PRODUCT_SPEEDUP on the learn's FLOPs; measured: its own profile table), the mapper ranks
+(analytic: LEARN_SPEEDUP on the learn's FLOPs; measured: its own profile table), the mapper ranks
 it and a ranked bf16 candidate becomes a Plan the agents run."""
 from __future__ import annotations
 
 import pytest
 
-from pearl.estimator.costs import PRODUCT_SPEEDUP, Costs
+from pearl.estimator.costs import LEARN_SPEEDUP, Costs
 from pearl.estimator.mapper import candidates
 from pearl.estimator.model import Candidate, predict
 from pearl.estimator.workload import Workload
@@ -67,7 +67,7 @@ def test_analytic_bf16_learn_divides_the_flop_time_and_adds_the_conversions():
     assert learn["fp32"][1] == learn["bf16"][1] == "analytic"
     assert fixed["bf16"] > fixed["fp32"]
     assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
-        PRODUCT_SPEEDUP["bf16"])
+        LEARN_SPEEDUP["fused/bf16"])
     assert predict(bf16, costs).steps_per_s > predict(fp32, costs).steps_per_s
 
 

@@ -87,18 +87,22 @@ class DQN:
         return explore.initial + progress * (explore.final - explore.initial)
 
     # -- learn ---------------------------------------------------------------------------------
-    def td_target(self, rewards, next_obs, discounts) -> torch.Tensor:
+    def td_target(self, rewards, next_obs, discounts, online, target) -> torch.Tensor:
         with torch.no_grad():
-            next_q_target = self.target(next_obs)
+            next_q_target = target(next_obs)
             if self.config.double:
-                best = self.online(next_obs).argmax(dim=1, keepdim=True)
+                best = online(next_obs).argmax(dim=1, keepdim=True)
             else:
                 best = next_q_target.argmax(dim=1, keepdim=True)
             return rewards + discounts * next_q_target.gather(1, best).squeeze(1)
 
-    def loss(self, obs, actions, rewards, next_obs, discounts, weights=None):
-        q = self.online(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
-        td = q - self.td_target(rewards, next_obs, discounts)
+    def loss(self, obs, actions, rewards, next_obs, discounts, weights=None, online=None, target=None):
+        """`online`, `target`: the networks to run, the algorithm's own by default (a learner may pass
+        stand-ins computing the same functions, e.g. bfloat16 copies: pearl.nets.BF16Copy)."""
+        online = self.online if online is None else online
+        target = self.target if target is None else target
+        q = online(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        td = q - self.td_target(rewards, next_obs, discounts, online, target)
         huber = nn.functional.smooth_l1_loss(td, torch.zeros_like(td), reduction="none")
         if weights is not None:
             huber = huber * weights
