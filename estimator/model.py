@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pearl.estimator.costs import SOURCES
 from pearl.kernels.registry import REPLAY_TASKS, TASKS, backend, kind_of
 from pearl.plan import Plan, RayPlan
 from pearl.schedule import CLUSTER_RUNTIMES

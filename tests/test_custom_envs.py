@@ -3,7 +3,6 @@ module:EnvId) and from Python, in-process and in actor processes; actor processe
 code from the working directory."""
 import subprocess
 import sys
-import textwrap
 
 import pytest
 

@@ -9,7 +9,6 @@ import sys
 import time
 import warnings
 
-import numpy as np
 import pytest
 import yaml
 

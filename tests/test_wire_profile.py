@@ -179,23 +179,6 @@ def test_the_wire_is_measured_through_the_runtimes_server_on_loopback(monkeypatc
     assert wire.source(tables, "uniform") == wire.source(tables, "prioritized") == "measured"
 
 
-def test_the_models_credit_lag_and_nap_are_the_runtimes():
-    """The ray model prices the runtime's credit window with pearl.schedule's credit_lag and
-    AGENT_NAP_S: held equal to pearl/runtime/ray.py's and node_agent.py's over a grid of plans."""
-    pytest.importorskip("zmq")
-    from pearl.runtime import node_agent
-    from pearl.runtime import ray as ray_runtime
-    from pearl.schedule import AGENT_NAP_S, credit_lag
-
-    assert AGENT_NAP_S == node_agent.NAP_S
-    for nodes in (1, 2, 3, 8):
-        for chunk in (8, 32, 256):
-            for actors, envs, n_step, u in ((1, 8, 1, 0.25), (2, 4, 3, 1.0), (3, 16, 1, 0.05)):
-                plan = Candidate("uniform", "cpu", "cpu", "fused", envs, 64, runtime="ray", actors=actors,
-                                 nodes=nodes, chunk=chunk).to_plan()
-                assert credit_lag(plan, u, n_step) == ray_runtime.credit_lag(plan, u, n_step)
-
-
 def test_a_small_credit_window_costs_a_credit_cycle_per_window():
     workload = workload_from_config(config())
     platform = load_platform("local_cluster")

@@ -70,7 +70,7 @@ class OpenCLQPolicy:
         batch = obs.shape[0]
         self._buffers(batch)
         cl.enqueue_copy(self.queue, self._acts[0], obs, is_blocking=False)
-        shapes, offsets = self.layout.shapes, self.layout.offsets
+        shapes = self.layout.shapes
         n_heads = 2 if self.layout.dueling else 1
         trunk = len(shapes) - n_heads
         for layer in range(trunk):

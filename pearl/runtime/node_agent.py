@@ -31,17 +31,16 @@ import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
 from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
-from pearl.schedule import RING_RECORDS, allowance
+from pearl.schedule import AGENT_NAP_S, RING_RECORDS, allowance
 
 # the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
 # in act rounds (sampled), and act rounds
 CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
-# The agent's loop: take what its actors committed, nap NAP_S, again; what it took goes out as
-# one chunk once it holds `chunk` rows or its oldest row is FLUSH_S old. Each pass and each chunk
+# The agent's loop: take what its actors committed, nap AGENT_NAP_S, again; what it took goes out
+# as one chunk once it holds `chunk` rows or its oldest row is FLUSH_S old. Each pass and each chunk
 # costs CPU on the cores the actors and the learner share (spinning and a chunk per act round cost
 # ~2x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
-# meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + NAP_S later.
-NAP_S = 0.002
+# meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + AGENT_NAP_S later.
 FLUSH_S = 0.005
 AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
 
@@ -198,7 +197,6 @@ class NodeAgent:
             clock = time.perf_counter
             last_check, oldest = clock(), None  # when the oldest transition of `pending` was taken
             while not self.stopping.is_set():
-                moved = False
                 for index, channel in enumerate(channels):
                     if self.limit is not None and self.committed + steps >= self.limit:
                         break  # over the driver's grant: the actors wait at their allowance
@@ -211,7 +209,6 @@ class NodeAgent:
                     if actor_steps > taken[index]:
                         steps += actor_steps - taken[index]
                         taken[index] = actor_steps
-                        moved = True
                     if finished:
                         with self.lock:
                             self.episodes += finished
@@ -230,7 +227,7 @@ class NodeAgent:
                 if done:
                     break
                 if not full:  # a nap, not a spin: its actors share the node's cores
-                    time.sleep(NAP_S)
+                    time.sleep(AGENT_NAP_S)
                 if now - last_check > HEALTH_CHECK_S and not self.stopping.is_set():
                     actors.check(lambda index: taken[index] >= quota)
                     last_check = clock()

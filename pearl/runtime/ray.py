@@ -51,7 +51,8 @@ from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.runtime.counters import Counters, Hooks
-from pearl.schedule import INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, allowance, crossings, sync_due
+from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, allowance, chunk_steps, credit_lag,
+                            crossings, sync_due)
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
@@ -66,18 +67,6 @@ REPORT_S = 10.0  # how often the progress line of the nodes is printed
 # after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
 # stop) before they are killed
 STOP_WAIT_S = 10.0
-
-
-def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
-    """Updates the credit lets the learner trail the count due: the processes runtime's bound, plus
-    room for each node agent to hold the credit of one chunk (at most `chunk` rows, each with the
-    env steps it commits; n-step heads add up to n_step x envs per actor)."""
-    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
-
-
-def chunk_steps(plan, n_step: int) -> int:
-    """The env steps one chunk of a node agent may commit: `chunk` rows, and n-step heads."""
-    return plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
 
 
 def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
@@ -130,7 +119,7 @@ class RayRuntime:
     def run(self, parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         """Advances `counters` by about `steps` env steps on the plan's nodes (module doc)."""
         try:
-            import ray  # noqa: F401
+            import ray
         except ImportError:
             raise PearlError("runtime: ray needs Ray: pip install 'pearl-rl[ray]'") from None
         started = connect(parts.plan.ray.address)
@@ -138,8 +127,6 @@ class RayRuntime:
             _run(parts, counters, steps, hooks)
         finally:
             if started:
-                import ray
-
                 ray.shutdown()
 
 
@@ -154,7 +141,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from pearl.runtime.node_agent import NodeAgent, agent_allowance
     from pearl.runtime.ray_replay import server_keys
 
-    plan, learner, schedule, replay = parts.plan, parts.learner, parts.schedule, parts.replay
+    plan, learner, schedule = parts.plan, parts.learner, parts.schedule
     nodes, n, envs = plan.ray.nodes, plan.actors, plan.envs_per_actor
     # env steps a node may commit: up to NODE_SHARE_MAX x its even share; the run ends once the
     # nodes together committed `steps` (a node Ray started late does less, and leaves no tail)

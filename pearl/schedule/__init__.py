@@ -96,17 +96,21 @@ def allowance(updates_per_step: float, actors: int, envs: int) -> int:
     return envs * max(1, min(int(rounds), RING_RECORDS // 2))
 
 
+def chunk_steps(plan, n_step: int) -> int:
+    """The env steps one chunk of a ray node agent may commit: `chunk` rows, and n-step heads."""
+    return plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
+
+
 def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     """Updates a ray run's credit lets the learner trail the count due (its replay server's
-    max_lag, pearl/runtime/ray.py): the processes runtime's bound, plus room for each node agent
-    to hold the credit of one chunk (at most `chunk` rows, each with the env steps it commits;
-    n-step heads add up to n_step x envs per actor)."""
-    chunk_steps = plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
-    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps)
+    max_lag, pearl/runtime/ray.py; the ray model prices the same window): the processes runtime's
+    bound, plus room for each node agent to hold the credit of one chunk (at most `chunk` rows,
+    each with the env steps it commits; n-step heads add up to n_step x envs per actor)."""
+    return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
 
 
-# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py NAP_S; the
-# ray model's credit window prices it, tests/test_wire_profile.py holds the two equal)
+# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py); the ray
+# model's credit window prices it
 AGENT_NAP_S = 0.002
 
 
