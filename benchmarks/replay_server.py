@@ -18,8 +18,9 @@ latency: a prioritized table of --capacity rows on a `pearl replay-server` proce
   round trip) and separate (UPDATE then SAMPLE, two), alternating blocks of 250 rounds; per-round
   p50/p99 and the learner's total replay communication time per round; the same on a Ray actor
   (update.remote + sample.remote); the in-process table (no network) as the floor, and the
-  server's request handling called in-process (no socket). --spins 0/0,50/50: one server per
-  (server spin_us / learner spin_us) configuration, their blocks interleaved.
+  server's request handling called in-process (no socket). --spins d/d,0/0,50/50: one server per
+  (server spin_us / learner spin_us) configuration, their blocks interleaved (d: the shipped
+  default, not passed; the server's CPU per step from /proc/PID/task/*/schedstat).
 Every run prints the CPU model and `uptime` first. Servers bind 127.0.0.1.
 """
 from __future__ import annotations
@@ -106,10 +107,24 @@ def writer_main(address: str, writer: int, rows: int, chunk: int, window: int = 
     client.close()
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of process `pid`'s live threads by name (ZeroMQ's are "ZMQbg/..."), from
+    /proc/PID/task/*/schedstat: ns, where /proc/PID/stat counts clock ticks (10 ms, i.e. 40 us
+    per step over a 250-step block)."""
+    out: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+            ns = int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
+
+
 def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (all live threads) of process `pid` so far."""
+    return sum(thread_cpu(pid).values())
 
 
 def pearl_ingest(rows: int, chunk: int, writers: int = 2, cpu: list | None = None, spin_us: float | None = None,
@@ -247,13 +262,19 @@ def rounds_remote(client, rounds: int, piggyback: bool, rng, cpu: list | None = 
     return times / 1e3
 
 
-def spin_configs(text: str) -> list[tuple[float, float]]:
-    """'0/0,50/50' -> [(server spin_us, learner spin_us), ...]."""
+def spin_configs(text: str) -> list[tuple[float | None, float | None]]:
+    """'d/d,0/200' -> [(server spin_us, learner spin_us), ...]; d (None): the shipped default,
+    not passed (so the script also measures servers of older commits)."""
     out = []
     for part in text.split(","):
         server, _, client = part.partition("/")
-        out.append((float(server), float(client or server)))
+        client = client or server
+        out.append(tuple(None if v.strip() == "d" else float(v) for v in (server, client)))
     return out
+
+
+def spin_text(spin: float | None) -> str:
+    return "d" if spin is None else f"{spin:g}"
 
 
 def handling_in_process(capacity: int, rounds: int, rng) -> np.ndarray:
@@ -290,27 +311,29 @@ def latency(args) -> None:
     servers, clients = [], []
     try:
         for server_spin, client_spin in configs:
-            # (spins passed only when set: the script also measures servers of older commits)
             server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized",
-                                           *(("--spin-us", str(server_spin)) if server_spin else ()))
+                                           *(() if server_spin is None else ("--spin-us", str(server_spin))))
             servers.append(server)
             fill_server(address, args.capacity)
-            clients.append(ReplayClient(address, timeout=60, **({"spin_us": client_spin} if client_spin else {})))
+            clients.append(ReplayClient(address, timeout=60, **({} if client_spin is None else {"spin_us": client_spin})))
         for client in clients:
             rounds_remote(client, 300, True, rng)  # warm-up
         piggy = [[] for _ in configs]
         separate = [[] for _ in configs]
         cpu = [[] for _ in configs]  # the learner's CPU per piggybacked round
         server_cpu = [[] for _ in configs]  # the server process's (all threads) per piggybacked round
+        server_io = [[] for _ in configs]  # of which its ZeroMQ I/O thread's
         block = 0
         for _ in range(args.repeats):
             for _ in range(args.rounds // 250):
                 # interleaved A/B: every configuration in each block, the order rotating
                 for k in range(len(configs)):
                     c = (k + block) % len(configs)
-                    before = process_cpu(servers[c].pid)
+                    before = thread_cpu(servers[c].pid)
                     piggy[c].append(rounds_remote(clients[c], 250, True, rng, cpu[c]))
-                    server_cpu[c].append(1e6 * (process_cpu(servers[c].pid) - before) / 250)
+                    after = thread_cpu(servers[c].pid)
+                    server_cpu[c].append(1e6 * (sum(after.values()) - sum(before.values())) / 250)
+                    server_io[c].append(1e6 * (after.get("ZMQbg/IO/0", 0) - before.get("ZMQbg/IO/0", 0)) / 250)
                     separate[c].append(rounds_remote(clients[c], 250, False, rng))
                 block += 1
         stats = [client.stats()["latency"] for client in clients]
@@ -339,13 +362,13 @@ def latency(args) -> None:
         print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    for (server_spin, client_spin), p, q, st, used, used_server in zip(configs, piggy, separate, stats, cpu,
-                                                                      server_cpu):
+    for (server_spin, client_spin), p, q, st, used, used_server, used_io in zip(configs, piggy, separate, stats, cpu,
+                                                                               server_cpu, server_io):
         p, q = np.concatenate(p), np.concatenate(q)
-        spin = f"spin {server_spin:g}/{client_spin:g} us"
+        spin = f"spin {spin_text(server_spin)}/{spin_text(client_spin)} us"
         row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
         print(f"  CPU per piggybacked step (median of blocks): learner thread {np.median(used):.0f} us, "
-              f"server process {np.median(used_server):.0f} us")
+              f"server process {np.median(used_server):.0f} us (its ZeroMQ I/O thread {np.median(used_io):.0f} us)")
         row(f"pearl separate (UPDATE + SAMPLE, 2 trips), {spin}", q)
         print(f"  piggybacked cuts the learner's replay communication time by "
               f"{100 * (1 - p.mean() / q.mean()):.0f}% (mean), {100 * (1 - np.median(p) / np.median(q)):.0f}% (p50)")
@@ -468,8 +491,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=WINDOW, help="ingest: PEARL writers' chunks in flight")
     parser.add_argument("--ray-window", type=int, default=RAY_WINDOW, help="ingest: Ray writers' calls in flight")
     parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
-    parser.add_argument("--spins", default="0/0",
-                        help="latency: server/learner spin_us configurations, interleaved, e.g. 0/0,50/50")
+    parser.add_argument("--spins", default="d/d",
+                        help="latency: server/learner spin_us configurations, interleaved, e.g. d/d,0/0,0/200 "
+                             "(d: the shipped default)")
     args = parser.parse_args()
     header()
     if args.what in ("ingest", "all"):
