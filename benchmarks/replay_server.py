@@ -20,7 +20,8 @@ latency: a prioritized table of --capacity rows on a `pearl replay-server` proce
   (update.remote + sample.remote); the in-process table (no network) as the floor, and the
   server's request handling called in-process (no socket). --spins d/d,0/0,50/50: one server per
   (server spin_us / learner spin_us) configuration, their blocks interleaved (d: the shipped
-  default, not passed; the server's CPU per step from /proc/PID/task/*/schedstat).
+  default, not passed; @curve: CURVE-authenticated and encrypted, else plaintext; the server's
+  CPU per step from /proc/PID/task/*/schedstat).
 Every run prints the CPU model and `uptime` first. Servers bind 127.0.0.1.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,9 +70,12 @@ def chunks(seed: int, rows: int, chunk: int):
     return out
 
 
-def start_server(*args: str):
+def start_server(*args: str, keys: dict | None = None):
+    """A `pearl replay-server` process on a free loopback port: plaintext, or CURVE with
+    keys["server"] (a NAME.key_secret) and keys["allow"] (the client's public certificate)."""
+    auth = ("--plaintext",) if keys is None else ("--server-key", str(keys["server"]), "--allow", str(keys["allow"]))
     process = subprocess.Popen([sys.executable, "-m", "pearl.server.cli", "--bind", "tcp://127.0.0.1:0",
-                                "--plaintext", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                *auth, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, cwd=ROOT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -233,10 +238,10 @@ def ingest(args) -> None:
 
 
 # ---- latency ---------------------------------------------------------------------------------
-def fill_server(address: str, capacity: int) -> None:
+def fill_server(address: str, capacity: int, auth=None) -> None:
     from pearl.server.client import ReplayClient
 
-    client = ReplayClient(address, writer=1, window=WINDOW, timeout=120, retain=0)
+    client = ReplayClient(address, auth, writer=1, window=WINDOW, timeout=120, retain=0)
     for c in chunks(0, capacity, 16384):
         client.add(*c)
     client.flush()
@@ -262,19 +267,35 @@ def rounds_remote(client, rounds: int, piggyback: bool, rng, cpu: list | None = 
     return times / 1e3
 
 
-def spin_configs(text: str) -> list[tuple[float | None, float | None]]:
-    """'d/d,0/200' -> [(server spin_us, learner spin_us), ...]; d (None): the shipped default,
-    not passed (so the script also measures servers of older commits)."""
+def spin_configs(text: str) -> list[tuple[float | None, float | None, bool]]:
+    """'d/d,0/200,d/d@curve' -> [(server spin_us, learner spin_us, CURVE), ...]; d (None): the
+    shipped default, not passed (so the script also measures servers of older commits); @curve:
+    CURVE authentication and encryption (default plaintext)."""
     out = []
     for part in text.split(","):
+        part, _, auth = part.partition("@")
+        if auth not in ("", "curve", "plaintext"):
+            raise SystemExit(f"--spins: {auth!r} after @ (curve or plaintext)")
         server, _, client = part.partition("/")
         client = client or server
-        out.append(tuple(None if v.strip() == "d" else float(v) for v in (server, client)))
+        out.append((*(None if v.strip() == "d" else float(v) for v in (server, client)), auth == "curve"))
     return out
 
 
 def spin_text(spin: float | None) -> str:
     return "d" if spin is None else f"{spin:g}"
+
+
+def curve_keys(directory: str) -> dict:
+    """A server and a client CURVE key pair in `directory`: the server's start_server keys and the
+    client's ClientAuth."""
+    from pearl.server.client import ClientAuth
+    from pearl.server.keys import generate
+
+    server_public, server_secret = generate(directory, "server")
+    client_public, client_secret = generate(directory, "client")
+    return {"server": server_secret, "allow": client_public,
+            "client": ClientAuth(plaintext=False, client_secret=str(client_secret), server_public=str(server_public))}
 
 
 def handling_in_process(capacity: int, rounds: int, rng) -> np.ndarray:
@@ -309,13 +330,18 @@ def latency(args) -> None:
           f"priority update, per learner step; spin (server/learner us): {args.spins}")
     rng = np.random.default_rng(1)
     servers, clients = [], []
+    keys_dir = tempfile.TemporaryDirectory(prefix="pearl-bench-keys-")
+    keys = curve_keys(keys_dir.name) if any(curve for _, _, curve in configs) else None
     try:
-        for server_spin, client_spin in configs:
+        for server_spin, client_spin, curve in configs:
             server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized",
-                                           *(() if server_spin is None else ("--spin-us", str(server_spin))))
+                                           *(() if server_spin is None else ("--spin-us", str(server_spin))),
+                                           keys=keys if curve else None)
             servers.append(server)
-            fill_server(address, args.capacity)
-            clients.append(ReplayClient(address, timeout=60, **({} if client_spin is None else {"spin_us": client_spin})))
+            auth = keys["client"] if curve else None
+            fill_server(address, args.capacity, auth)
+            clients.append(ReplayClient(address, auth, timeout=60,
+                                        **({} if client_spin is None else {"spin_us": client_spin})))
         for client in clients:
             rounds_remote(client, 300, True, rng)  # warm-up
         piggy = [[] for _ in configs]
@@ -342,6 +368,7 @@ def latency(args) -> None:
     finally:
         for server in servers:
             stop(server)
+        keys_dir.cleanup()
     from pearl.replay import PrioritizedReplay
 
     local = PrioritizedReplay(args.capacity, 4)
@@ -362,10 +389,10 @@ def latency(args) -> None:
         print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    for (server_spin, client_spin), p, q, st, used, used_server, used_io in zip(configs, piggy, separate, stats, cpu,
+    for (server_spin, client_spin, curve), p, q, st, used, used_server, used_io in zip(configs, piggy, separate, stats, cpu,
                                                                                server_cpu, server_io):
         p, q = np.concatenate(p), np.concatenate(q)
-        spin = f"spin {spin_text(server_spin)}/{spin_text(client_spin)} us"
+        spin = f"spin {spin_text(server_spin)}/{spin_text(client_spin)} us{', CURVE' if curve else ''}"
         row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
         print(f"  CPU per piggybacked step (median of blocks): learner thread {np.median(used):.0f} us, "
               f"server process {np.median(used_server):.0f} us (its ZeroMQ I/O thread {np.median(used_io):.0f} us)")
@@ -492,8 +519,8 @@ def main() -> None:
     parser.add_argument("--ray-window", type=int, default=RAY_WINDOW, help="ingest: Ray writers' calls in flight")
     parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
     parser.add_argument("--spins", default="d/d",
-                        help="latency: server/learner spin_us configurations, interleaved, e.g. d/d,0/0,0/200 "
-                             "(d: the shipped default)")
+                        help="latency: server/learner spin_us configurations, interleaved, e.g. d/d,0/0,0/200,d/d@curve "
+                             "(d: the shipped default; @curve: CURVE auth, else plaintext)")
     args = parser.parse_args()
     header()
     if args.what in ("ingest", "all"):
