@@ -20,8 +20,9 @@ latency: a prioritized table of --capacity rows on a `pearl replay-server` proce
   (update.remote + sample.remote); the in-process table (no network) as the floor, and the
   server's request handling called in-process (no socket). --spins d/d,0/0,50/50: one server per
   (server spin_us / learner spin_us) configuration, their blocks interleaved (d: the shipped
-  default, not passed; @curve: CURVE-authenticated and encrypted, else plaintext; the server's
-  CPU per step from /proc/PID/task/*/schedstat).
+  default, not passed; @curve: CURVE-authenticated and encrypted loopback TCP, @ipc: plaintext
+  over a Unix socket in a private temp dir, else plaintext loopback TCP; the server's CPU per step
+  from /proc/PID/task/*/schedstat).
 Every run prints the CPU model and `uptime` first. Servers bind 127.0.0.1.
 """
 from __future__ import annotations
@@ -70,11 +71,11 @@ def chunks(seed: int, rows: int, chunk: int):
     return out
 
 
-def start_server(*args: str, keys: dict | None = None):
-    """A `pearl replay-server` process on a free loopback port: plaintext, or CURVE with
-    keys["server"] (a NAME.key_secret) and keys["allow"] (the client's public certificate)."""
+def start_server(*args: str, keys: dict | None = None, bind: str = "tcp://127.0.0.1:0"):
+    """A `pearl replay-server` process at `bind` (default a free loopback port): plaintext, or
+    CURVE with keys["server"] (a NAME.key_secret) and keys["allow"] (the client's public certificate)."""
     auth = ("--plaintext",) if keys is None else ("--server-key", str(keys["server"]), "--allow", str(keys["allow"]))
-    process = subprocess.Popen([sys.executable, "-m", "pearl.server.cli", "--bind", "tcp://127.0.0.1:0",
+    process = subprocess.Popen([sys.executable, "-m", "pearl.server.cli", "--bind", bind,
                                 *auth, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, cwd=ROOT)
     deadline = time.monotonic() + 120
@@ -267,18 +268,19 @@ def rounds_remote(client, rounds: int, piggyback: bool, rng, cpu: list | None = 
     return times / 1e3
 
 
-def spin_configs(text: str) -> list[tuple[float | None, float | None, bool]]:
-    """'d/d,0/200,d/d@curve' -> [(server spin_us, learner spin_us, CURVE), ...]; d (None): the
-    shipped default, not passed (so the script also measures servers of older commits); @curve:
-    CURVE authentication and encryption (default plaintext)."""
+def spin_configs(text: str) -> list[tuple[float | None, float | None, str]]:
+    """'d/d,0/200,d/d@curve' -> [(server spin_us, learner spin_us, link), ...]; d (None): the
+    shipped default, not passed (so the script also measures servers of older commits); link:
+    tcp (plaintext loopback, the default), curve (CURVE-authenticated and encrypted loopback) or
+    ipc (plaintext over a Unix socket in a private directory)."""
     out = []
     for part in text.split(","):
-        part, _, auth = part.partition("@")
-        if auth not in ("", "curve", "plaintext"):
-            raise SystemExit(f"--spins: {auth!r} after @ (curve or plaintext)")
+        part, _, link = part.partition("@")
+        if link not in ("", "tcp", "curve", "ipc"):
+            raise SystemExit(f"--spins: {link!r} after @ (tcp, curve or ipc)")
         server, _, client = part.partition("/")
         client = client or server
-        out.append((*(None if v.strip() == "d" else float(v) for v in (server, client)), auth == "curve"))
+        out.append((*(None if v.strip() == "d" else float(v) for v in (server, client)), link or "tcp"))
     return out
 
 
@@ -330,15 +332,16 @@ def latency(args) -> None:
           f"priority update, per learner step; spin (server/learner us): {args.spins}")
     rng = np.random.default_rng(1)
     servers, clients = [], []
-    keys_dir = tempfile.TemporaryDirectory(prefix="pearl-bench-keys-")
-    keys = curve_keys(keys_dir.name) if any(curve for _, _, curve in configs) else None
+    keys_dir = tempfile.TemporaryDirectory(prefix="pearl-bench-")  # keys and ipc sockets, mode 0700
+    keys = curve_keys(keys_dir.name) if any(link == "curve" for _, _, link in configs) else None
     try:
-        for server_spin, client_spin, curve in configs:
+        for k, (server_spin, client_spin, link) in enumerate(configs):
+            bind = f"ipc://{keys_dir.name}/server-{k}" if link == "ipc" else "tcp://127.0.0.1:0"
             server, address = start_server("--capacity", str(args.capacity), "--kind", "prioritized",
                                            *(() if server_spin is None else ("--spin-us", str(server_spin))),
-                                           keys=keys if curve else None)
+                                           keys=keys if link == "curve" else None, bind=bind)
             servers.append(server)
-            auth = keys["client"] if curve else None
+            auth = keys["client"] if link == "curve" else None
             fill_server(address, args.capacity, auth)
             clients.append(ReplayClient(address, auth, timeout=60,
                                         **({} if client_spin is None else {"spin_us": client_spin})))
@@ -389,10 +392,10 @@ def latency(args) -> None:
         print(f"{name:<52} p50 {np.percentile(t, 50):8.1f} us   p99 {np.percentile(t, 99):8.1f} us   "
               f"mean {t.mean():8.1f} us")
 
-    for (server_spin, client_spin, curve), p, q, st, used, used_server, used_io in zip(configs, piggy, separate, stats, cpu,
+    for (server_spin, client_spin, link), p, q, st, used, used_server, used_io in zip(configs, piggy, separate, stats, cpu,
                                                                                server_cpu, server_io):
         p, q = np.concatenate(p), np.concatenate(q)
-        spin = f"spin {spin_text(server_spin)}/{spin_text(client_spin)} us{', CURVE' if curve else ''}"
+        spin = f"spin {spin_text(server_spin)}/{spin_text(client_spin)} us, {link}"
         row(f"pearl piggybacked (UPDATE_SAMPLE, 1 trip), {spin}", p)
         print(f"  CPU per piggybacked step (median of blocks): learner thread {np.median(used):.0f} us, "
               f"server process {np.median(used_server):.0f} us (its ZeroMQ I/O thread {np.median(used_io):.0f} us)")
@@ -520,7 +523,8 @@ def main() -> None:
     parser.add_argument("--ingest-spin-us", type=float, help="ingest: the server's spin_us (default: the CLI's)")
     parser.add_argument("--spins", default="d/d",
                         help="latency: server/learner spin_us configurations, interleaved, e.g. d/d,0/0,0/200,d/d@curve "
-                             "(d: the shipped default; @curve: CURVE auth, else plaintext)")
+                             "(d: the shipped default; @curve: CURVE over loopback TCP, @ipc: a Unix socket; "
+                             "else plaintext loopback TCP)")
     args = parser.parse_args()
     header()
     if args.what in ("ingest", "all"):
