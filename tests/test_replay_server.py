@@ -36,7 +36,7 @@ def server():
     servers = []
 
     def start(kind="uniform", capacity=1000, **kwargs):
-        config = ServerConfig(table=TableConfig(kind=kind, capacity=capacity), bind=LOOPBACK, **kwargs)
+        config = ServerConfig(table=TableConfig(kind=kind, capacity=capacity), **{"bind": LOOPBACK, **kwargs})
         srv = ReplayServer(config).start()
         servers.append(srv)
         return srv
@@ -370,6 +370,29 @@ def test_spinning_server_and_learner(server):
     for bad in (-1.0, 1e9):
         with pytest.raises(ConfigError, match="spin_us"):
             ServerConfig(spin_us=bad).check()
+
+
+def test_unix_socket_server_is_owner_only(server, tmp_path):
+    """ipc:// (a same-machine learner): the same service over a Unix socket whose file only its
+    owner may connect to, whatever the umask left it as."""
+    import os
+    import stat
+
+    old = os.umask(0)  # (no other thread of the test process creates files meanwhile)
+    try:
+        srv = server("prioritized", capacity=500, bind=f"ipc://{tmp_path}/replay")
+    finally:
+        os.umask(old)
+    assert srv.address == f"ipc://{tmp_path}/replay"
+    assert stat.S_IMODE(os.stat(tmp_path / "replay").st_mode) == 0o600
+    client = ReplayClient(srv.address, writer=1)
+    client.add(*chunk(0, 100))
+    client.flush()
+    batch = client.sample(32)
+    client.update_priorities(batch.indices, np.full(32, 2.0))
+    assert client.sample(32).obs.shape == (32, 4)
+    assert client.stats()["updates"] == 1
+    client.close()
 
 
 def test_cli_spin_flag_is_checked(capsys):

@@ -8,6 +8,7 @@ actor (construct it in the actor, call `start()`).
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 import time
@@ -109,6 +110,10 @@ class ReplayServer:
             bind = bind[:-2] + ":*"  # an ephemeral port; LAST_ENDPOINT names it
         socket.bind(bind)
         self.address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if self.address.startswith("ipc://"):
+            # a Unix socket's file mode is who may connect: its owner only (the umask may have
+            # left it open to others), as a plaintext same-machine server has no other check
+            os.chmod(self.address[len("ipc://"):], 0o600)
         return context, socket
 
     def serve_forever(self) -> None:
