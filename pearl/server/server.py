@@ -161,10 +161,11 @@ class ReplayServer:
                                 # the drain's last look for more; only acks coalesce
                                 self._send(socket, coalesce(replies))
                                 replies = []
-                            # the drain's look for more: zmq_poll(0) is ~1.3 us, a recv raising
-                            # zmq.Again ~5 us (a step's last look always finds nothing)
-                            if not zmq.zmq_poll(queued, 0):
-                                break
+                                # a learner's request comes alone: look for more by zmq_poll(0), ~1.3
+                                # us, not by a recv raising zmq.Again, ~5 us (a writer's burst of
+                                # inserts ends with one Again)
+                                if not zmq.zmq_poll(queued, 0):
+                                    break
                     self._send(socket, coalesce(replies))
                 if service.snapshot is not None and service.snapshot.finished:
                     self._send(socket, service.snapshot.finish())
