@@ -393,6 +393,10 @@ def test_unix_socket_server_is_owner_only(server, tmp_path):
     assert client.sample(32).obs.shape == (32, 4)
     assert client.stats()["updates"] == 1
     client.close()
+    abstract = server("uniform", capacity=100, bind=f"ipc://@pearl-test-{os.getpid()}")  # no file to chmod
+    other = ReplayClient(abstract.address)
+    assert other.info["capacity"] == 100
+    other.close()
 
 
 def test_cli_spin_flag_is_checked(capsys):

@@ -110,9 +110,10 @@ class ReplayServer:
             bind = bind[:-2] + ":*"  # an ephemeral port; LAST_ENDPOINT names it
         socket.bind(bind)
         self.address = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        if self.address.startswith("ipc://"):
+        if self.address.startswith("ipc://") and not self.address.startswith("ipc://@"):
             # a Unix socket's file mode is who may connect: its owner only (the umask may have
-            # left it open to others), as a plaintext same-machine server has no other check
+            # left it open to others), as a plaintext same-machine server has no other check (an
+            # abstract name, ipc://@NAME, has no file: any local user may connect, as on loopback TCP)
             os.chmod(self.address[len("ipc://"):], 0o600)
         return context, socket
 
