@@ -140,7 +140,7 @@ class BF16Copy(nn.Module):
         encoder.obs_scale = 1.0
         # the first convolution's weight, in the copy and in the master: where the scale is folded
         self._first = encoder.convs[0].weight, master.encoder.convs[0].weight
-        self._wide = self._row = None  # adam_step's buffers, made at its first call
+        self._views = self._row = None  # adam_step's, made at its first call
         self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -169,31 +169,29 @@ class BF16Copy(nn.Module):
         from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
 
         lows, masters = self._pairs
-        if self._wide is None:  # float32 gradients in the copy's order, and a row scratch, kept
-            self._wide = [np.empty(low.numel(), np.float32) for low in lows]
-            self._row = np.empty(max(_in_low_order(low).shape[2] for low in lows), np.float32)
-        scales = [self._scale if low is self._first[0] else 1.0 for low in lows]
-        grads = []
+        if self._views is None:  # numpy views of the weights in the copy's order (their tensors stay)
+            self._views = [(_in_low_order(master.data).numpy(), _bits(_in_low_order(low.data)),
+                            np.empty(_in_low_order(low).shape, np.float32),  # the widened gradient, kept
+                            self._scale if low is self._first[0] else 1.0) for low, master in zip(lows, masters)]
+            self._row = np.empty(max(view[2].shape[2] for view in self._views), np.float32)
         sumsq = 0.0
-        for low, wide, scale in zip(lows, self._wide, scales):
-            bits = _bits(_in_low_order(low.grad).contiguous())
-            sumsq += widen_bf16(bits.reshape(-1), wide) * scale * scale
-            grads.append(wide.reshape(bits.shape))
+        for low, (_, _, wide, scale) in zip(lows, self._views):
+            sumsq += widen_bf16(_bits(_in_low_order(low.grad).contiguous()).reshape(-1), wide.reshape(-1)) * scale * scale
             low.grad = None
         coef = max_norm / (math.sqrt(sumsq) + 1e-6)
         clip = coef if coef < 1.0 else 1.0
         group = optimizer.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
-        for low, master, grad, scale in zip(lows, masters, grads, scales):
+        for master, (weights, low_bits, wide, scale) in zip(masters, self._views):
             state = optimizer.state[master]
             if not state:
                 state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(master),
                              exp_avg_sq=torch.zeros_like(master))
             state["step"] += 1
-            adam_to_bf16(grad, scale * clip, _in_low_order(master.data).numpy(),
-                         _in_low_order(state["exp_avg"]).numpy(), _in_low_order(state["exp_avg_sq"]).numpy(),
-                         _bits(_in_low_order(low.data)), scale, self._row, lr, beta1, beta2, eps,
-                         float(state["step"]))
+            # the moments' tensors change at a checkpoint load (load_optimizer_state): viewed each step
+            adam_to_bf16(wide, scale * clip, weights, _in_low_order(state["exp_avg"]).numpy(),
+                         _in_low_order(state["exp_avg_sq"]).numpy(), low_bits, scale, self._row,
+                         lr, beta1, beta2, eps, float(state["step"]))
 
 
 def _in_low_order(t: torch.Tensor) -> torch.Tensor:
