@@ -33,6 +33,9 @@ def widen_bf16(bits, out) -> float:
     return total
 
 
+# error_model numpy: python's zero-division checks kept the loop scalar (4.1 ms on the Nature fc
+# layer's 1.6M weights against ~1.5); these fast-math flags (no NaN / infinity assumptions, so a NaN
+# still reaches the copy) were within ~7% of full fast-math; the tests hold it to torch's Adam
 @njit(cache=True, nogil=True, fastmath={"nsz", "contract", "arcp"}, error_model="numpy")
 def adam_to_bf16(grad, grad_scale, master, exp_avg, exp_avg_sq, low_bits, weight_scale, row,
                  lr, beta1, beta2, eps, step):
