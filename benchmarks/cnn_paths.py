@@ -13,13 +13,17 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
   autocast        torch.autocast(cpu, bfloat16) around the float32 update (per-op casts)
   autocast_cl     autocast on channels_last modules, fused Adam
   bf16            learner_precision bf16: bfloat16 channels_last copies of the networks, float32
-                  master weights, fused Adam, float32 loss (pearl.nets.BF16Copy)
+                  master weights and loss, Adam compiled with the copies' refresh (pearl.nets.BF16Copy,
+                  kernels/cpu/bf16_adam.py)
+  bf16_torch_step bf16 with session 11's optimizer step as torch ops: the copy's gradients into the
+                  masters' float32 ones, clipping, torch's fused Adam, the copy refreshed
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
 (torch's, and the bf16 path's compiled pass).
 
     python benchmarks/cnn_paths.py [--repeats 20] [--nets nature minatar] [--threads 1 2] [--compile]
+        [--double 0]   (--double 0: the RL Zoo's update, two forwards; default double DQN's three)
 
 Paths are interleaved (round-robin over the repeats) so that the load of a shared machine falls on
 all alike. Prints, per path, the median over the repeats of the wall ms and of the process's CPU ms
@@ -46,7 +50,8 @@ from pearl.runtime.learners import TorchLearner
 
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
-PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16")
+PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
+         "bf16_torch_step")
 
 
 @contextlib.contextmanager
@@ -65,9 +70,38 @@ CONTEXTS = {"mkldnn_bf16": mkldnn_bf16, "no_onednn": lambda: torch.backends.mkld
             "autocast_cl": lambda: torch.autocast("cpu", torch.bfloat16)}
 
 
-def make(net: str, path: str, batch: int):
+class TorchStepLearner(TorchLearner):
+    """The bf16 learner with its optimizer step as torch ops (session 11's), for comparison."""
+
+    def __init__(self, algo, device: str, precision: str):
+        super().__init__(algo, device, precision)
+        algo.optimizer = torch.optim.Adam(algo.online.parameters(), **{**algo.optimizer.defaults, "fused": True})
+
+    def _update_bf16(self, *tensors):
+        algo, low = self.algo, self._low["online"]
+        loss, abs_td = algo.loss(*tensors, online=low, target=self._low["target"])
+        loss.backward()
+        lows, masters = low._pairs
+        for master in masters:
+            if master.grad is None:
+                master.grad = torch.zeros_like(master)
+        with torch.no_grad():
+            torch._foreach_copy_([master.grad for master in masters], [copy.grad for copy in lows])
+            if low._scale != 1.0:
+                low._first[1].grad.mul_(low._scale)
+        for copy in lows:
+            copy.grad = None
+        norm = torch.nn.utils.get_total_norm([master.grad for master in masters])
+        if bool(algo.config.max_grad_norm / (norm + 1e-6) < 1.0):
+            torch.nn.utils.clip_grads_with_norm_(masters, algo.config.max_grad_norm, norm)
+        algo.optimizer.step()
+        low.refresh()
+        return float(loss.detach()), abs_td
+
+
+def make(net: str, path: str, batch: int, double: bool = True):
     shape, conv, hidden, scale, high = NETS[net]
-    algo = DQN(int(np.prod(shape)), 4, DQNConfig(hidden=hidden, conv=conv, double=True), 1000, 0,
+    algo = DQN(int(np.prod(shape)), 4, DQNConfig(hidden=hidden, conv=conv, double=double), 1000, 0,
                obs_shape=shape, obs_scale=scale)
     if path in ("fp32_cl", "autocast_cl"):
         for module in algo.networks().values():
@@ -77,7 +111,8 @@ def make(net: str, path: str, batch: int):
     if path == "compile":
         for module in algo.networks().values():
             module.forward = torch.compile(module.forward)
-    learner = TorchLearner(algo, "cpu", "bf16" if path == "bf16" else "fp32")
+    learner = (TorchStepLearner if path == "bf16_torch_step" else TorchLearner)(
+        algo, "cpu", "bf16" if path.startswith("bf16") else "fp32")
     rng = np.random.default_rng(0)
     data = Batch(rng.integers(0, high, (batch, *shape), dtype=np.uint8), rng.integers(0, 4, batch),
                  np.zeros(batch, np.float32), rng.integers(0, high, (batch, *shape), dtype=np.uint8),
@@ -122,19 +157,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--paths", nargs="+", choices=[*PATHS, "compile"], default=list(PATHS))
     parser.add_argument("--compile", action="store_true", help="add the torch.compile path")
+    parser.add_argument("--double", type=int, choices=[0, 1], default=1, help="double DQN (default) or not")
     args = parser.parse_args()
     paths = list(args.paths) + (["compile"] if args.compile and "compile" not in args.paths else [])
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "").split()
     print(f"# CPU: {cpu}, {os.cpu_count()} cores, {' '.join(f for f in flags if f.startswith(('amx', 'avx512_bf16')))}; "
-          f"torch {torch.__version__}; batch {args.batch}; load {os.getloadavg()}")
+          f"torch {torch.__version__}; batch {args.batch}; double {bool(args.double)}; load {os.getloadavg()}")
     for net in args.nets:
         for threads in args.threads:
             torch.set_num_threads(threads)
             runs = {}
             for path in paths:
-                runs[path] = (make(net, path, args.batch), [], [])
+                runs[path] = (make(net, path, args.batch, bool(args.double)), [], [])
                 for _ in range(3):  # warm-up (oneDNN primitive creation, compilation)
                     runs[path][0]()
             for _ in range(args.repeats):
@@ -146,7 +182,7 @@ def main() -> None:
             for path, (_, walls, cpus) in runs.items():
                 cpu_ms = statistics.median(cpus) * 1e3
                 speedup = f"  fp32/this {base * 1e3 / cpu_ms:5.2f}x" if base else ""
-                print(f"{net:8s} threads {threads}  {path:12s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
+                print(f"{net:8s} threads {threads}  {path:15s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
                       f"  cpu {cpu_ms:8.2f} ms{speedup}")
             conversions(net, args.batch, args.repeats)
             print(f"# load {os.getloadavg()}")

@@ -61,7 +61,8 @@ CPU_KERNEL_EFFICIENCY = 0.4
 #   (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md);
 # - torch/bf16, DQN's torch learner with a CNN Q-network (the only one the builder lets run bf16;
 #   pearl/nets.py BF16Copy: channels-last bfloat16 copies on oneDNN's AMX kernels, float32 masters,
-#   fused Adam): the whole Nature CNN update against the float32 one at batch 32, one thread, CPU time,
+#   fused Adam then; since session 13 an Adam step compiled with the copy's refresh, kernels/cpu/bf16_adam.py):
+#   the whole Nature CNN update against the float32 one at batch 32, one thread, CPU time,
 #   interleaved (benchmarks/cnn_paths.py, docs/BENCHMARKS.md "Pixels end to end"): 56.1 vs 27.6 ms.
 #   MinAtar's one small conv gains less (3.75 vs 3.19 ms), but its update is the call overhead the
 #   call counts price, not FLOPs.

@@ -72,11 +72,14 @@ class Discrete:
                                             config.total_steps, config.seed, **image)
 
     def check_precision(self, precision: str, kernel: str, device: str, config: ExperimentConfig) -> None:
-        """A reduced precision runs in DQN's torch learner for a CNN Q-network only."""
+        """A reduced precision runs in DQN's torch learner for a CNN Q-network on the cpu only."""
         if precision != "fp32" and not (kernel == "torch" and self.image):
             raise ConfigError(f"runtime.learner_precision: {precision} products run in DQN's torch learner for "
                               f"a CNN Q-network; {config.env}'s observations are flat (expected image "
                               f"observations, or learner_precision fp32)")
+        if precision != "fp32" and kind_of(device) != "cpu":  # its Adam step is a compiled cpu kernel
+            raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
+                              f"(expected learner_precision fp32 there)")
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
         return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device, precision)

@@ -12,6 +12,7 @@ The default stack is the Nature DQN's (Mnih et al. 2015): conv 32 8x8 stride 4, 
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import torch
@@ -123,9 +124,9 @@ class BF16Copy(nn.Module):
     s W), which saves a pass over each input batch.
 
     Outputs are float32, so losses and targets are computed in float32. `refresh` copies the master's
-    weights in (after each optimizer step or target update); `grads_to_master` hands this copy's
-    gradients to the master's parameters as float32 (the first convolution's times the scale) and
-    clears its own."""
+    weights in (after a target update or a load); `adam_step` steps the master by Adam on this copy's
+    gradients and refreshes the copy, in two compiled passes per parameter (kernels/cpu/bf16_adam.py);
+    cpu tensors only."""
 
     def __init__(self, master: nn.Module):
         super().__init__()
@@ -139,6 +140,7 @@ class BF16Copy(nn.Module):
         encoder.obs_scale = 1.0
         # the first convolution's weight, in the copy and in the master: where the scale is folded
         self._first = encoder.convs[0].weight, master.encoder.convs[0].weight
+        self._views = self._row = None  # adam_step's, made at its first call
         self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -157,17 +159,54 @@ class BF16Copy(nn.Module):
                 low, master = self._first
                 low.copy_(master * self._scale)
 
-    def grads_to_master(self) -> None:
+    def adam_step(self, optimizer: torch.optim.Adam, max_norm: float) -> None:
+        """optimizer.step() on the master's parameters (a torch.optim.Adam over them, which holds the
+        state and the hyperparameters; no weight decay, amsgrad or maximize) for the gradient this
+        copy's backward left, times the folded scale, clipped to `max_norm` as
+        torch.nn.utils.clip_grad_norm_ (coefficient max_norm / (norm + 1e-6) when below 1), then the
+        copy refreshed from the new weights; clears this copy's gradients. The master's .grad is not
+        written."""
+        from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
+
         lows, masters = self._pairs
-        for master in masters:  # kept between steps: the copy below writes into them
-            if master.grad is None:
-                master.grad = torch.zeros_like(master)
-        with torch.no_grad():
-            torch._foreach_copy_([master.grad for master in masters], [low.grad for low in lows])
-            if self._scale != 1.0:
-                self._first[1].grad.mul_(self._scale)
-        for low in lows:
+        if self._views is None:  # numpy views of the weights in the copy's order (their tensors stay)
+            self._views = [(_in_low_order(master.data).numpy(), _bits(_in_low_order(low.data)),
+                            np.empty(_in_low_order(low).shape, np.float32),  # the widened gradient, kept
+                            self._scale if low is self._first[0] else 1.0) for low, master in zip(lows, masters)]
+            self._row = np.empty(max(view[2].shape[2] for view in self._views), np.float32)
+        sumsq = 0.0
+        for low, (_, _, wide, scale) in zip(lows, self._views):
+            sumsq += widen_bf16(_bits(_in_low_order(low.grad).contiguous()).reshape(-1), wide.reshape(-1)) * scale * scale
             low.grad = None
+        coef = max_norm / (math.sqrt(sumsq) + 1e-6)
+        clip = coef if coef < 1.0 else 1.0
+        group = optimizer.param_groups[0]
+        (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
+        for master, (weights, low_bits, wide, scale) in zip(masters, self._views):
+            state = optimizer.state[master]
+            if not state:
+                state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(master),
+                             exp_avg_sq=torch.zeros_like(master))
+            state["step"] += 1
+            # the moments' tensors change at a checkpoint load (load_optimizer_state): viewed each step
+            adam_to_bf16(wide, scale * clip, weights, _in_low_order(state["exp_avg"]).numpy(),
+                         _in_low_order(state["exp_avg_sq"]).numpy(), low_bits, scale, self._row,
+                         lr, beta1, beta2, eps, float(state["step"]))
+
+
+def _in_low_order(t: torch.Tensor) -> torch.Tensor:
+    """A parameter-shaped tensor as (rows, positions, channels) in a BF16Copy weight's memory order:
+    a convolution weight (O, I, H, W), channels-last there, as (O, H*W, I); a matrix (1, out, in); a
+    vector (1, 1, n). A view (strided for the master's own layout)."""
+    if t.dim() == 4:
+        o, i, h, w = t.shape
+        return t.permute(0, 2, 3, 1).reshape(o, h * w, i)
+    return t.reshape(1, -1, t.shape[-1])
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    """A bfloat16 tensor's bits as a numpy uint16 view."""
+    return t.view(torch.int16).numpy().view(np.uint16)
 
 
 def as_views_of(flat: np.ndarray, params) -> None:

@@ -49,8 +49,24 @@ class AutocastLearner(TorchLearner):
             return super().update(batch)
 
 
-def gradient(algo) -> np.ndarray:
-    return torch.cat([p.grad.reshape(-1) for p in algo.online.parameters()]).numpy().copy()
+def gradient(learner) -> np.ndarray:
+    """The master gradient of the last update: the parameters' .grad, or for the bf16 learner (whose
+    compiled Adam step reads the copy's gradient, kernels/cpu/bf16_adam.py) the copy's gradient in
+    float32 times the folded input scale, as `record_gradient` saw it."""
+    if learner.precision == "bf16":
+        return learner.seen_gradient
+    return torch.cat([p.grad.reshape(-1) for p in learner.algo.online.parameters()]).numpy().copy()
+
+
+def record_gradient(learner) -> None:
+    low = learner._low["online"]
+    step = low.adam_step
+
+    def adam_step(optimizer, max_norm):
+        learner.seen_gradient = torch.cat([(p.grad.float() * (low._scale if p is low._first[0] else 1.0)).reshape(-1)
+                                           for p in low.net.parameters()]).numpy()
+        step(optimizer, max_norm)
+    low.adam_step = adam_step
 
 
 def relative_error(got, want) -> float:
@@ -77,11 +93,12 @@ def test_bf16_update_follows_the_float32_update(net):
     learners = {"fp32": TorchLearner(algos["fp32"], "cpu"), "autocast": AutocastLearner(algos["autocast"], "cpu"),
                 "bf16": TorchLearner(algos["bf16"], "cpu", "bf16")}
     bf16 = learners["bf16"]
+    record_gradient(bf16)
     for step in range(4):
         losses, grads, tds = {}, {}, {}
         for name, learner in learners.items():
             losses[name], tds[name] = learner.update(frames(net, step))
-            grads[name] = gradient(algos[name])
+            grads[name] = gradient(learner)
         assert tds["bf16"].dtype == np.float32
         assert losses["bf16"] == pytest.approx(losses["fp32"], rel=LOSS_RTOL)
         error, yardstick = relative_error(grads["bf16"], grads["fp32"]), relative_error(grads["autocast"], grads["fp32"])
@@ -94,7 +111,7 @@ def test_bf16_update_follows_the_float32_update(net):
                 learner.update_target()
             assert_copies_are_the_masters_rounded(bf16)
     assert all(p.dtype == torch.float32 for p in algos["bf16"].online.parameters())
-    assert bf16.algo.optimizer.defaults["fused"]
+    assert all(int(state["step"]) == 4 for state in bf16.algo.optimizer.state.values())
 
 
 def test_bf16_learner_fits_a_fixed_batch_like_float32():
@@ -174,3 +191,15 @@ def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     assert learn["fp32"][1] == learn["bf16"][1] == "analytic" and fixed["bf16"] > fixed["fp32"]
     assert (learn["fp32"][0] - fixed["fp32"]) / (learn["bf16"][0] - fixed["bf16"]) == pytest.approx(
         LEARN_SPEEDUP["torch/bf16"])
+
+
+def test_bf16_off_the_cpu_is_refused_in_one_line():
+    """Its Adam step is a compiled cpu kernel (kernels/cpu/bf16_adam.py)."""
+    from pearl.build import Discrete
+    from pearl.config import parse_config
+
+    config = parse_config({"env": "MinAtar/Breakout-v1", "dqn": {"conv": [[16, 3, 1]], "hidden": [32]}})
+    family = Discrete(config)
+    family.check_precision("bf16", "torch", "cpu", config)
+    with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 runs on a cpu learn device; got cuda:0"):
+        family.check_precision("bf16", "torch", "cuda:0", config)

@@ -6,7 +6,8 @@ the runtime never cares which one runs:
   the CPU, where framework overhead dominates small networks.
 - `TorchLearner`: the algorithm's own PyTorch update on any torch device (cpu, cuda:N); runs any
   network, e.g. the dueling head; precision bf16 runs a CNN Q-network's forwards and backward on
-  bfloat16 copies (pearl.nets.BF16Copy) with float32 master weights, Adam and loss.
+  bfloat16 copies (pearl.nets.BF16Copy) with float32 master weights, Adam and loss (the Adam step
+  compiled: kernels/cpu/bf16_adam.py).
 Learner state travels as flat float32 vectors in torch parameter order, the layout every kernel
 shares, so a checkpoint written by one learner loads into the other.
 """
@@ -59,10 +60,11 @@ class TorchLearner:
     kernel = "torch"
 
     def __init__(self, algo, device: str, precision: str = "fp32"):
-        """`precision` bf16: a CNN Q-network (the builder refuses it for an MLP) learns through
-        bfloat16 copies of the online and target networks; the algorithm's float32 networks are the
-        masters, stepped by a fused Adam (one pass over the weights instead of the default's ~10:
-        the Nature network's 1.7M weights made Adam half of the bf16 update, benchmarks/cnn_paths.py)."""
+        """`precision` bf16: a CNN Q-network (the builder refuses it for an MLP or off the cpu) learns
+        through bfloat16 copies of the online and target networks; the algorithm's float32 networks
+        are the masters, stepped by the algorithm's Adam (its state and hyperparameters) in compiled
+        passes that also refresh the copy (BF16Copy.adam_step: as torch ops the step was four passes
+        over the Nature network's 1.7M weights, ~5 ms of a ~17 ms update, benchmarks/cnn_paths.py)."""
         self.algo, self.precision = algo, precision
         self.device = torch.device(device)
         algo.online.to(self.device)
@@ -80,7 +82,6 @@ class TorchLearner:
         self._low = None
         if precision == "bf16":
             self._low = {name: BF16Copy(net) for name, net in algo.networks().items()}
-            algo.optimizer = torch.optim.Adam(algo.online.parameters(), **{**algo.optimizer.defaults, "fused": True})
 
     def _tensor(self, array, dtype=None):
         if isinstance(array, torch.Tensor):  # a batch from a device replay table: already there
@@ -105,10 +106,7 @@ class TorchLearner:
         algo, low = self.algo, self._low
         loss, abs_td = algo.loss(*tensors, online=low["online"], target=low["target"])
         loss.backward()
-        low["online"].grads_to_master()
-        clip_grad_norm(list(algo.online.parameters()), algo.config.max_grad_norm)
-        algo.optimizer.step()
-        low["online"].refresh()
+        low["online"].adam_step(algo.optimizer, algo.config.max_grad_norm)
         return float(loss.detach()), abs_td
 
     def _refresh_low(self, *names) -> None:
@@ -143,16 +141,6 @@ class TorchLearner:
         self._policy_stale = True
         load_optimizer_state(self.algo.optimizer, state)
         self._refresh_low("online", "target")
-
-
-def clip_grad_norm(params: list, max_norm: float) -> None:
-    """torch.nn.utils.clip_grad_norm_, bit for bit, without its pass over the gradients when they
-    are within the norm (it multiplies them by a coefficient clamped to 1: ~0.3 ms a Nature CNN
-    update). Needs the norm on the host, so cpu tensors only (the bf16 learner's)."""
-    grads = [p.grad for p in params]
-    norm = torch.nn.utils.get_total_norm(grads)
-    if bool(max_norm / (norm + 1e-6) < 1.0):  # torch's own coefficient, in its own arithmetic
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
