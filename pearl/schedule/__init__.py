@@ -33,6 +33,9 @@ PUBLISH_S = 0.01
 # its max_direct_call_object_size) rather than as one object-store put that each node's raylet
 # fetches from the driver's: larger ones are put once and the reference sent
 INLINE_WEIGHTS_BYTES = 64 * 1024
+# a ray learner sampling remote replay shards (uniform replay) keeps this many batches asked for
+# beyond the one it learns on: their round trips overlap its updates (the ray model prices it)
+SAMPLES_AHEAD = 4
 
 
 @dataclass(frozen=True)
