@@ -112,9 +112,11 @@ def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
 
 
-# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py); the ray
-# model's credit window prices it
+# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py), and the age
+# of its oldest row at which it sends what it holds as one chunk; the ray model prices its passes
+# per nap, its chunks' fill and its credit window from them
 AGENT_NAP_S = 0.002
+FLUSH_S = 0.005
 
 
 @dataclass(frozen=True)
