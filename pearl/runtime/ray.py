@@ -538,7 +538,8 @@ class _Remote:
         counters.ray_shards = self.shards  # while the run lasts (tests look where they run)
 
     def env_steps(self, age: float | None = None) -> int:
-        """The shards' count: from their last sample replies, or asked if that was over `age` s ago."""
+        """The shards' count: from their last sample replies, or asked if that was over `age` s ago
+        and no batch is asked for (its reply brings the count)."""
         if age is not None and not self.client.asked and time.perf_counter() - self.refreshed >= age:
             self.client.refresh()
             self.refreshed = time.perf_counter()
