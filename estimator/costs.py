@@ -305,8 +305,9 @@ class Costs:
     def ray_parts(self, cand, rows: int) -> dict[str, float]:
         """The ray runtime's per-component costs, us, for chunks of `rows` rows (estimator/wire.py
         for the wire and the node agents; the profile's or analytic figures for the tables):
-        `insert` a chunk into a cpu table, `request` the server's handling of one request, `agent`
-        a node agent's pass draining its rings and sending one chunk, `chunk_wire` the bytes of one
+        `insert` a chunk into a cpu table, `request` the server's handling of one request,
+        `agent_pass` a node agent's pass over its rings (one per nap), `agent_chunk` its sending
+        one chunk, `chunk_wire` the bytes of one
         chunk on the link, `insert_rtt` a chunk's round trip as its agent waits for the reply,
         `round` the driver's loop per chunk taken in; with the replay off the
         learner's process, `sample_wait` the learner's sample (the shards asked at once, the
@@ -321,7 +322,8 @@ class Costs:
         insert = self.task_seconds("insert", replace(table, envs=rows))[0]
         parts = {"insert": insert * 1e6,
                  "request": wire.server_s("insert", self, rows, insert, kind) * 1e6,
-                 "agent": wire.agent_pass_s(rows, cand.actors, self, kind) * 1e6,
+                 "agent_pass": wire.agent_pass_s(cand.actors, self) * 1e6,
+                 "agent_chunk": wire.agent_chunk_s(rows, self, kind) * 1e6,
                  "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
                  "insert_rtt": wire.round_trip_s("insert", rows, self, kind, insert) * 1e6,
                  "round": per_round * rows}

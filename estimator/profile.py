@@ -46,8 +46,10 @@ from pearl.io import atomic_write_text
 # plan's (a learn table per thread count), no longer the key's
 PROFILE_VERSION = 4
 # The wire tables' own version (`wire|...`, `pearl profile --wire`): an entry whose wire_version
-# differs keeps its task tables, and its wire tables are measured again when asked for
-WIRE_VERSION = 1
+# differs keeps its task tables, and its wire tables are measured again when asked for. 2: a
+# sample goes through the sharded client (the ray learner's), CPU is the processes' (ZeroMQ's I/O
+# thread's CURVE too)
+WIRE_VERSION = 2
 WIRE_ROWS = (8, 32, 256)  # the chunks ray plans send: one 8-env act round up to the largest chunk
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 

@@ -14,7 +14,7 @@ work there (the same task on a cpu table, priced by `Costs` as for a local one):
 The ray runtime's model (pearl/schedule/models.py Ray, through estimator/costs.py `ray_parts`)
 prices its wire from the same parts (`client_s`, `messages_s`, `server_s`) over the cluster's
 link (`node_link`: a platform's `nodes.link`, or loopback), and its node agents, the wire's
-writers, with `agent_pass_s`.
+writers, with `agent_pass_s` (per pass over its rings) and `agent_chunk_s` (per chunk).
 
 Measured wire: `pearl profile --wire` (pearl/measure.py `wire_us`) times the requests on this
 machine through the runtime's own server and clients (CURVE, loopback) and keeps per replay kind,
@@ -149,12 +149,17 @@ def round_trip_s(task: str, rows: int, costs, kind: str, table_s: float) -> floa
     return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table_s
 
 
-def agent_pass_s(rows: int, rings: int, costs, kind: str = "") -> float:
-    """A node agent's pass that drains `rings` actor rings and sends one chunk of `rows` rows to a
-    `kind` table."""
+def agent_pass_s(rings: int, costs) -> float:
+    """A node agent's pass over its `rings` actor rings (take, copy out, release, the allowance)
+    and its nap's call: it makes one per AGENT_NAP_S whether or not its rings hold rows."""
+    return (AGENT_CALLS_PER_RING * rings + 1) * costs.platform.host.call_overhead_us * 1e-6
+
+
+def agent_chunk_s(rows: int, costs, kind: str = "") -> float:
+    """A node agent sending one chunk of `rows` rows to a `kind` table: its own calls, the
+    client's insert, the rows' copies."""
     host, w = costs.platform.host, costs.workload
-    calls = AGENT_CALLS_PER_RING * rings + AGENT_CALLS_PER_CHUNK
-    return calls * host.call_overhead_us * 1e-6 + client_s("insert", costs, rows=rows, kind=kind) + \
+    return AGENT_CALLS_PER_CHUNK * host.call_overhead_us * 1e-6 + client_s("insert", costs, rows=rows, kind=kind) + \
         AGENT_COPIES * rows * w.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)
 
 

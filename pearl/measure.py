@@ -211,10 +211,10 @@ WIRE_REPEATS = 3
 
 def _wire_server(table: dict, max_rows: int, secret_file: str, client_public: bytes, control) -> None:
     """A replay server process for `wire_us` (a spawned child): serves on loopback, reports its
-    address, then answers each byte on `control` with its server thread's CPU seconds (packed
-    doubles: nothing on the pipe is unpickled) until the pipe closes."""
+    address, then answers each byte on `control` with its CPU seconds (packed doubles: nothing on
+    the pipe is unpickled) until the pipe closes: the server's thread and ZeroMQ's I/O thread
+    (CURVE), as a ray run's shard process spends them."""
     import struct
-    import threading
 
     from pearl.server.config import AuthConfig, ServerConfig, TableConfig
     from pearl.server.server import ReplayServer
@@ -223,16 +223,13 @@ def _wire_server(table: dict, max_rows: int, secret_file: str, client_public: by
                                        auth=AuthConfig(server_secret=secret_file, allow=[client_public.decode()])))
     server.start()
     try:
-        # the server's thread (ReplayServer.start names it): its own CPU clock
-        thread = next(t for t in threading.enumerate() if t.name == "replay-server")
-        clock = time.pthread_getcpuclockid(thread.ident)
         control.send_bytes(server.address.encode())
         while control.poll(60.0):  # the parent asks at most a few seconds apart (bounded: a lost parent)
             try:
                 control.recv_bytes(16)
             except EOFError:
                 break
-            control.send_bytes(struct.pack("<d", time.clock_gettime(clock)))
+            control.send_bytes(struct.pack("<d", time.process_time()))
     finally:
         server.stop()
 
@@ -243,11 +240,12 @@ def wire_us(config, kinds, rows, batches) -> dict:
     a ray run makes them, loopback) holding the config's transitions, and its clients in this
     process. Per replay kind, tables `wire|TASK|KIND|PART` by size (estimator/wire.py reads them):
     - insert, by rows: a chunk of that many rows sent and its acknowledgement awaited;
-    - sample, by batch: a draw of that many rows (prioritized: the previous batch's priorities
-      riding on it, as the learner's sharded client sends them);
-    PART: `rtt` the call's wall time as its caller waits (median), `client` the calling thread's
-    CPU per call, `server` the server thread's CPU per request (validation, the table's work,
-    packing, the socket's encryption)."""
+    - sample, by batch: a draw of that many rows through the learner's own client (a ray run's
+      ShardedReplayClient, here of one shard; prioritized: the previous batch's priorities riding
+      on it);
+    PART: `rtt` the call's wall time as its caller waits (median), `client` the caller's CPU per
+    call (its thread and ZeroMQ's I/O thread, which encrypts), `server` the server's CPU per
+    request (validation, the table's work, packing, the socket's encryption)."""
     import multiprocessing
     import struct
     import tempfile
@@ -255,6 +253,7 @@ def wire_us(config, kinds, rows, batches) -> dict:
     from pearl.api import make_agent
     from pearl.runtime.ray_replay import server_keys
     from pearl.server.client import ClientAuth, ReplayClient
+    from pearl.server.shards import ShardedReplayClient
 
     fields = make_agent(config).parts.transition_fields
     (action_dtype, action_shape), (obs_dtype, obs_shape) = fields["actions"], fields["obs"]
@@ -291,7 +290,8 @@ def wire_us(config, kinds, rows, batches) -> dict:
                     return struct.unpack("<d", control.recv_bytes(16))[0]
 
                 writer = ReplayClient(address, auth, writer=1, window=1, timeout=30.0)
-                learner = ReplayClient(address, auth, timeout=30.0)
+                learner = ShardedReplayClient([address], auth, timeout=30.0)
+                sample_rng = np.random.default_rng(0)
                 for _ in range(capacity // max(rows) // 2):  # rows to sample from
                     writer.add(*chunk(max(rows)))
                 writer.flush()
@@ -307,20 +307,20 @@ def wire_us(config, kinds, rows, batches) -> dict:
                 def sample(b):
                     if kind != "uniform":
                         learner.update_priorities(indices[:b], td[:b])
-                    learner.sample(b)
+                    learner.sample(b, sample_rng)
 
                 for task, call, sizes in (("insert", insert, rows), ("sample", sample, batches)):
                     for size in sizes:
                         best = {"rtt": np.inf, "client": np.inf, "server": np.inf}
                         for _ in range(WIRE_REPEATS):
                             walls = np.empty(WIRE_CALLS)
-                            cpu0, server0 = time.thread_time(), server_cpu()
+                            cpu0, server0 = time.process_time(), server_cpu()
                             for i in range(WIRE_CALLS):
                                 started = time.perf_counter()
                                 call(size)
                                 walls[i] = time.perf_counter() - started
                             figures = {"rtt": float(np.median(walls)),
-                                       "client": (time.thread_time() - cpu0) / WIRE_CALLS,
+                                       "client": (time.process_time() - cpu0) / WIRE_CALLS,
                                        "server": (server_cpu() - server0) / WIRE_CALLS}
                             best = {part: min(best[part], figures[part]) for part in best}
                         for part, seconds in best.items():

@@ -49,8 +49,8 @@ def cluster(tmp_path, text=CLUSTER):
     return load_platform(path)
 
 
-def on_ray(nodes=1, placement="learner", shards=1, chunk=256, actors=1, envs=8, batch=64):
-    return Candidate("uniform", "cpu", "cpu", "fused", envs, batch, runtime="ray", actors=actors, nodes=nodes,
+def on_ray(nodes=1, placement="learner", shards=1, chunk=256, actors=1, envs=8, batch=64, kind="uniform"):
+    return Candidate(kind, "cpu", "cpu", "fused", envs, batch, runtime="ray", actors=actors, nodes=nodes,
                      placement=placement, shards=shards, chunk=chunk)
 
 
@@ -70,14 +70,17 @@ def test_more_nodes_raise_throughput_until_the_learner_saturates(tmp_path):
         assert after.step_us["publish"] * after.steps_per_s > before.step_us["publish"] * before.steps_per_s
 
 
-def test_the_wire_placements_cost_more_than_the_learners_at_small_chunks(tmp_path):
+def test_the_wire_placements_wait_on_the_wire_unless_the_learner_asks_ahead(tmp_path):
     costs = Costs(cluster(tmp_path), workload_from_config(config()), TABLES)
-    inside = predict(on_ray(16, chunk=8), costs)
-    for placement, shards in (("server", 1), ("server", 2), ("node", 1)):
-        remote = predict(on_ray(16, placement, shards, chunk=8), costs)
-        assert remote.steps_per_s < inside.steps_per_s, placement
-        # the learner's sample waits for the wire: two messages and the shards' handling
-        assert remote.step_us["sample"] > inside.step_us["sample"] + 0.25 * 2 * 20
+    for kind in ("prioritized", "uniform"):
+        inside = predict(on_ray(16, chunk=8, kind=kind), costs)
+        for placement, shards in (("server", 1), ("server", 2), ("node", 1)):
+            remote = predict(on_ray(16, placement, shards, chunk=8, kind=kind), costs)
+            if kind == "prioritized":  # a round trip per update: two messages and the shards' handling
+                assert remote.steps_per_s < inside.steps_per_s, placement
+                assert remote.step_us["sample"] > inside.step_us["sample"] + 0.25 * 2 * 20
+            else:  # SAMPLES_AHEAD batches asked for while it learns, and the chunks off its thread
+                assert remote.sides["learner"] < inside.sides["learner"], placement
     assert "server" in predict(on_ray(16, "server", chunk=8), costs).sides
 
 

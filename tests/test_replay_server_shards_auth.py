@@ -77,6 +77,36 @@ def test_sharded_per_equals_one_table_chi_square():
             s.stop()
 
 
+def test_asked_batches_are_taken_oldest_first():
+    """A learner's prefetch (pearl/runtime/ray.py `_Remote.prefetch`): batches asked for ahead come
+    back in order, each with its shards' counts, and a STATS refresh waits for none of them."""
+    servers = [ReplayServer(ServerConfig(table=TableConfig(kind="uniform", capacity=64), bind=LOOPBACK,
+                                         seed=s)).start() for s in range(2)]
+    try:
+        client = ShardedReplayClient([s.address for s in servers], writer=1, timeout=20)
+        client.add(*rows(np.arange(0, 32)), env_steps=32)
+        client.add(*rows(np.arange(100, 132)), env_steps=32)
+        client.flush()
+        rng = np.random.default_rng(0)
+        client.sample(8, rng)  # the totals and counts of both shards
+        sizes = (3, 5, 7)
+        for size in sizes:
+            client.ask(size, rng)
+        assert len(client.asked) == 3
+        with pytest.raises(RuntimeError, match="asked"):
+            client.refresh()
+        got = [client.take() for _ in sizes]
+        assert [len(b.indices) for b in got] == list(sizes)
+        assert not client.asked and client.progress == 64
+        for b in got:  # rows of shard s have ids s * 100 + slot
+            assert np.array_equal(b.obs[:, 0].astype(np.int64), (b.indices >> SHIFT) * 100 + (b.indices & ((1 << SHIFT) - 1)))
+        client.refresh()  # nothing asked: the STATS replies are the next on the sockets
+        client.close()
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def test_curve_allow_list_unknown_key_gets_nothing(tmp_path):
     _, server_secret = generate(tmp_path / "server", "server")
     good_public, good_secret = generate(tmp_path / "clients", "learner")

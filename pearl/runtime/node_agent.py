@@ -31,7 +31,7 @@ import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
 from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
-from pearl.schedule import AGENT_NAP_S, RING_RECORDS, allowance
+from pearl.schedule import AGENT_NAP_S, FLUSH_S, RING_RECORDS, allowance
 
 # the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
 # in act rounds (sampled), and act rounds
@@ -41,7 +41,6 @@ CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
 # costs CPU on the cores the actors and the learner share (spinning and a chunk per act round cost
 # ~2x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
 # meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + AGENT_NAP_S later.
-FLUSH_S = 0.005
 AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
 
 

@@ -51,8 +51,8 @@ from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.runtime.counters import Counters, Hooks
-from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, allowance, chunk_steps, credit_lag,
-                            crossings, sync_due)
+from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, SAMPLES_AHEAD, allowance, chunk_steps,
+                            credit_lag, crossings, sync_due)
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
@@ -347,6 +347,7 @@ class _Learning:
         while counters.updates < schedule.due(counters.env_steps) and clock() < deadline:
             t0 = clock()
             batch = side.sample(schedule.batch_size)
+            side.prefetch(schedule.batch_size, schedule.due(counters.env_steps) - counters.updates - 1)
             t1 = clock()
             loss, abs_td = learner.update(batch)
             if parts.replay.prioritized:  # applied before the next draw, as a piggybacked update
@@ -431,6 +432,9 @@ class _InProcess:
 
     def update_priorities(self, indices, abs_td) -> None:
         self.pending = (indices.copy(), np.abs(abs_td, dtype=np.float32))
+
+    def prefetch(self, batch_size: int, due: int) -> None:
+        """A sample here costs ~40 us under the server's lock: nothing to overlap."""
 
     def act_here(self, actor, epsilon: float, envs: int):
         """One round of the learner's own actor stored and counted as a writer's chunk would be, if
@@ -526,6 +530,7 @@ class _Remote:
             self.granted = [None] * nodes  # the last limit sent to each node agent
             self.ceiling = self.start
             self.rng = np.random.default_rng([parts.seed, counters.env_steps])
+            self.prefetching = not replay.prioritized
         except BaseException:
             self.close()  # the shards started so far
             raise
@@ -533,8 +538,9 @@ class _Remote:
         counters.ray_shards = self.shards  # while the run lasts (tests look where they run)
 
     def env_steps(self, age: float | None = None) -> int:
-        """The shards' count: from their last sample replies, or asked if that was over `age` s ago."""
-        if age is not None and time.perf_counter() - self.refreshed >= age:
+        """The shards' count: from their last sample replies, or asked if that was over `age` s ago
+        and no batch is asked for (its reply brings the count)."""
+        if age is not None and not self.client.asked and time.perf_counter() - self.refreshed >= age:
             self.client.refresh()
             self.refreshed = time.perf_counter()
         return self.client.progress
@@ -543,7 +549,18 @@ class _Remote:
         return contextlib.nullcontext()
 
     def sample(self, batch_size: int):
-        return self.client.sample(batch_size, self.rng)
+        batch = self.client.sample(batch_size, self.rng)
+        self.refreshed = time.perf_counter()  # the reply carried the shards' counts
+        return batch
+
+    def prefetch(self, batch_size: int, due: int) -> None:
+        """Asks the shards for up to SAMPLES_AHEAD batches beyond the one the learner holds, of
+        the `due` updates still due after it, so that their round trips overlap its updates (a
+        sample's round trip costs the learner more than its update: docs/BENCHMARKS.md issue 15).
+        Uniform replay only: a prioritized batch is drawn after the previous one's priority update."""
+        if self.prefetching:
+            while len(self.client.asked) < min(SAMPLES_AHEAD, due):
+                self.client.ask(batch_size, self.rng)
 
     def update_priorities(self, indices, abs_td) -> None:
         self.client.update_priorities(indices, abs_td)

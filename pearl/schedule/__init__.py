@@ -33,6 +33,9 @@ PUBLISH_S = 0.01
 # its max_direct_call_object_size) rather than as one object-store put that each node's raylet
 # fetches from the driver's: larger ones are put once and the reference sent
 INLINE_WEIGHTS_BYTES = 64 * 1024
+# a ray learner sampling remote replay shards (uniform replay) keeps this many batches asked for
+# beyond the one it learns on: their round trips overlap its updates (the ray model prices it)
+SAMPLES_AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,11 @@ def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
 
 
-# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py); the ray
-# model's credit window prices it
+# A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py), and the age
+# of its oldest row at which it sends what it holds as one chunk; the ray model prices its passes
+# per nap, its chunks' fill and its credit window from them
 AGENT_NAP_S = 0.002
+FLUSH_S = 0.005
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ this module imports nothing of pearl's but the schedule arithmetic) and the plan
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import AGENT_NAP_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, allowance, credit_lag
+from pearl.schedule import AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, allowance, credit_lag
 
 
 @dataclass
@@ -190,14 +191,17 @@ class Ray(ScheduleModel):
     to the replay server; the learner on the driver. Per env step of the whole plan, with c the
     rows a chunk carries and v the weight versions published (costs.ray_parts prices the parts):
         actors  As = act + ring write / E + weight loads (each actor loads a version once a round)
-        agents  G  = agent pass(c) / c + v x N Ray calls (the publishes they take)
+        agents  G  = N x pass x step / (AGENT_NAP_S + pass) + chunk(c) / c + v x N Ray calls (the
+                     publishes they take): an agent passes over its rings once per nap, busy or not
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
                      chunk + v x (sync_weights + N Ray calls, + a ray.put for weights over
                      INLINE_WEIGHTS_BYTES: a publish per agent)
                      + (d - v) ray.waits (a sync past the time gate while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
-                     `server` / `node`: the sample is a wait on the wire and the shards
+                     `server` / `node`: the sample is a wait on the wire and the shards; with
+                     uniform replay the learner keeps SAMPLES_AHEAD batches asked for while it
+                     learns, so it waits only where a round trip / SAMPLES_AHEAD exceeds its update
     With the replay in the learner the server's credit bounds the env steps committed ahead of
     the learner's updates to W = credit_lag / u (pearl.schedule.credit_lag); once an agent used its
     share it waits for more, and the steps in flight turn over once per credit cycle: the agent's
@@ -207,9 +211,9 @@ class Ray(ScheduleModel):
     nodes) cost the most.
     d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
     agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
-    flight fold into the next. c = clamp(rows arriving per agent pass, E, chunk): an agent sends
-    what it took once a pass finds nothing new, so chunks fill only as far as its pass lets rows
-    pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
+    flight fold into the next. c = clamp(rows arriving over the passes until an agent's oldest row
+    is FLUSH_S old, E, chunk): an agent sends what it holds then, so chunks fill only as far as
+    that lets rows pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
     learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
     / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared host
     (a local cluster: `nodes.shared_cores`), all the work over the cores its Ray daemons leave,
@@ -250,8 +254,11 @@ class Ray(ScheduleModel):
         held = a * allowance(u, n * a, e)
         for _ in range(self.ITERATIONS):
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
-            # rows arriving at a node during one agent pass, at the rate the rest of the plan allows
-            arriving = parts["agent"] / (others * n)
+            # an agent passes over its rings once per nap; it sends what it holds at the first pass
+            # that finds its oldest row FLUSH_S old (or `chunk` rows): the rows arriving at a node
+            # over that many passes, at the rate the rest of the plan allows
+            cycle = AGENT_NAP_S * 1e6 + parts["agent_pass"]
+            arriving = math.ceil(FLUSH_S * 1e6 / cycle) * cycle / (others * n)
             rows = int(min(cand.chunk, held, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             # a publish: N calls on the driver (and one put for weights too large to ride in them);
@@ -264,7 +271,9 @@ class Ray(ScheduleModel):
             versions = min(due, total / delivery)
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
-            step_us["agent"] = parts["agent"] / rows + versions * n * nodes.ray_call_us
+            # every agent's passes over the env step's time, its chunks, the publishes it takes
+            step_us["agent"] = n * parts["agent_pass"] * total / cycle + parts["agent_chunk"] / rows \
+                + versions * n * nodes.ray_call_us
             step_us["insert"] = parts["insert"] / rows
             step_us["server_requests"] = parts["request"] / rows
             # each sync past the time gate while a delivery is in flight asks Ray whether it landed
@@ -277,11 +286,15 @@ class Ray(ScheduleModel):
             wait = step_us.get("credit_wait", 0.0)
             chunk_server = step_us["insert"] + step_us["server_requests"]
             if remote:
-                step_us["sample"] = u * parts["sample_wait"]
                 step_us.pop("update_priorities", None)  # rides on the sample request, applied by the shards
                 server = chunk_server / shards + u * parts["shard_update"]
-                learner = u * call.get("learn", 0.0) + step_us["sample"] + step_us["publish"] + step_us["overhead"]
-                learner_cpu = learner - u * (parts["sample_wait"] - parts["sample_client"])
+                learner_cpu = u * (call.get("learn", 0.0) + parts["sample_client"]) + step_us["publish"] \
+                    + step_us["overhead"]
+                if cand.replay_kind == "uniform":  # SAMPLES_AHEAD batches asked for while it learns
+                    learner = max(learner_cpu, u * parts["sample_wait"] / SAMPLES_AHEAD)
+                else:  # a prioritized batch waits for the previous one's priorities: a round trip each
+                    learner = learner_cpu + u * (parts["sample_wait"] - parts["sample_client"])
+                step_us["sample"] = u * parts["sample_client"] + learner - learner_cpu
                 servers_cpu = shards * server
             else:
                 step_us["sample"] = u * call.get("sample", 0.0)
@@ -310,7 +323,8 @@ class Ray(ScheduleModel):
                 break
             total = (total + new) / 2
         # the model's own parts, per call: an agent's pass, a chunk's request, a publish
-        call.update(agent=parts["agent"], server_requests=parts["request"], publish=publish)
+        call.update(agent=parts["agent_pass"] + parts["agent_chunk"], server_requests=parts["request"],
+                    publish=publish)
         lane = {"actors": "actors", "agents": "agents", "server": "server", "wire": "server"}.get(limiting, "learner")
         bottleneck = max((t for t in self.lanes[lane] if step_us.get(t)), key=step_us.get)
         figures.step_us.clear()

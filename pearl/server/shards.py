@@ -17,6 +17,8 @@ server's feature; see docs/REPLAY_SERVER.md).
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from pearl.replay.base import Batch
@@ -49,6 +51,7 @@ class ShardedReplayClient:
         self.progress_of = np.zeros(len(self.shards), np.int64)
         self._next_shard = 0
         self._pending: list = [None] * len(self.shards)
+        self.asked: deque[list[int]] = deque()  # batches asked for, not yet taken: the shards they asked
         self.timeout = timeout
 
     @property
@@ -60,6 +63,8 @@ class ShardedReplayClient:
         pass
 
     def refresh(self) -> None:
+        if self.asked:  # a STATS reply would queue behind those batches on the same sockets
+            raise RuntimeError("refresh: batches asked for and not taken")
         for s, shard in enumerate(self.shards):
             stats = shard.stats()
             self.totals[s] = stats.get("total_mass", 0.0)
@@ -96,6 +101,15 @@ class ShardedReplayClient:
                 self.shards[s]._send_update(*pending)
 
     def sample(self, batch_size: int, rng: np.random.Generator, timeout: float | None = None) -> Batch:
+        """A batch: the oldest one asked for (`ask`), or a fresh one."""
+        if not self.asked:
+            self.ask(batch_size, rng)
+        return self.take(timeout)
+
+    def ask(self, batch_size: int, rng: np.random.Generator) -> None:
+        """Sends the requests of one batch without waiting for it (`take` reads the replies, oldest
+        batch first): a learner asks for its next batch before it learns on this one. The per-shard
+        counts come from the totals of the replies taken so far (`refresh` refuses while one is asked)."""
         if not self.totals.sum() > 0:
             self.refresh()
         total = self.totals.sum()
@@ -116,8 +130,12 @@ class ShardedReplayClient:
                               list(pending))
             shard.learner.send(frames)
             asked.append(s)
+        self.asked.append(asked)
+
+    def take(self, timeout: float | None = None) -> Batch:
+        """The oldest asked batch (its shards' replies, in any order: they work in parallel)."""
         parts = {}
-        for s in asked:  # the shards work in parallel; the replies are read in any order
+        for s in self.asked.popleft():
             header, arrays = self.shards[s].learner.recv(timeout if timeout is not None else self.timeout)
             if header.op == Op.BATCH:
                 parts[s] = arrays
