@@ -378,11 +378,12 @@ class _ActorProcesses:
     def _fork(self, index: int, seed: int) -> _Forked:
         """Actor `index` as a fork of this process (`fork_actors`); this thread is the only Python one."""
         if not self.kernels_loaded:
-            # An actor's first act loads its compiled kernels, and numba's first load in a process
-            # builds its CPU target (~0.25 s of CPU). Once here, every fork has them: this process
-            # needs numba's target for its learner anyway and its own actor loads the same kernels.
+            # An actor's first greedy step loads its compiled kernels (the policy's, a compiled
+            # env's), and numba's first load in a process builds its CPU target (~0.25 s of CPU).
+            # Once here, every fork has them: this process needs numba's target for its learner
+            # anyway and its own actor loads the same kernels.
             actor = self.recipe.build(self.seed)
-            actor.choose(0.0)
+            actor.step(0.0)
             actor.close()
             self.kernels_loaded = True
         # text still buffered here would be written again by the child's flush before os._exit
