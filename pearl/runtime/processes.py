@@ -304,7 +304,7 @@ class _Forked:
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): its status is lost, as Popen says
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): its status is lost (Popen says 0 too)
                 self.returncode = 0
             else:
                 if pid:
