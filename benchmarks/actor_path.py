@@ -18,7 +18,7 @@ Two measurements, both on CPU clocks (the machine is shared: wall clock says lit
   and waits, the learner process's CPU per env step (time.process_time), the actor processes' CPU
   per env step including their start-up (getrusage of the children), env steps/s, the share
   of env steps the learner's own actor took while the actor processes started (`local_share`),
-  and each actor process's CPU from exec until it was ready to act (`boot_cpu_ms`).
+  and each actor process's CPU from fork or exec until it was ready to act (`boot_cpu_ms`).
 
     python benchmarks/actor_path.py --parts
     python benchmarks/actor_path.py --learner

@@ -306,8 +306,12 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     policy = family.policy_factory(config, algo, "cpu")()
     policy.load(learner.policy_weights())
     cfg = config.algo_config
+    # the learner's own actor, stepping while actor processes or node agents start, keeps its last
+    # n_step - 1 steps per env when it hands over (a fork's actor can take over before
+    # learning_starts): one more actor's pending steps
+    actors = plan.actors + (plan.act_while_actors_start and plan.runtime in ("processes", "ray"))
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
-                                cfg.n_step, plan.envs_per_actor, plan.actors, burst=cfg.gradient_steps or 1)
+                                cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
     replay = None if served.addressed else make_replay(

@@ -23,9 +23,14 @@ class Progress:
         if bar and self.stream.isatty():
             from tqdm import tqdm
 
+            class Bar(tqdm):
+                # no monitor thread: `tick` redraws every REDRAW_S (miniters=1), and a thread would
+                # keep the processes runtime from forking its actors (processes.py `start`)
+                monitor_interval = 0
+
             # smoothing: tqdm's rate is an exponential moving average of recent redraws
-            self.bar = tqdm(total=total, initial=start_steps, unit="step", unit_scale=True, dynamic_ncols=True,
-                            smoothing=0.1, file=self.stream, desc=label, leave=True)
+            self.bar = Bar(total=total, initial=start_steps, unit="step", unit_scale=True, dynamic_ncols=True,
+                           smoothing=0.1, file=self.stream, desc=label, leave=True, miniters=1)
 
     def tick(self, env_steps: int) -> None:
         if self.bar is None:

@@ -1,5 +1,8 @@
 """An actor that fails on purpose, importable by the actor processes the tests start (the learner
 hands them its sys.path, which holds this directory under pytest)."""
+import os
+
+from pearl.runtime import processes
 from pearl.runtime.actor import Actor
 from pearl.runtime.processes import ActorRecipe
 
@@ -15,12 +18,10 @@ class ActorThatRaises(Actor):
 
 
 class ActorThatCannotStart(Actor):
-    """Builds in the learner's process, fails in an actor process (isolated interpreters, `-I`)."""
+    """Builds in the learner's process, fails in an actor process."""
 
     def __init__(self, *args, **kwargs):
-        import sys
-
-        if sys.flags.isolated:
+        if processes.IN_ACTOR:
             raise RuntimeError("the environment's simulator found no licence server")
         super().__init__(*args, **kwargs)
 
@@ -29,9 +30,18 @@ class SecondActorSlowToStart(ActorRecipe):
     """In an actor process, actor 1 takes a second longer than actor 0 to start."""
 
     def build(self, seed: int, policy=None, index: int = 0):
-        import sys
         import time
 
-        if sys.flags.isolated and index == 1:
+        if processes.IN_ACTOR and index == 1:
             time.sleep(1.0)
+        return super().build(seed, policy, index)
+
+
+class ExitsBeforeReporting(ActorRecipe):
+    """In an actor process, exits with code 1 before the actor is built (as an interpreter that
+    cannot start does): nothing is reported on its ring."""
+
+    def build(self, seed: int, policy=None, index: int = 0):
+        if processes.IN_ACTOR:
+            os._exit(1)
         return super().build(seed, policy, index)

@@ -27,9 +27,24 @@ def due(agent, ratio, learning_starts=500):
     return int(max(0, agent.env_steps - learning_starts) * ratio)
 
 
+@pytest.fixture(params=["fork", "exec"])
+def start(request, monkeypatch):
+    """How the actor processes start (`_ActorProcesses.start`): as forks of the learner's process
+    (the default on Linux) or as fresh interpreters (elsewhere, and for what fork does not suit)."""
+    if request.param == "exec":
+        monkeypatch.setattr(processes, "fork_actors", lambda parts: False)
+    return request.param
+
+
+def started_as(pid: int) -> str:
+    """'exec' for a fresh interpreter running ACTOR_BOOT, 'fork' for a copy of this process."""
+    command = open(f"/proc/{pid}/cmdline", "rb").read()
+    return "exec" if b"actor_main" in command else "fork"
+
+
 @pytest.mark.parametrize("ratio,actors,envs,replay", [(0.25, 1, 1, "uniform"), (1.0, 2, 1, "prioritized"),
                                                       (0.5, 2, 3, "uniform"), (2.0, 1, 2, "amper")])
-def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, envs, replay):
+def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, envs, replay, start):
     agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
                       **{**FAST, "updates_per_step": ratio})
     seen = []
@@ -81,13 +96,14 @@ def test_n_step_transitions_cross_the_rings_intact():
     assert set(np.unique(storage["rewards"]).tolist()) <= expected_returns
 
 
-def test_a_killed_actor_is_restarted_and_training_goes_on(capfd):
+def test_a_killed_actor_is_restarted_and_training_goes_on(capfd, start):
     agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
     killed = []
 
     def kill_once(a):
         if a.env_steps >= 1200 and not killed:
             pid = a.actor_processes.processes[1].pid
+            assert started_as(pid) == start
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
@@ -101,7 +117,7 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(capfd):
     assert "actor 1 died (exit code -9); restarting it" in capfd.readouterr().err
 
 
-def test_an_actor_exception_stops_the_run_with_its_message():
+def test_an_actor_exception_stops_the_run_with_its_message(start):
     from actor_faults import ActorThatRaises
 
     agent = pearl.DQN("CartPole-v1", plan=in_processes(), **FAST)
@@ -112,12 +128,20 @@ def test_an_actor_exception_stops_the_run_with_its_message():
     assert agent.actor_processes is None  # actors stopped, shared memory released
 
 
-def test_an_actor_that_cannot_start_stops_the_run(monkeypatch):
+def test_an_actor_that_cannot_start_stops_the_run(monkeypatch, start):
+    import dataclasses
     import shutil
     import sys
 
+    from actor_faults import ExitsBeforeReporting
+
     agent = pearl.DQN("CartPole-v1", plan=in_processes(), **FAST)
-    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # exits 1 at once, reads nothing
+    if start == "exec":
+        monkeypatch.setattr(sys, "executable", shutil.which("false"))  # exits 1 at once, reads nothing
+    else:
+        recipe = agent.parts.actor_recipe
+        agent.parts.actor_recipe = ExitsBeforeReporting(**{f.name: getattr(recipe, f.name)
+                                                           for f in dataclasses.fields(recipe)})
     with pytest.raises(PearlError, match="actor 0 exited with code 1 before it could report"):
         agent.train(2000)
     assert agent.actor_restarts == 0
@@ -256,6 +280,7 @@ def test_an_actor_that_fails_while_the_learner_acts_still_fails_the_run(fault, m
         agent.parts.actor_recipe = processes.ActorRecipe(ActorThatCannotStart, recipe.policy_factory, recipe.kwargs)
         expected = "actor 0 failed:(.|\n)*no licence server"
     else:
+        monkeypatch.setattr(processes, "fork_actors", lambda parts: False)
         monkeypatch.setattr(sys, "executable", shutil.which("false"))
         expected = "actor 0 exited with code 1 before it could report"
     with pytest.raises(PearlError, match=expected):
@@ -332,3 +357,68 @@ def test_each_actor_process_reports_its_start_up_cpu():
     agent.train(600)
     booted = agent.counters.actor_boot_cpu
     assert len(booted) == 2 and all(0 < seconds < 60 for seconds in booted)  # CPU from exec to ready
+
+
+def test_forked_actors_drop_the_learners_signal_handlers_and_ignore_ctrl_c(capfd):
+    """A forked actor keeps none of the learner's Python signal handlers (a SIGTERM kills it, and
+    the learner restarts it), ignores SIGINT (a Ctrl-C in the terminal acts through the learner),
+    and does not write again what the learner had buffered but not yet written."""
+    import sys
+
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+    handled = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: handled.append(signum))
+    signaled = []
+
+    def signal_once(a):
+        if a.env_steps >= 1200 and not signaled:
+            first, second = (p.pid for p in a.actor_processes.processes)
+            assert started_as(first) == started_as(second) == "fork"
+            os.kill(first, signal.SIGINT)
+            os.kill(second, signal.SIGTERM)
+            signaled.append((first, second))
+
+    try:
+        print("buffered in the learner", end="")  # no newline: still in sys.stdout's buffer
+        agent.train(4000, on_round=signal_once)
+        sys.stdout.flush()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert signaled and not handled
+    assert agent.actor_restarts == 1  # the SIGTERMed actor; the SIGINTed one went on
+    assert agent.env_steps == 4000 and agent.updates == due(agent, 0.25)
+    assert agent.replay.inserted == agent.env_steps
+    out, err = capfd.readouterr()
+    assert "actor 1 died (exit code -15); restarting it" in err and "actor 0 died" not in err
+    assert out.count("buffered in the learner") == 1
+
+
+def test_an_actor_restarted_while_the_prefetcher_runs_starts_as_a_fresh_interpreter():
+    """Another Python thread may hold a lock a fork's child would need: with the prefetcher's
+    thread running, a restart execs; the first starts, before that thread, fork."""
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, prefetch=True), **FAST)
+    ways = []
+
+    def kill_once(a):
+        processes_ = a.actor_processes.processes
+        if a.env_steps >= 1200 and not ways:
+            ways.append([started_as(p.pid) for p in processes_])
+            os.kill(processes_[1].pid, signal.SIGKILL)
+        elif len(ways) == 1 and a.actor_processes.restarts == 1 and processes_[1].poll() is None:
+            ways.append(started_as(processes_[1].pid))
+
+    agent.train(4000, on_round=kill_once)
+    assert ways[0] == ["fork", "fork"] and ways[1:] == ["exec"]
+    assert agent.env_steps == 4000 and agent.updates == due(agent, 0.25)
+    assert agent.replay.inserted == agent.env_steps
+
+
+def test_actors_that_act_with_torch_or_a_device_start_as_fresh_interpreters():
+    from types import SimpleNamespace
+
+    def parts(image, act):
+        return SimpleNamespace(family=SimpleNamespace(image=image), plan=Plan(devices={**Plan().devices, "act": act}))
+
+    assert processes.fork_actors(parts(False, "cpu"))
+    assert not processes.fork_actors(parts(True, "cpu"))  # a CNN policy acts with torch
+    assert not processes.fork_actors(parts(False, "opencl:0"))

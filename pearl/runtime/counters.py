@@ -45,7 +45,7 @@ class Counters:
         # what its last run saw: actor restarts, the most env steps the actors were ahead
         self.actor_processes = None
         self.actor_restarts = self.actor_lead = 0
-        # the processes runtime's last run: each actor process's CPU seconds from exec until ready to act
+        # the processes runtime's last run: each actor process's CPU seconds from its fork or exec until ready to act
         self.actor_boot_cpu: tuple[float, ...] = ()
 
     def record_episodes(self, finished: list[tuple[float, int]]) -> None:

@@ -29,6 +29,7 @@ requested count.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -37,11 +38,13 @@ import math
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -184,12 +187,23 @@ def load_blas_bindings_alone() -> bool:
     return True
 
 
+IN_ACTOR = False  # whether this process is an actor process (set by run_actor)
+
+
 def actor_main() -> None:
-    """An actor process (started by `_ActorProcesses.start`): step, write, wait for the allowance,
-    until the learner says stop or goes away. Its arguments arrive pickled on stdin."""
+    """An actor process started as a fresh interpreter (`_ActorProcesses.start`, ACTOR_BOOT): its
+    arguments arrive pickled on stdin."""
     load_blas_bindings_alone()  # before anything loads a compiled kernel
     index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
-    channel, board = ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec)
+    run_actor(index, recipe, seed, ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec), learner_pid)
+
+
+def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel, board: WeightBoard,
+              learner_pid: int) -> None:
+    """An actor process's life, however it started: step, write, wait for the allowance, until the
+    learner says stop or goes away; then os._exit (never returns)."""
+    global IN_ACTOR
+    IN_ACTOR = True
     try:
         recipe.env_here()
         actor = recipe.build(seed, index=index)
@@ -268,17 +282,61 @@ def actor_main() -> None:
     os._exit(0)
 
 
+def fork_actors(parts) -> bool:
+    """Whether this run's actor processes may start as forks of the learner's process, which has
+    numpy, numba, Gymnasium and the compiled kernels loaded: ~6 ms of CPU to be ready to act
+    against ~0.47 s for a fresh interpreter (docs/BENCHMARKS.md, issue 19 "Session 13"). Only
+    where what the child runs is fork-safe: Linux, and an actor acting with pearl's numba kernels
+    on the cpu. A CNN policy acts with torch, whose OpenMP pool does not survive a fork, and a GPU
+    or OpenCL driver's context must not cross one: those actors start as fresh interpreters.
+    `_ActorProcesses.start` also needs this process to run no other Python thread at that moment."""
+    return (hasattr(os, "fork") and sys.platform.startswith("linux") and not parts.family.image
+            and parts.plan.device_of("act") == "cpu")
+
+
+class _Forked:
+    """A forked actor process: the part of subprocess.Popen's interface the learner uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): its status is lost (Popen says 0 too)
+                self.returncode = 0
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)  # -N: killed by signal N
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"actor process {self.pid}", timeout)
+            time.sleep(1e-3)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class _ActorProcesses:
     """The learner's view of its actors: channels, processes, restarts.
 
-    Actors are fresh isolated interpreters (`python -I -c ACTOR_BOOT`), not `multiprocessing`
-    children: those re-run the user's main script in each child (a script without an `if __name__
-    == "__main__"` guard would train again there) and inherit its signal handlers. They stay in
-    the learner's session and process group (one scheduling group: the kernel's autogroup is per
-    session), and ignore SIGINT, so a Ctrl-C in the terminal acts through the learner, which stops them.
+    Actors start in one of two ways (`start`): as forks of the learner's process where
+    `fork_actors` allows it and no other Python thread runs, else as fresh isolated interpreters
+    (`python -I -c ACTOR_BOOT`). Not `multiprocessing` children: its spawn re-runs the user's main
+    script in each child (a script without an `if __name__ == "__main__"` guard would train again
+    there). Both kinds stay in the learner's session and process group (one scheduling group: the
+    kernel's autogroup is per session), and ignore SIGINT, so a Ctrl-C in the terminal acts
+    through the learner, which stops them; a fork also drops the learner's other signal handlers.
     """
 
-    def __init__(self, parts, start_steps: int, n_weights: int, quota: int):
+    def __init__(self, parts, start_steps: int, n_weights: int, quota: int, fork: bool = False):
         plan = parts.plan
         if "__main__" in parts.actor_recipe.modules:
             raise PearlError(f"env: {parts.config.env} was registered by the main script; actor processes "
@@ -298,10 +356,15 @@ class _ActorProcesses:
         self.processes: list = [None] * self.n
         self.generations = [0] * self.n
         self.restarts = 0
+        self.fork, self.kernels_loaded = fork, False
 
     def start(self, index: int) -> None:
-        args = (index, self.recipe, actor_seed(self.seed, self.start_steps, index, self.generations[index]),
-                self.channels[index].spec(), self.board.spec(), os.getpid())
+        seed = actor_seed(self.seed, self.start_steps, index, self.generations[index])
+        # another Python thread (the prefetcher's, a user's) could hold a lock the child needs
+        if self.fork and threading.active_count() == 1:
+            self.processes[index] = self._fork(index, seed)
+            return
+        args = (index, self.recipe, seed, self.channels[index].spec(), self.board.spec(), os.getpid())
         process = subprocess.Popen([sys.executable, "-I", "-c", ACTOR_BOOT], stdin=subprocess.PIPE,
                                    env={**os.environ, **ONE_BLAS_THREAD})
         try:
@@ -311,6 +374,56 @@ class _ActorProcesses:
         except BrokenPipeError:  # it died at once; check() reports how
             pass
         self.processes[index] = process
+
+    def _fork(self, index: int, seed: int) -> _Forked:
+        """Actor `index` as a fork of this process (`fork_actors`); this thread is the only Python one."""
+        if not self.kernels_loaded:
+            # An actor's first greedy step loads its compiled kernels (the policy's, a compiled
+            # env's), and numba's first load in a process builds its CPU target (~0.25 s of CPU).
+            # Once here, every fork has them: this process needs numba's target for its learner
+            # anyway and its own actor loads the same kernels.
+            actor = self.recipe.build(self.seed)
+            actor.step(0.0)
+            actor.close()
+            self.kernels_loaded = True
+        # text still buffered here would be written again by the child's flush before os._exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # no signal may run one of the learner's handlers in the child before it drops them
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        learner = os.getpid()
+        with warnings.catch_warnings():
+            # Python >= 3.12 warns at any fork of a process with more than one OS thread. No other
+            # Python thread runs here (`start`); the others are native pools idle while this
+            # thread forks: OpenBLAS's workers (numpy's and SciPy's; OpenBLAS stops them before a
+            # fork), torch's or numba's if the learner used them (the child never does: `fork_actors`)
+            warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning)
+            pid = os.fork()
+        if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            return _Forked(pid)
+        try:  # the child: it never returns into the learner's code
+            for signum in signal.valid_signals():
+                if callable(signal.getsignal(signum)):
+                    signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            # the learner's objects stay shared with it until written: a collection here would
+            # write to every one of them (reference counts and links), so none is ever collected
+            gc.freeze()
+            os.environ.update(ONE_BLAS_THREAD)  # (the loaded BLAS libraries: below)
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=1, user_api="blas")
+            channel, board = self.channels[index], self.board
+            # the child's own views of the mapped blocks, as an attach makes them (never their owner)
+            run_actor(index, self.recipe, seed, ActorChannel(channel.memory, channel.layout),
+                      WeightBoard(board.memory, board.n_weights), learner)
+        except BaseException:  # before run_actor could report it: the learner says "its output is above"
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)  # (run_actor exits itself; here only if the lines before it raised)
 
     def _raise_reported(self, index: int) -> None:
         text = self.channels[index].error()
@@ -455,7 +568,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     due = schedule.due
 
     weights = learner.policy_weights()
-    actors = _ActorProcesses(parts, start, weights.size, quota)
+    actors = _ActorProcesses(parts, start, weights.size, quota, fork=fork_actors(parts))
     board, channels = actors.board, actors.channels
     board.publish(weights)
     board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
@@ -491,7 +604,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         while counters.updates < target_updates:
             learned(learn_one(replay, learner, schedule.batch_size, rng, timer))
 
-    prefetcher = Prefetcher(replay, schedule.batch_size, rng, timer) if plan.prefetch else None
+    prefetcher = None  # (its thread starts after the actors: `_ActorProcesses.start` forks only without one)
 
     def learn_until_prefetching(target_updates: int) -> None:
         """learn_until with the sampling of batch u+1 and the priority update of batch u-1 on the
@@ -538,11 +651,13 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             counters.record_episodes(finished)
         return ahead_by
 
-    learn = learn_until if prefetcher is None else learn_until_prefetching
+    learn = learn_until_prefetching if plan.prefetch else learn_until
     last_check, spins = clock(), 0
     try:
         for index in range(n):
             actors.start(index)
+        if plan.prefetch:
+            prefetcher = Prefetcher(replay, schedule.batch_size, rng, timer)
         while True:
             previous = counters.env_steps
             if local is not None:

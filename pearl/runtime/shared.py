@@ -41,7 +41,7 @@ ACT_NS = 5           # actor: nanoseconds spent in act rounds
 WAIT_NS = 6          # actor: nanoseconds waiting for the allowance or for ring space
 ERROR_BYTES = 7      # actor: length of the error report it wrote before exiting
 ACT_CPU_NS = 8       # actor: CPU nanoseconds in act rounds (sampled: 1 round in CPU_SAMPLE, scaled)
-BOOT_CPU_NS = 9      # actor: its process's CPU nanoseconds from exec to ready to act (interpreter, imports, kernels)
+BOOT_CPU_NS = 9      # actor: its process's CPU nanoseconds from fork or exec to ready to act (interpreter, imports, kernels)
 _COUNTERS = 10
 CPU_SAMPLE = 16  # a thread CPU clock read is a system call (~0.5 us): one round in 16 is enough
 # commit records: an actor may be at most RECORDS / 2 rounds ahead of the learner (the runtime caps
