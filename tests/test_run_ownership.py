@@ -84,9 +84,14 @@ def test_two_concurrent_cli_runs_the_second_refused_the_first_intact(tmp_path, c
 
 
 WRITER = """
-import sys
+import os, sys, time
 import numpy as np
 from pearl.checkpoint import save_checkpoint
+if sys.argv[2] == "stall":  # announce being inside a write, then wait there for the kill
+    def stalled_fsync(fd):
+        print("inside", flush=True)
+        time.sleep(60)
+    os.fsync = stalled_fsync
 print("ready", flush=True)
 i = 0
 while True:
@@ -95,22 +100,34 @@ while True:
 """
 
 
-def test_kill_9_during_checkpoint_writes(tmp_path):
-    leftovers, rng = 0, random.Random(0)
+def kill_writer(run_dir, mode, delay=0.0):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir), mode], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    if mode == "stall":
+        assert writer.stdout.readline().strip() == "inside"
+    time.sleep(delay)
+    writer.kill()
+    writer.wait()
+
+
+def test_kill_9_inside_a_write_leaves_a_temp_file_the_next_owner_removes(tmp_path):
+    kill_writer(tmp_path, "stall")
+    assert not (tmp_path / "checkpoint.npz").exists()
+    assert len(list(tmp_path.glob(f".*{TEMP_SUFFIX}"))) == 1
+    with owned_run_dir(tmp_path):
+        assert not list(tmp_path.glob(f".*{TEMP_SUFFIX}"))
+
+
+def test_kill_9_at_random_times_leaves_one_whole_checkpoint(tmp_path):
+    rng = random.Random(0)
     started = time.monotonic()
     for _ in range(20):
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-        assert writer.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.02, 0.2))
-        writer.kill()
-        writer.wait()
+        kill_writer(tmp_path, "run", rng.uniform(0.02, 0.2))
         if (tmp_path / "checkpoint.npz").exists():
             header, arrays = load_checkpoint(tmp_path / "checkpoint.npz")
             assert (arrays["a"] == header["i"]).all()  # one write's arrays with its own header
-        leftovers += any(tmp_path.glob(f".*{TEMP_SUFFIX}"))
         with owned_run_dir(tmp_path):
             assert not list(tmp_path.glob(f".*{TEMP_SUFFIX}"))
-    assert leftovers, "no kill landed inside a write: the test did not exercise the cleanup"
     assert time.monotonic() - started < 60
 
 
