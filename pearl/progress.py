@@ -21,7 +21,7 @@ class Progress:
         self.last_time = self.next_draw = time.monotonic()
         self.bar = None
         if bar and self.stream.isatty():
-            from tqdm import tqdm
+            from tqdm import tqdm  # (here: its import costs ~0.1 s, and only a terminal needs it)
 
             class Bar(tqdm):
                 # no monitor thread: `tick` redraws every REDRAW_S (miniters=1), and a thread would

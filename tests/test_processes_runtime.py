@@ -422,3 +422,24 @@ def test_actors_that_act_with_torch_or_a_device_start_as_fresh_interpreters():
     assert processes.fork_actors(parts(False, "cpu"))
     assert not processes.fork_actors(parts(True, "cpu"))  # a CNN policy acts with torch
     assert not processes.fork_actors(parts(False, "opencl:0"))
+
+
+def test_the_learner_loads_an_actors_kernels_before_its_first_fork_only(monkeypatch):
+    """The throwaway actor that loads the compiled kernels before a fork is built once per process
+    and kind of actor, not once per train call."""
+    monkeypatch.setattr(processes, "_WARM_ACTORS", set())
+    learner, built = os.getpid(), []
+    build = processes.ActorRecipe.build
+
+    def counted(recipe, *args, **kwargs):
+        if os.getpid() == learner:
+            built.append(recipe.kwargs.get("env_id"))
+        return build(recipe, *args, **kwargs)
+
+    monkeypatch.setattr(processes.ActorRecipe, "build", counted)
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+    agent.train(1000)
+    agent.train(1000)
+    pearl.DQN("CartPole-v1", plan=in_processes(actors=1), **FAST).train(600)
+    assert built == ["CartPole-v1"]
+    assert agent.env_steps == 2000 and agent.replay.inserted == 2000

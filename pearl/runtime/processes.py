@@ -99,6 +99,10 @@ class ActorRecipe:
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(), **kwargs)
 
 
+# (actor class, env id) whose kernels this process has loaded (`_ActorProcesses._fork`)
+_WARM_ACTORS: set[tuple] = set()
+
+
 def actor_seed(seed: int, start_steps: int, actor: int, generation: int) -> int:
     """Distinct env seeds and exploration streams per actor, per restart and per resumed run."""
     return int(np.random.SeedSequence([seed, start_steps, actor, generation]).generate_state(1)[0])
@@ -356,7 +360,7 @@ class _ActorProcesses:
         self.processes: list = [None] * self.n
         self.generations = [0] * self.n
         self.restarts = 0
-        self.fork, self.kernels_loaded = fork, False
+        self.fork = fork
 
     def start(self, index: int) -> None:
         seed = actor_seed(self.seed, self.start_steps, index, self.generations[index])
@@ -377,15 +381,16 @@ class _ActorProcesses:
 
     def _fork(self, index: int, seed: int) -> _Forked:
         """Actor `index` as a fork of this process (`fork_actors`); this thread is the only Python one."""
-        if not self.kernels_loaded:
+        warm = (self.recipe.actor_class, self.recipe.kwargs.get("env_id"))
+        if warm not in _WARM_ACTORS:
             # An actor's first greedy step loads its compiled kernels (the policy's, a compiled
             # env's), and numba's first load in a process builds its CPU target (~0.25 s of CPU).
-            # Once here, every fork has them: this process needs numba's target for its learner
-            # anyway and its own actor loads the same kernels.
+            # Once here, every fork has them, in every later run of this process too: it needs
+            # numba's target for its learner anyway and its own actor loads the same kernels.
             actor = self.recipe.build(self.seed)
             actor.step(0.0)
             actor.close()
-            self.kernels_loaded = True
+            _WARM_ACTORS.add(warm)
         # text still buffered here would be written again by the child's flush before os._exit
         sys.stdout.flush()
         sys.stderr.flush()
