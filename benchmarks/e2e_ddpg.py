@@ -75,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--algo", choices=sorted(ALGOS), default="ddpg", help="the algorithm (default: ddpg)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="PEARL's learner products (runtime.learner_precision; default: fp32)")
+    p.add_argument("--runtime", choices=["sequential", "processes"], default="sequential",
+                   help="PEARL's runtime: the sequential loop, or an actor process beside the learner "
+                        "(default: sequential)")
     add_common_arguments(p, steps=5000, quick_steps=1500, warmup_steps=400)
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=1500)
@@ -84,11 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu", algo: str = "ddpg",
-               precision: str = "fp32", **overrides):
+               precision: str = "fp32", runtime: str = "sequential", **overrides):
     """PEARL's agent in SB3's setup of `algo`; `overrides` replace its options (e.g. hidden)."""
     import numpy as np
 
     import pearl
+    from pearl.plan import Plan
     from pearl.sb3 import NormalActionNoise
 
     # SB3's name takes SB3's noise object (pearl/sb3.py); Pendulum's action has one component
@@ -97,7 +101,8 @@ def make_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device:
         env=ENV_ID, seed=seed, total_steps=steps, gamma=GAMMA, tau=TAU,
         learning_starts=LEARNING_STARTS, updates_per_step=1.0, n_step=1, replay="uniform", capacity=BUFFER,
         device=device, learner_kernel=learner_kernel, learner_precision=precision, envs_per_actor=1,
-        torch_threads=threads, **noise, **{"batch_size": BATCH, **ALGOS[algo], **overrides})
+        torch_threads=threads, plan=Plan(runtime=runtime), **noise,
+        **{"batch_size": BATCH, **ALGOS[algo], **overrides})
 
 
 def make_sb3(seed: int, threads: int, device: str = "cpu", algo: str = "ddpg"):
@@ -123,9 +128,9 @@ def make_sb3(seed: int, threads: int, device: str = "cpu", algo: str = "ddpg"):
 
 
 def run_pearl(seed: int, steps: int, threads: int, learner_kernel: str, device: str = "cpu",
-              episodes: int = 20, algo: str = "ddpg", precision: str = "fp32") -> dict:
-    agent = make_pearl(seed, steps, threads, learner_kernel, device, algo, precision)
-    return {**time_pearl(agent, steps, threads, episodes), "precision": precision}
+              episodes: int = 20, algo: str = "ddpg", precision: str = "fp32", runtime: str = "sequential") -> dict:
+    agent = make_pearl(seed, steps, threads, learner_kernel, device, algo, precision, runtime)
+    return {**time_pearl(agent, steps, threads, episodes), "precision": precision, "runtime": runtime}
 
 
 def run_sb3(seed: int, steps: int, threads: int, device: str = "cpu", episodes: int = 20,
@@ -293,12 +298,12 @@ def main(argv=None) -> int:
         return 2
     machine = machine_info()
     print(machine_header())
-    print(f"PEARL ({args.threads} torch thread(s), {args.precision} products) vs SB3 {found['sb3']} (torch threads "
+    print(f"PEARL ({args.runtime}, {args.threads} torch thread(s), {args.precision} products) vs SB3 {found['sb3']} (torch threads "
           f"{args.sb3_threads}) {args.algo.upper()} on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, torch "
           f"{found['torch']}, gymnasium {found['gymnasium']}")
     runners = {"pearl": lambda seed, steps=args.steps: run_pearl(seed, steps, args.threads, args.learner_kernel,
                                                                  args.device, args.eval_episodes, args.algo,
-                                                                 args.precision)}
+                                                                 args.precision, args.runtime)}
     for threads in args.sb3_threads:
         runners[sb3_name(threads)] = (lambda seed, steps=args.steps, t=threads:
                                       run_sb3(seed, steps, t, args.device, args.eval_episodes, args.algo))
@@ -321,7 +326,7 @@ def main(argv=None) -> int:
                       "learning_starts": LEARNING_STARTS, "updates_per_step": 1.0, "tau": TAU, "gamma": GAMMA,
                       "action_noise": None if args.algo == "sac" else ACTION_NOISE, "eval_episodes": args.eval_episodes,
                       "sb3_threads": args.sb3_threads, "warmup_steps": args.warmup_steps,
-                      "pearl_learner_kernel": args.learner_kernel},
+                      "pearl_learner_kernel": args.learner_kernel, "pearl_runtime": args.runtime},
             "versions": {"python": platform.python_version(), "torch": found["torch"],
                          "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
             "machine": machine,
