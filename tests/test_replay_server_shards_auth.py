@@ -107,6 +107,36 @@ def test_asked_batches_are_taken_oldest_first():
             s.stop()
 
 
+def test_ask_refreshes_only_with_nothing_in_flight():
+    """One rule for `ask` and `refresh`: with batches in flight the counts come from the totals the
+    taken replies carried (no refresh, which would refuse); with nothing in flight an ask without
+    totals refreshes them."""
+    servers = [ReplayServer(ServerConfig(table=TableConfig(kind="uniform", capacity=64), bind=LOOPBACK,
+                                         seed=s)).start() for s in range(2)]
+    try:
+        client = ShardedReplayClient([s.address for s in servers], writer=1, timeout=20)
+        client.add(*rows(np.arange(0, 32)), env_steps=32)
+        client.add(*rows(np.arange(100, 132)), env_steps=32)
+        client.flush()
+        rng = np.random.default_rng(0)
+        client.ask(4, rng)  # nothing in flight, no totals yet: a refresh gives them
+        assert client.totals.sum() > 0 and len(client.asked) == 1
+        client.totals[:] = 0.0  # as if the replies taken so far had carried no mass
+        with pytest.raises(ValueError, match="in flight"):
+            client.ask(4, rng)
+        assert len(client.take().indices) == 4  # its replies carry the shards' totals again
+        assert client.totals.sum() > 0
+        client.ask(5, rng)
+        assert len(client.take().indices) == 5
+        client.totals[:] = 0.0
+        client.ask(6, rng)  # nothing in flight: refreshed, then asked
+        assert len(client.take().indices) == 6 and client.progress == 64
+        client.close()
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def test_curve_allow_list_unknown_key_gets_nothing(tmp_path):
     _, server_secret = generate(tmp_path / "server", "server")
     good_public, good_secret = generate(tmp_path / "clients", "learner")
