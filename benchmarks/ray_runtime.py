@@ -296,7 +296,8 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
 
     print(f"# the wire: {'measured by pearl profile --wire' if source(costs.measured, 'uniform') == 'measured' else 'constants (estimator/wire.py)'}", flush=True)
     for name in sorted(k for k in costs.measured if k.startswith(("wire|", "ray|"))):
-        print(f"#   {name}: " + ", ".join(f"{size} rows {us:.1f} us" for size, us in costs.measured[name].items()))
+        print(f"#   {name}: " + ", ".join(f"{size} rows {us:.1f} us" if name.startswith("wire|") else f"{us:.1f} us"
+                                          for size, us in costs.measured[name].items()))
     cands = [ray_candidate(*plan) for plan in RAY_PLANS]
     local = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=a)
              for a, e in PROCESSES_PLANS]
