@@ -66,7 +66,7 @@ import time
 
 from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 from pearl.runtime.ray_profile import (cpu_delta, cpu_snapshot, driver_threads, idle_cpu,  # noqa: E402
-                                       local_cluster, model_role)
+                                       local_cluster, model_role, ray_us)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -269,8 +269,8 @@ def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None
     from pearl.platforms import load_platform
 
     tables = profile(config, [("uniform", "cpu")], envs=(1, 8, 16), kernels=("fused",),
-                     seconds=profile_seconds, log=log, processes=True, wire=wire, ray=ray,
-                     runner=measure)
+                     seconds=profile_seconds, log=log, processes=True, wire=wire,
+                     ray=ray_us if ray else None, runner=measure)
     return Costs(load_platform(platform), workload_from_config(config), tables)
 
 

@@ -20,8 +20,9 @@ loopback, each request kind the ray plans send (an insert of a chunk of N rows, 
 rows with its priority update) timed: its round trip, the client's and the server's CPU.
 
 `--ray` adds what a local Ray cluster costs here beyond the calls the ray model prices
-(pearl/runtime/ray_profile.py: Ray's processes per node at rest, a napping node agent's process per
-second, Ray's work per publish): `ray|...` tables, measured by that module directly (no agent runs).
+(pearl/runtime/ray_profile.py `ray_us`, which the caller passes in as it passes the runner: Ray's
+processes per node at rest, a napping node agent's process per second, Ray's work per publish):
+`ray|...` tables.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
@@ -155,13 +156,15 @@ class Runner(Protocol):
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None, kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
-            processes: bool = False, overlap: bool = False, wire: bool = False, ray: bool = False, *,
+            processes: bool = False, overlap: bool = False, wire: bool = False, ray=None, *,
             runner: Runner) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc), its
     runs made by `runner` (pearl.measure); `batches`: default the config's own batch size;
     `kernels`: the cpu learner kernels to time (default: every one the algorithm has); `overlap`:
     the processes runtime's one-actor factor and ring write (implied by `processes`); `wire`: the
-    replay wire's tables for the cpu replay kinds of `replays`; `ray`: the local Ray cluster's tables."""
+    replay wire's tables for the cpu replay kinds of `replays`; `ray`: a function measuring the local
+    Ray cluster's tables (RAY_TABLES) as `ray(n_params, log=log)` (pearl/runtime/ray_profile.py
+    `ray_us`), or None."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
@@ -183,7 +186,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
             from pearl.estimator.wire import source
 
             missing_wire = wire and not all(source(cached["tables"], kind) == "measured" for kind in kinds)
-            missing_ray = ray and not all(name in cached["tables"] for name in RAY_TABLES)
+            missing_ray = ray is not None and not all(name in cached["tables"] for name in RAY_TABLES)
             if not (missing_wire or missing_ray):
                 return cached["tables"]
             # only the wire or the ray tables are missing: measured alone and added to the entry
@@ -191,7 +194,7 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                 cached["tables"].update(_wire_tables(runner, config, kinds, batches, log))
                 cached["wire_version"] = WIRE_VERSION
             if missing_ray:
-                cached["tables"].update(_ray_tables(workload, log))
+                cached["tables"].update(_ray_tables(ray, workload, log))
                 cached["ray_version"] = RAY_VERSION
             _store(workload.key(), cached)
             return cached["tables"]
@@ -240,12 +243,12 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                                          kernels if processes else kernels[:1], seconds, log, processes))
     if wire:
         tables.update(_wire_tables(runner, config, kinds, batches, log))
-    if ray:
-        tables.update(_ray_tables(workload, log))
+    if ray is not None:
+        tables.update(_ray_tables(ray, workload, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds,
                             "cpu_model": this_cpu_model(), **({"wire_version": WIRE_VERSION} if wire else {}),
-                            **({"ray_version": RAY_VERSION} if ray else {})})
+                            **({"ray_version": RAY_VERSION} if ray is not None else {})})
     if log:
         log(f"profiled in {time.perf_counter() - started:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return tables
@@ -262,11 +265,9 @@ def _wire_tables(runner, config, kinds, batches, log) -> dict:
     return out
 
 
-def _ray_tables(workload, log) -> dict:
-    """The local Ray cluster's tables (pearl/runtime/ray_profile.py) for the workload's weights."""
-    from pearl.runtime import ray_profile
-
-    return ray_profile.ray_us(workload.n_params, log=log)
+def _ray_tables(ray, workload, log) -> dict:
+    """The local Ray cluster's tables measured by `ray` for the workload's weights."""
+    return ray(workload.n_params, log=log)
 
 
 def this_cpu_model() -> str:

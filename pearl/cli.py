@@ -203,6 +203,7 @@ def _profile(args) -> int:
     from pearl import measure
     from pearl.config import default_config_path, load_config
     from pearl.estimator.profile import cache_path, default_replays, parse_replays, profile
+    from pearl.runtime.ray_profile import ray_us
 
     config = load_config(args.config or default_config_path())
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
@@ -216,7 +217,7 @@ def _profile(args) -> int:
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
                      threaded=args.threaded, processes=args.processes, overlap=not args.tasks_only, wire=args.wire,
-                     ray=args.ray, runner=measure)
+                     ray=ray_us if args.ray else None, runner=measure)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

@@ -47,21 +47,23 @@ class FakeRunner:
 
 
 def test_the_ray_tables_round_trip_through_the_cache_under_their_own_version(tmp_path, monkeypatch):
-    from pearl.runtime import ray_profile
-
     monkeypatch.setenv("PEARL_CACHE_DIR", str(tmp_path / "cache"))
     asked = []
-    monkeypatch.setattr(ray_profile, "ray_us", lambda n_params, log=None: asked.append(n_params) or RAY)
+
+    def ray_us(n_params, log=None):  # pearl/runtime/ray_profile.py's, without a cluster
+        asked.append(n_params)
+        return RAY
+
     cfg = config()
     workload = workload_from_config(cfg)
-    tables = prof.profile(cfg, envs=(8,), kernels=("fused",), ray=True, runner=FakeRunner())
+    tables = prof.profile(cfg, envs=(8,), kernels=("fused",), ray=ray_us, runner=FakeRunner())
     assert asked == [workload.n_params] and all(tables[name] == RAY[name] for name in prof.RAY_TABLES)
-    assert prof.profile(cfg, envs=(8,), kernels=("fused",), ray=True, runner=SimpleNamespace()) == tables  # cached
+    assert prof.profile(cfg, envs=(8,), kernels=("fused",), ray=ray_us, runner=SimpleNamespace()) == tables  # cached
     data = json.loads(prof.cache_path().read_text())
     data["workloads"][workload.key()]["ray_version"] = prof.RAY_VERSION + 1  # measured another way: dropped
     prof.cache_path().write_text(json.dumps(data))
     assert not any(name.startswith("ray|") for name in prof.load_cached(workload.key())["tables"])
-    again = prof.profile(cfg, envs=(8,), kernels=("fused",), ray=True, runner=SimpleNamespace())  # only Ray's again
+    again = prof.profile(cfg, envs=(8,), kernels=("fused",), ray=ray_us, runner=SimpleNamespace())  # only Ray's again
     assert len(asked) == 2 and again == tables
 
 
