@@ -58,7 +58,6 @@ with the side that limits each: where the learner, the wire and the servers satu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import os
@@ -66,119 +65,11 @@ import statistics
 import time
 
 from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
+from pearl.runtime.ray_profile import (cpu_delta, cpu_snapshot, driver_threads, idle_cpu,  # noqa: E402
+                                       local_cluster, model_role, ray_us)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-
-# -- CPU accounting (--cpu, --accuracy, --calls): every thread of this process and of its
-# descendants (Ray's GCS, raylets, their agents and workers, the node agents and their actor
-# processes; the processes runtime's actors), from /proc/PID/task/TID/schedstat (ns on the CPU), by role.
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process."""
-    found = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    parent = int(f.read().rpartition(b")")[2].split()[1])
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    command = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except (OSError, IndexError, ValueError):
-                continue
-            found[int(entry.name)] = (parent, command)
-    return found
-
-
-def _role(command: str) -> str:
-    if "actor_main" in command:
-        return "actor processes"
-    for key, role in (("ray::NodeAgent", "node agents"), ("ray::ReplayShard", "replay shards"),
-                      ("gcs_server", "ray: gcs"), ("raylet", "ray: raylets"), ("dashboard", "ray: dashboard agents"),
-                      ("DashboardAgent", "ray: dashboard agents"), ("runtime_env", "ray: runtime-env agents"),
-                      ("RuntimeEnvAgent", "ray: runtime-env agents"), ("log_monitor", "ray: log monitors"),
-                      ("monitor.py", "ray: monitor"), ("ray::", "ray: idle workers")):
-        if key in command:
-            return role
-    return "other: " + command[:60]
-
-
-def _maps_rings(pid: int) -> bool:
-    """Whether the process maps a shared-memory ring (an actor process does; a resource tracker not)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return "/psm_" in f.read()
-    except OSError:
-        return False
-
-
-def cpu_snapshot(threads: dict[int, str]) -> dict[tuple[int, int], tuple[str, int]]:
-    """(pid, tid) -> (role, ns on the CPU) for this process (its threads by `threads`: native id ->
-    role, the rest "driver: other threads") and every descendant."""
-    root = os.getpid()
-    table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    tree, todo = [root], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            tree.append(child)
-            todo.append(child)
-    snapshot = {}
-    for pid in tree:
-        role = None if pid == root else _role(table[pid][1])
-        if role is not None and role.startswith("other") and _maps_rings(pid):
-            role = "actor processes"  # (one's /proc cmdline sometimes reads empty under a Ray worker)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    ns = int(f.read().split()[0])
-                with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                    zmq = f.read().startswith("ZMQbg")  # libzmq's I/O threads name themselves
-            except (OSError, ValueError, IndexError):
-                continue
-            name = role or threads.get(int(tid), "driver: other threads (Ray core worker)")
-            snapshot[pid, int(tid)] = (("driver" if role is None else role) + ": zmq I/O" if zmq else name, ns)
-    return snapshot
-
-
-def driver_threads() -> dict[int, str]:
-    """This process's threads by role (cpu_snapshot's `threads`): the learner's, the replay server's, the publisher's."""
-    import threading
-
-    threads = {threading.main_thread().native_id: "driver: learner (main thread)"}
-    names = {"replay-server": "driver: replay-server thread", "ray-publisher": "driver: publisher thread"}
-    threads.update({t.native_id: names[t.name] for t in threading.enumerate() if t.name in names})
-    return threads
-
-
-# cpu_snapshot's roles as the ray model's sides (--accuracy); Ray's own processes are the rest
-MODEL_ROLES = (("driver", "driver"), ("node agents", "agents"), ("replay shards", "servers"),
-               ("actor processes", "actors"))
-
-
-def model_role(role: str) -> str:
-    return next((side for prefix, side in MODEL_ROLES if role.startswith(prefix)), "ray")
-
-
-def cpu_delta(before: dict, after: dict) -> dict[str, float]:
-    """Seconds on the CPU by role between two snapshots (threads born since count whole)."""
-    spent: dict[str, float] = {}
-    for key, (role, ns) in after.items():
-        spent[role] = spent.get(role, 0.0) + (ns - before.get(key, (role, 0))[1]) * 1e-9
-    return spent
-
-
-def idle_cpu(seconds: float) -> dict[str, float]:
-    """CPU per second by role with no run going: what the cluster's own processes cost at rest."""
-    first = cpu_snapshot({})
-    time.sleep(seconds)
-    return {role: s / seconds for role, s in cpu_delta(first, cpu_snapshot({})).items()}
 
 
 def _actor_clocks(agent) -> tuple[float, float, float, int]:
@@ -366,9 +257,11 @@ def accuracy_config():
     return apply_overrides(load_config(default_config_path()), {"dqn.n_step": 1})
 
 
-def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None, wire: bool = False):
+def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None, wire: bool = False,
+                   ray: bool = False):
     """Costs of the config's workload on `platform` from this machine's profile (measured if not
-    cached; `wire`: with the replay wire's tables, `pearl profile --wire`)."""
+    cached; `wire`: with the replay wire's tables, `pearl profile --wire`; `ray`: with the local
+    Ray cluster's, `pearl profile --ray`)."""
     from pearl import measure
     from pearl.estimator.costs import Costs
     from pearl.estimator.profile import profile
@@ -376,7 +269,8 @@ def measured_costs(config, platform: str, profile_seconds: float = 1.5, log=None
     from pearl.platforms import load_platform
 
     tables = profile(config, [("uniform", "cpu")], envs=(1, 8, 16), kernels=("fused",),
-                     seconds=profile_seconds, log=log, processes=True, wire=wire, runner=measure)
+                     seconds=profile_seconds, log=log, processes=True, wire=wire,
+                     ray=ray_us if ray else None, runner=measure)
     return Costs(load_platform(platform), workload_from_config(config), tables)
 
 
@@ -397,12 +291,13 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     config = accuracy_config()
     print(f"# {cpu_model()}, {os.cpu_count()} cores; load average before: {os.getloadavg()}", flush=True)
-    costs = measured_costs(config, "local_cluster", profile_seconds, log, wire=wire)
+    costs = measured_costs(config, "local_cluster", profile_seconds, log, wire=wire, ray=True)
     from pearl.estimator.wire import source
 
     print(f"# the wire: {'measured by pearl profile --wire' if source(costs.measured, 'uniform') == 'measured' else 'constants (estimator/wire.py)'}", flush=True)
-    for name in sorted(k for k in costs.measured if k.startswith("wire|")):
-        print(f"#   {name}: " + ", ".join(f"{size} rows {us:.1f} us" for size, us in costs.measured[name].items()))
+    for name in sorted(k for k in costs.measured if k.startswith(("wire|", "ray|"))):
+        print(f"#   {name}: " + ", ".join(f"{size} rows {us:.1f} us" if name.startswith("wire|") else f"{us:.1f} us"
+                                          for size, us in costs.measured[name].items()))
     cands = [ray_candidate(*plan) for plan in RAY_PLANS]
     local = [Candidate("uniform", "cpu", "cpu", "fused", e, 64, runtime="processes", actors=a)
              for a, e in PROCESSES_PLANS]
@@ -411,6 +306,10 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
     constants = Costs(costs.platform, costs.workload, {k: v for k, v in costs.measured.items()
                                                        if not k.startswith("wire|")})
     unwired = {c: predict(c, constants) for c in cands}
+    # and without `pearl profile --ray`'s tables: what the measured Ray costs change
+    rayless = Costs(costs.platform, costs.workload, {k: v for k, v in costs.measured.items()
+                                                     if not k.startswith("ray|")})
+    unrayed = {c: predict(c, rayless) for c in cands}
     rates: dict = {c: [] for c in cands + local}
     loads: dict = {c: [] for c in cands + local}
     cpu: dict = {}  # ray plan -> role -> CPU us per env step over its fastest run's steady window
@@ -435,8 +334,9 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
             loads[cand].append(os.getloadavg()[0])
             rates[cand].append(run["steps_per_s"])
     print("| runtime | plan | predicted steps/s | measured steps/s (runs) | error | limiting side (model) | "
-          "load average | wire constants: predicted, error |\n| --- | --- | ---: | ---: | ---: | --- | --- | --- |")
-    errors: dict = {"ray": [], "processes": [], "ray, wire constants": []}
+          "load average | wire constants: predicted, error | without the ray profile: predicted, error |\n"
+          "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- |")
+    errors: dict = {"ray": [], "processes": [], "ray, wire constants": [], "ray, without the ray profile": []}
     for cand in cands + local:
         p = predicted[cand]
         measured = max(rates[cand])  # the least disturbed run, as pearl.measure keeps the fastest window
@@ -446,21 +346,28 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
               f"({', '.join(f'{r:,.0f}' for r in rates[cand])}) | {100 * error:+.1f}% | {p.limiting_side} "
               f"({p.bottleneck}) | {', '.join(f'{x:.1f}' for x in loads[cand])} | " +
               (f"{unwired[cand].steps_per_s:,.0f}, {100 * (unwired[cand].steps_per_s - measured) / measured:+.1f}% |"
-               if cand in unwired else "|"))
+               if cand in unwired else "|") +
+              (f" {unrayed[cand].steps_per_s:,.0f}, {100 * (unrayed[cand].steps_per_s - measured) / measured:+.1f}% |"
+               if cand in unrayed else " |"))
         if cand in unwired:
             errors["ray, wire constants"].append(abs(unwired[cand].steps_per_s - measured) / measured)
+            errors["ray, without the ray profile"].append(abs(unrayed[cand].steps_per_s - measured) / measured)
     for runtime, values in errors.items():
         print(f"# {runtime}: median |error| {100 * statistics.median(values):.1f}% over {len(values)} plans, "
               f"max {100 * max(values):.1f}%")
     print("\nCPU per env step (us) of each role, measured over the fastest run's steady window / the model's:\n"
           "| plan | actors | node agents | driver (learner) | replay shards | Ray's own |\n"
-          "| --- | --- | --- | --- | --- | ---: |")
+          "| --- | --- | --- | --- | --- | --- |")
+    background = costs.ray_background()
     for cand in cands:
         p, m = predicted[cand], cpu[cand]
         model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads")),
                  "agents": p.step_us["agent"], "driver": p.sides["learner"],
-                 "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0)}
-        print(f"| {cand.label()} | " + " | ".join(f"{m[k]:.1f} / {model[k]:.1f}" for k in model) + f" | {m['ray']:.1f} |")
+                 "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0),
+                 # Ray's processes at rest on every node of the cluster, and their work per publish
+                 "ray": p.step_us.get("ray", 0.0) + 1e6 * background["daemon"] * costs.platform.nodes.count
+                 / p.steps_per_s}
+        print(f"| {cand.label()} | " + " | ".join(f"{m[k]:.1f} / {model[k]:.1f}" for k in model) + " |")
     print(f"# load average after: {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if save:
         import json
@@ -469,24 +376,6 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
                 for cand in cands + local]
         with open(save, "w") as out:
             json.dump({"tables": costs.measured, "runs": runs}, out, indent=1)
-
-
-@contextlib.contextmanager
-def local_cluster(nodes: int, store: int = 150 * 2**20):
-    """A local Ray cluster of `nodes` nodes of 1 CPU each on 127.0.0.1, this process its driver."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                                                            "object_store_memory": store, "include_dashboard": False})
-    try:
-        for _ in range(nodes - 1):
-            cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=store)
-        ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 class Echo:

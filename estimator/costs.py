@@ -302,11 +302,28 @@ class Costs:
                               f"{nodes.count}")
         return nodes
 
+    def ray_background(self) -> dict[str, float | None]:
+        """What a Ray cluster costs beyond the calls the ray model prices, from `pearl profile
+        --ray` (pearl/runtime/ray_profile.py) where the profile has it: `daemon` cores per node of
+        Ray's processes at rest (else the platform's `nodes.daemon_cores`), `agent` cores of a
+        node agent's process napping between passes (else None: the model's own passes price it),
+        `publish_agent` / `publish_ray` us per publish per agent in the agent's process (else the
+        platform's `nodes.ray_call_us`) and in Ray's processes (else 0)."""
+        nodes = self.platform.nodes
+        measured = {name: self._seconds(f"ray|{name.replace('_', '|')}", 0) for name in
+                    ("daemon", "agent", "publish_agent", "publish_ray")}
+        return {"daemon": nodes.daemon_cores if measured["daemon"] is None else measured["daemon"],
+                "agent": measured["agent"],
+                "publish_agent": nodes.ray_call_us if measured["publish_agent"] is None
+                else 1e6 * measured["publish_agent"],
+                "publish_ray": 0.0 if measured["publish_ray"] is None else 1e6 * measured["publish_ray"]}
+
     def ray_parts(self, cand, rows: int) -> dict[str, float]:
         """The ray runtime's per-component costs, us, for chunks of `rows` rows (estimator/wire.py
         for the wire and the node agents; the profile's or analytic figures for the tables):
         `insert` a chunk into a cpu table, `request` the server's handling of one request,
-        `agent_pass` a node agent's pass over its rings (one per nap), `agent_chunk` its sending
+        `agent_pass` a node agent's pass over its rings (one per nap; `agent_rings` without the
+        nap's call, when the profile measured the nap loop), `agent_chunk` its sending
         one chunk, `chunk_wire` the bytes of one
         chunk on the link, `insert_rtt` a chunk's round trip as its agent waits for the reply,
         `round` the driver's loop per chunk taken in; with the replay off the
@@ -323,6 +340,7 @@ class Costs:
         parts = {"insert": insert * 1e6,
                  "request": wire.server_s("insert", self, rows, insert, kind) * 1e6,
                  "agent_pass": wire.agent_pass_s(cand.actors, self) * 1e6,
+                 "agent_rings": wire.agent_pass_s(cand.actors, self, nap=False) * 1e6,
                  "agent_chunk": wire.agent_chunk_s(rows, self, kind) * 1e6,
                  "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
                  "insert_rtt": wire.round_trip_s("insert", rows, self, kind, insert) * 1e6,

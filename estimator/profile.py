@@ -19,6 +19,11 @@ combines tables for any plan on the grid.
 loopback, each request kind the ray plans send (an insert of a chunk of N rows, a sample of B
 rows with its priority update) timed: its round trip, the client's and the server's CPU.
 
+`--ray` adds what a local Ray cluster costs here beyond the calls the ray model prices
+(pearl/runtime/ray_profile.py `ray_us`, which the caller passes in as it passes the runner: Ray's
+processes per node at rest, a napping node agent's process per second, Ray's work per publish):
+`ray|...` tables.
+
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
 overhead factor per learner kernel and envs per actor (one run of each, set against the model),
 and for processes the ring write of an act round (timed on the runtime's own ring).
@@ -50,6 +55,10 @@ PROFILE_VERSION = 4
 # sample goes through the sharded client (the ray learner's), CPU is the processes' (ZeroMQ's I/O
 # thread's CURVE too)
 WIRE_VERSION = 2
+# The ray tables' version (`ray|...`, `pearl profile --ray`), kept as the wire's is.
+RAY_VERSION = 1
+# what pearl/runtime/ray_profile.py measures (its module doc), {"0": us} each
+RAY_TABLES = ("ray|daemon", "ray|agent", "ray|publish|agent", "ray|publish|ray")
 WIRE_ROWS = (8, 32, 256)  # the chunks ray plans send: one 8-env act round up to the largest chunk
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 
@@ -90,6 +99,8 @@ def load_cached(workload_key: str) -> dict | None:
     check_tables(entry.get("tables"), path)
     if entry.get("wire_version") != WIRE_VERSION:  # wire tables of another measurement: absent
         entry["tables"] = {k: v for k, v in entry["tables"].items() if not k.startswith("wire|")}
+    if entry.get("ray_version") != RAY_VERSION:
+        entry["tables"] = {k: v for k, v in entry["tables"].items() if not k.startswith("ray|")}
     return entry
 
 
@@ -145,12 +156,15 @@ class Runner(Protocol):
 
 def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None, kernels=None,
             seconds: float = 1.5, log=None, use_cache: bool = True, threaded: bool = False,
-            processes: bool = False, overlap: bool = False, wire: bool = False, *, runner: Runner) -> dict:
+            processes: bool = False, overlap: bool = False, wire: bool = False, ray=None, *,
+            runner: Runner) -> dict:
     """The measured cost table of `config`'s workload on this machine (see the module doc), its
     runs made by `runner` (pearl.measure); `batches`: default the config's own batch size;
     `kernels`: the cpu learner kernels to time (default: every one the algorithm has); `overlap`:
     the processes runtime's one-actor factor and ring write (implied by `processes`); `wire`: the
-    replay wire's tables for the cpu replay kinds of `replays`."""
+    replay wire's tables for the cpu replay kinds of `replays`; `ray`: a function measuring the local
+    Ray cluster's tables (RAY_TABLES) as `ray(n_params, log=log)` (pearl/runtime/ray_profile.py
+    `ray_us`), or None."""
     from pearl.estimator.workload import workload_from_config
 
     workload = workload_from_config(config)
@@ -171,11 +185,18 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                 not processes or all(f"processes|{k}" in cached["tables"] for k in kernels)):
             from pearl.estimator.wire import source
 
-            if not wire or all(source(cached["tables"], kind) == "measured" for kind in kinds):
+            missing_wire = wire and not all(source(cached["tables"], kind) == "measured" for kind in kinds)
+            missing_ray = ray is not None and not all(name in cached["tables"] for name in RAY_TABLES)
+            if not (missing_wire or missing_ray):
                 return cached["tables"]
-            # only the wire is missing: measured alone and added to the entry
-            cached["tables"].update(_wire_tables(runner, config, kinds, batches, log))
-            _store(workload.key(), {**cached, "wire_version": WIRE_VERSION})
+            # only the wire or the ray tables are missing: measured alone and added to the entry
+            if missing_wire:
+                cached["tables"].update(_wire_tables(runner, config, kinds, batches, log))
+                cached["wire_version"] = WIRE_VERSION
+            if missing_ray:
+                cached["tables"].update(_ray_tables(ray, workload, log))
+                cached["ray_version"] = RAY_VERSION
+            _store(workload.key(), cached)
             return cached["tables"]
     from pearl.estimator.costs import context_table
 
@@ -222,9 +243,12 @@ def profile(config, replays=(("uniform", "cpu"),), envs=(1, 4, 16), batches=None
                                          kernels if processes else kernels[:1], seconds, log, processes))
     if wire:
         tables.update(_wire_tables(runner, config, kinds, batches, log))
+    if ray is not None:
+        tables.update(_ray_tables(ray, workload, log))
     _store(workload.key(), {"tables": tables, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "load_average": os.getloadavg()[0], "seconds_per_run": seconds,
-                            "cpu_model": this_cpu_model(), **({"wire_version": WIRE_VERSION} if wire else {})})
+                            "cpu_model": this_cpu_model(), **({"wire_version": WIRE_VERSION} if wire else {}),
+                            **({"ray_version": RAY_VERSION} if ray is not None else {})})
     if log:
         log(f"profiled in {time.perf_counter() - started:.1f} s (load average {os.getloadavg()[0]:.2f})")
     return tables
@@ -239,6 +263,11 @@ def _wire_tables(runner, config, kinds, batches, log) -> dict:
         for name, cells in sorted(out.items()):
             log(f"{name}: " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     return out
+
+
+def _ray_tables(ray, workload, log) -> dict:
+    """The local Ray cluster's tables measured by `ray` for the workload's weights."""
+    return ray(workload.n_params, log=log)
 
 
 def this_cpu_model() -> str:

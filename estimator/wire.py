@@ -149,10 +149,10 @@ def round_trip_s(task: str, rows: int, costs, kind: str, table_s: float) -> floa
     return client_s(task, costs) + messages_s(task, rows, costs, latency, bandwidth) + server_s(task) + table_s
 
 
-def agent_pass_s(rings: int, costs) -> float:
+def agent_pass_s(rings: int, costs, nap: bool = True) -> float:
     """A node agent's pass over its `rings` actor rings (take, copy out, release, the allowance)
-    and its nap's call: it makes one per AGENT_NAP_S whether or not its rings hold rows."""
-    return (AGENT_CALLS_PER_RING * rings + 1) * costs.platform.host.call_overhead_us * 1e-6
+    and (`nap`) its nap's call: it makes one per AGENT_NAP_S whether or not its rings hold rows."""
+    return (AGENT_CALLS_PER_RING * rings + nap) * costs.platform.host.call_overhead_us * 1e-6
 
 
 def agent_chunk_s(rows: int, costs, kind: str = "") -> float:

@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--wire", action="store_true",
                       help="also time the replay wire (a loopback replay server: chunk inserts, samples; the ray "
                            "runtime's wire model reads them)")
+    prof.add_argument("--ray", action="store_true",
+                      help="also measure a local Ray cluster's own CPU (per node at rest, a napping node agent, per "
+                           "publish; the ray runtime's model reads them)")
     prof.add_argument("--tasks-only", action="store_true",
                       help="leave out the processes runtime's one-actor runs (its overlap factor and ring write)")
     from pearl.server.cli import add_parser as replay_server_parser
@@ -200,6 +203,7 @@ def _profile(args) -> int:
     from pearl import measure
     from pearl.config import default_config_path, load_config
     from pearl.estimator.profile import cache_path, default_replays, parse_replays, profile
+    from pearl.runtime.ray_profile import ray_us
 
     config = load_config(args.config or default_config_path())
     kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels else None
@@ -213,7 +217,7 @@ def _profile(args) -> int:
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
                      log=lambda line: print(line, file=sys.stderr), use_cache=not args.force,
                      threaded=args.threaded, processes=args.processes, overlap=not args.tasks_only, wire=args.wire,
-                     runner=measure)
+                     ray=ray_us if args.ray else None, runner=measure)
     for name, cells in sorted(tables.items()):
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")

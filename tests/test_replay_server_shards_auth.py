@@ -2,6 +2,8 @@
 allow-list (an unknown key gets nothing). Loopback only; every wait bounded."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -77,9 +79,10 @@ def test_sharded_per_equals_one_table_chi_square():
             s.stop()
 
 
-def test_asked_batches_are_taken_oldest_first():
-    """A learner's prefetch (pearl/runtime/ray.py `_Remote.prefetch`): batches asked for ahead come
-    back in order, each with its shards' counts, and a STATS refresh waits for none of them."""
+@contextlib.contextmanager
+def two_uniform_shards():
+    """A sharded client over two uniform shard servers on loopback, 32 rows in each (ids 0-31 and
+    100-131, so a row's id says its shard and slot)."""
     servers = [ReplayServer(ServerConfig(table=TableConfig(kind="uniform", capacity=64), bind=LOOPBACK,
                                          seed=s)).start() for s in range(2)]
     try:
@@ -87,6 +90,17 @@ def test_asked_batches_are_taken_oldest_first():
         client.add(*rows(np.arange(0, 32)), env_steps=32)
         client.add(*rows(np.arange(100, 132)), env_steps=32)
         client.flush()
+        yield client
+        client.close()
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_asked_batches_are_taken_oldest_first():
+    """A learner's prefetch (pearl/runtime/ray.py `_Remote.prefetch`): batches asked for ahead come
+    back in order, each with its shards' counts, and a STATS refresh waits for none of them."""
+    with two_uniform_shards() as client:
         rng = np.random.default_rng(0)
         client.sample(8, rng)  # the totals and counts of both shards
         sizes = (3, 5, 7)
@@ -101,10 +115,26 @@ def test_asked_batches_are_taken_oldest_first():
         for b in got:  # rows of shard s have ids s * 100 + slot
             assert np.array_equal(b.obs[:, 0].astype(np.int64), (b.indices >> SHIFT) * 100 + (b.indices & ((1 << SHIFT) - 1)))
         client.refresh()  # nothing asked: the STATS replies are the next on the sockets
-        client.close()
-    finally:
-        for s in servers:
-            s.stop()
+
+
+def test_ask_refreshes_only_with_nothing_in_flight():
+    """One rule for `ask` and `refresh`: with batches in flight the counts come from the totals the
+    taken replies carried (no refresh, which would refuse); with nothing in flight an ask without
+    totals refreshes them."""
+    with two_uniform_shards() as client:
+        rng = np.random.default_rng(0)
+        client.ask(4, rng)  # nothing in flight, no totals yet: a refresh gives them
+        assert client.totals.sum() > 0 and len(client.asked) == 1
+        client.totals[:] = 0.0  # as if the replies taken so far had carried no mass
+        with pytest.raises(ValueError, match="in flight"):
+            client.ask(4, rng)
+        assert len(client.take().indices) == 4  # its replies carry the shards' totals again
+        assert client.totals.sum() > 0
+        client.ask(5, rng)
+        assert len(client.take().indices) == 5
+        client.totals[:] = 0.0
+        client.ask(6, rng)  # nothing in flight: refreshed, then asked
+        assert len(client.take().indices) == 6 and client.progress == 64
 
 
 def test_curve_allow_list_unknown_key_gets_nothing(tmp_path):

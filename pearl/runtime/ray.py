@@ -52,7 +52,7 @@ from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.runtime.counters import Counters, Hooks
 from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, SAMPLES_AHEAD, allowance, chunk_steps,
-                            credit_lag, crossings, sync_due)
+                            credit_lag, crossings, grant_step, sync_due)
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
@@ -526,7 +526,7 @@ class _Remote:
             self.addresses = addresses
             u = schedule.updates_per_step
             self.lag = credit_lag(plan, u, parts.n_step)
-            self.step = max(1, math.ceil(self.lag / u) // 4)  # grants move by at least this many env steps
+            self.step = grant_step(plan, u, parts.n_step)  # grants move by at least this many env steps
             self.granted = [None] * nodes  # the last limit sent to each node agent
             self.ceiling = self.start
             self.rng = np.random.default_rng([parts.seed, counters.env_steps])

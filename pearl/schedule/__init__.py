@@ -112,6 +112,13 @@ def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     return MAX_LAG["processes"] + plan.ray.nodes * math.ceil(updates_per_step * chunk_steps(plan, n_step))
 
 
+def grant_step(plan, updates_per_step: float, n_step: int) -> int:
+    """Env steps of a ray run between two grants of the driver to a node agent (replay off the
+    learner's process, pearl/runtime/ray.py `_Remote.grant`: a Ray call each, one per this many
+    env steps of the whole run; the ray model prices them): a quarter of the credit window."""
+    return max(1, math.ceil(credit_lag(plan, updates_per_step, n_step) / updates_per_step) // 4)
+
+
 # A ray node agent's nap between passes over its rings (pearl/runtime/node_agent.py), and the age
 # of its oldest row at which it sends what it holds as one chunk; the ray model prices its passes
 # per nap, its chunks' fill and its credit window from them

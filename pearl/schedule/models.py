@@ -14,7 +14,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, allowance, credit_lag
+from pearl.schedule import (AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, allowance, credit_lag,
+                            grant_step)
 
 
 @dataclass
@@ -191,15 +192,20 @@ class Ray(ScheduleModel):
     to the replay server; the learner on the driver. Per env step of the whole plan, with c the
     rows a chunk carries and v the weight versions published (costs.ray_parts prices the parts):
         actors  As = act + ring write / E + weight loads (each actor loads a version once a round)
-        agents  G  = N x pass x step / (AGENT_NAP_S + pass) + chunk(c) / c + v x N Ray calls (the
-                     publishes they take): an agent passes over its rings once per nap, busy or not
+        agents  G  = N x pass x step / (AGENT_NAP_S + pass) + chunk(c) / c + v x N x a publish's
+                     handling: an agent passes over its rings once per nap, busy or not; with
+                     `pearl profile --ray` + N x its process's measured CPU per second x step (its
+                     nap loop and Ray's threads: costs.ray_background) and the pass without its nap
+        Ray     R  = (v x N + g) x Ray's measured work per publish per agent (0 without the profile's)
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
                      chunk + v x (sync_weights + N Ray calls, + a ray.put for weights over
                      INLINE_WEIGHTS_BYTES: a publish per agent)
                      + (d - v) ray.waits (a sync past the time gate while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
-                     `server` / `node`: the sample is a wait on the wire and the shards; with
+                     `server` / `node`: + g grants (a Ray call each to an agent, handled there
+                     as a publish is: + g x a publish's handling in G); the sample is a wait on
+                     the wire and the shards; with
                      uniform replay the learner keeps SAMPLES_AHEAD batches asked for while it
                      learns, so it waits only where a round trip / SAMPLES_AHEAD exceeds its update
     With the replay in the learner the server's credit bounds the env steps committed ahead of
@@ -211,12 +217,14 @@ class Ray(ScheduleModel):
     nodes) cost the most.
     d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
     agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
-    flight fold into the next. c = clamp(rows arriving over the passes until an agent's oldest row
+    flight fold into the next. g = 1 / pearl.schedule.grant_step per env step (0 with `learner`:
+    the server's credit gates the agents). c = clamp(rows arriving over the passes until an agent's oldest row
     is FLUSH_S old, E, chunk): an agent sends what it holds then, so chunks fill only as far as
     that lets rows pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
     learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
-    / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared host
-    (a local cluster: `nodes.shared_cores`), all the work over the cores its Ray daemons leave,
+    + R / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared
+    host (a local cluster: `nodes.shared_cores`), all the work (R too) over the cores its Ray
+    daemons leave (measured at rest by `pearl profile --ray`, else the platform's `daemon_cores`),
     times the processes runtime's measured time-sharing factor when the processes outnumber the
     cores they share. c and v depend on the step: a fixed point, found by iteration."""
 
@@ -252,6 +260,9 @@ class Ray(ScheduleModel):
         window = 0.0 if remote else credit_lag(cand.to_plan(), u, costs.workload.n_step) / u
         # rows an agent finds in its rings at most: its actors' allowances (pearl.schedule.allowance)
         held = a * allowance(u, n * a, e)
+        background = costs.ray_background()
+        # the driver's grants to the agents (replay off the learner's process): Ray calls per env step
+        grants = 1.0 / grant_step(cand.to_plan(), u, costs.workload.n_step) if remote else 0.0
         for _ in range(self.ITERATIONS):
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
             # an agent passes over its rings once per nap; it sends what it holds at the first pass
@@ -271,16 +282,20 @@ class Ray(ScheduleModel):
             versions = min(due, total / delivery)
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
-            # every agent's passes over the env step's time, its chunks, the publishes it takes
-            step_us["agent"] = n * parts["agent_pass"] * total / cycle + parts["agent_chunk"] / rows \
-                + versions * n * nodes.ray_call_us
+            # every agent's passes over the env step's time, its chunks, the publishes it takes;
+            # measured, its process's CPU per second whatever the rate (the nap loop's wakes, Ray's
+            # threads) beside the passes' own work
+            passes = parts["agent_pass"] if background["agent"] is None else parts["agent_rings"]
+            step_us["agent"] = n * passes * total / cycle + parts["agent_chunk"] / rows \
+                + (versions * n + grants) * background["publish_agent"] + n * (background["agent"] or 0.0) * total
+            step_us["ray"] = (versions * n + grants) * background["publish_ray"]
             step_us["insert"] = parts["insert"] / rows
             step_us["server_requests"] = parts["request"] / rows
             # each sync past the time gate while a delivery is in flight asks Ray whether it landed
             polls = max(0.0, due - versions)
             step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
-            step_us["overhead"] = per_update + parts["round"] / rows
+            step_us["overhead"] = per_update + parts["round"] / rows + grants * nodes.ray_call_us
             if window:  # a credit cycle per window of env steps (the docstring)
                 step_us["credit_wait"] = (AGENT_NAP_S * 1e6 + 2 * parts["insert_rtt"]) / window
             wait = step_us.get("credit_wait", 0.0)
@@ -307,12 +322,12 @@ class Ray(ScheduleModel):
                 sides["server"] = server
             receivers = shards if cand.placement == "node" else 1  # the nodes the chunks flow into
             sides["wire"] = parts["chunk_wire"] / rows / receivers
-            busy = actors_us + agents_us + learner_cpu + servers_cpu
+            busy = actors_us + agents_us + learner_cpu + servers_cpu + step_us["ray"]
             if shared:
-                free = shared - nodes.daemon_cores * nodes.count
+                free = shared - background["daemon"] * nodes.count
                 sides["cores"] = busy / free
             else:
-                sides["node cores"] = (actors_us + agents_us) / (n * nodes.cores)
+                sides["node cores"] = (actors_us + agents_us + step_us["ray"]) / (n * nodes.cores)
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
             limiting = max(sides, key=sides.get)

@@ -63,7 +63,10 @@ class ShardedReplayClient:
         pass
 
     def refresh(self) -> None:
-        if self.asked:  # a STATS reply would queue behind those batches on the same sockets
+        """The shards' totals, minima and env steps by a STATS request each: only with no batch in
+        flight (a STATS reply would queue behind those batches on the same sockets; their replies
+        carry the same figures)."""
+        if self.asked:
             raise RuntimeError("refresh: batches asked for and not taken")
         for s, shard in enumerate(self.shards):
             stats = shard.stats()
@@ -108,13 +111,16 @@ class ShardedReplayClient:
 
     def ask(self, batch_size: int, rng: np.random.Generator) -> None:
         """Sends the requests of one batch without waiting for it (`take` reads the replies, oldest
-        batch first): a learner asks for its next batch before it learns on this one. The per-shard
-        counts come from the totals of the replies taken so far (`refresh` refuses while one is asked)."""
-        if not self.totals.sum() > 0:
+        batch first): a learner asks for its next batch before it learns on this one. One rule for
+        the per-shard counts: while batches are in flight they come from the totals the replies
+        taken so far carried (the asked batches' replies bring the next), and only with nothing in
+        flight may a refresh (STATS) fetch totals the client does not have yet."""
+        if not self.totals.sum() > 0 and not self.asked:
             self.refresh()
         total = self.totals.sum()
         if not total > 0:
-            raise ValueError("cannot sample: the shards hold no mass")
+            raise ValueError("cannot sample: the shards hold no mass" +
+                             (" (as of the replies taken; batches are in flight)" if self.asked else ""))
         counts = rng.multinomial(batch_size, self.totals / total)
         asked = []
         for s, (shard, count) in enumerate(zip(self.shards, counts)):
