@@ -134,7 +134,7 @@ class BF16Copy(nn.Module):
 
         self.net = copy.deepcopy(master).to(dtype=torch.bfloat16, memory_format=torch.channels_last)
         encoder = self.net.encoder
-        # each convolution with its ReLU as one oneDNN call (same parameters, in the same order)
+        # each convolution with its ReLU: one oneDNN call without autograd (same parameters, same order)
         layers = list(encoder.convs)
         encoder.convs = nn.Sequential(*(ConvReLU(conv) for conv in layers[0::2]))
         self._pairs = (list(self.net.parameters()), list(master.parameters()))
@@ -198,12 +198,13 @@ class BF16Copy(nn.Module):
 
 
 class ConvReLU(nn.Module):
-    """relu(conv(x)) of a BF16Copy's convolution (no padding, no dilation, one group) as one oneDNN
-    convolution with the ReLU as its post-op: torch's separate ReLU was one more pass over each
-    activation, forward and in the backward's graph (~0.3 ms of the Nature stack's ~1.5 ms forward at
-    batch 32, benchmarks/cnn_paths.py). The same numbers as nn.ReLU after nn.Conv2d: the post-op is
-    applied to the convolution's bfloat16 result, and the backward is the one autograd ran for the
-    pair (threshold_backward on the output, then convolution_backward)."""
+    """relu(conv(x)) of a BF16Copy's convolution (no padding, no dilation, one group). Without
+    autograd (the target's forward, double DQN's argmax) one oneDNN convolution with the ReLU as its
+    post-op: torch's separate ReLU is one more pass over each activation (~0.35-0.45 ms of a ~3.5-6
+    ms no-grad Nature forward at batch 32, docs/BENCHMARKS.md session 14); the same bfloat16 numbers.
+    With autograd the two torch ops, whose backward autograd runs: the fused forward with the pair's
+    backward written out (threshold_backward, convolution_backward) made the backward 0.5-1.4 ms
+    slower, for reasons not found."""
 
     def __init__(self, conv: nn.Conv2d):
         super().__init__()
@@ -216,31 +217,9 @@ class ConvReLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         conv = self.conv
         if torch.is_grad_enabled() and (conv.weight.requires_grad or x.requires_grad):
-            return _ConvReLUFunction.apply(x, conv.weight, conv.bias, conv.stride)
-        return _conv_relu(x, conv.weight, conv.bias, conv.stride)
-
-
-def _conv_relu(x, weight, bias, stride):
-    return torch.ops.mkldnn._convolution_pointwise(x, weight, bias, [0, 0], list(stride), [1, 1], 1, "relu", [], None)
-
-
-class _ConvReLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, stride):
-        y = _conv_relu(x, weight, bias, stride)
-        ctx.save_for_backward(x, weight, y)
-        ctx.stride = stride
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, weight, y = ctx.saved_tensors
-        grad_z = torch.ops.aten.threshold_backward(grad_y, y, 0)
-        need = ctx.needs_input_grad
-        grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
-            grad_z, x, weight, [weight.shape[0]], list(ctx.stride), [0, 0], [1, 1], False, [0, 0], 1,
-            [need[0], need[1], need[2]])
-        return grad_x, grad_w, grad_b, None
+            return torch.relu(conv(x))
+        return torch.ops.mkldnn._convolution_pointwise(x, conv.weight, conv.bias, [0, 0], list(conv.stride),
+                                                       [1, 1], 1, "relu", [], None)
 
 
 def _in_low_order(t: torch.Tensor) -> torch.Tensor:

@@ -119,9 +119,9 @@ def test_bf16_update_follows_the_float32_update(net):
 
 @pytest.mark.parametrize("net", NETS)
 def test_fused_conv_relu_equals_the_separate_layers(net):
-    """The copy's convolutions run with their ReLU fused (pearl.nets.ConvReLU): the Q-values (with and
-    without autograd) and every gradient of the loss are bit for bit those of nn.Conv2d then nn.ReLU
-    on the same bfloat16 weights."""
+    """The copy's convolutions with their ReLU (pearl.nets.ConvReLU: one fused oneDNN call without
+    autograd): the Q-values (with and without autograd) and every gradient of the loss are bit for bit
+    those of nn.Conv2d then nn.ReLU on the same bfloat16 weights."""
     algo = algorithm(net)
     fused = BF16Copy(algo.online)
     separate = copy.deepcopy(fused)
