@@ -17,6 +17,8 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
                   kernels/cpu/bf16_adam.py)
   bf16_torch_step bf16 with session 11's optimizer step as torch ops: the copy's gradients into the
                   masters' float32 ones, clipping, torch's fused Adam, the copy refreshed
+  bf16_separate_relu  bf16 with each convolution and its ReLU as two torch ops (before session 14's
+                  fused ConvReLU)
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
@@ -51,7 +53,7 @@ from pearl.runtime.learners import TorchLearner
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
 PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
-         "bf16_torch_step")
+         "bf16_torch_step", "bf16_separate_relu")
 
 
 @contextlib.contextmanager
@@ -113,6 +115,10 @@ def make(net: str, path: str, batch: int, double: bool = True):
             module.forward = torch.compile(module.forward)
     learner = (TorchStepLearner if path == "bf16_torch_step" else TorchLearner)(
         algo, "cpu", "bf16" if path.startswith("bf16") else "fp32")
+    if path == "bf16_separate_relu":
+        for low in learner._low.values():
+            encoder = low.net.encoder
+            encoder.convs = torch.nn.Sequential(*(m for layer in encoder.convs for m in (layer.conv, torch.nn.ReLU())))
     rng = np.random.default_rng(0)
     data = Batch(rng.integers(0, high, (batch, *shape), dtype=np.uint8), rng.integers(0, 4, batch),
                  np.zeros(batch, np.float32), rng.integers(0, high, (batch, *shape), dtype=np.uint8),
@@ -182,7 +188,7 @@ def main() -> None:
             for path, (_, walls, cpus) in runs.items():
                 cpu_ms = statistics.median(cpus) * 1e3
                 speedup = f"  fp32/this {base * 1e3 / cpu_ms:5.2f}x" if base else ""
-                print(f"{net:8s} threads {threads}  {path:15s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
+                print(f"{net:8s} threads {threads}  {path:18s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
                       f"  cpu {cpu_ms:8.2f} ms{speedup}")
             conversions(net, args.batch, args.repeats)
             print(f"# load {os.getloadavg()}")

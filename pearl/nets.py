@@ -133,9 +133,12 @@ class BF16Copy(nn.Module):
         from pearl.kernels.cpu.pixels import BF16_OF_BYTE, bytes_to_bf16_nhwc
 
         self.net = copy.deepcopy(master).to(dtype=torch.bfloat16, memory_format=torch.channels_last)
+        encoder = self.net.encoder
+        # each convolution with its ReLU: one oneDNN call without autograd (same parameters, same order)
+        layers = list(encoder.convs)
+        encoder.convs = nn.Sequential(*(ConvReLU(conv) for conv in layers[0::2]))
         self._pairs = (list(self.net.parameters()), list(master.parameters()))
         self._convert, self._table = bytes_to_bf16_nhwc, BF16_OF_BYTE
-        encoder = self.net.encoder
         self._in_shape, self._scale = encoder.in_shape, encoder.obs_scale
         encoder.obs_scale = 1.0
         # the first convolution's weight, in the copy and in the master: where the scale is folded
@@ -192,6 +195,31 @@ class BF16Copy(nn.Module):
             adam_to_bf16(wide, scale * clip, weights, _in_low_order(state["exp_avg"]).numpy(),
                          _in_low_order(state["exp_avg_sq"]).numpy(), low_bits, scale, self._row,
                          lr, beta1, beta2, eps, float(state["step"]))
+
+
+class ConvReLU(nn.Module):
+    """relu(conv(x)) of a BF16Copy's convolution (no padding, no dilation, one group). Without
+    autograd (the target's forward, double DQN's argmax) one oneDNN convolution with the ReLU as its
+    post-op: torch's separate ReLU is one more pass over each activation (~0.35-0.45 ms of a ~3.5-6
+    ms no-grad Nature forward at batch 32, docs/BENCHMARKS.md session 14); the same bfloat16 numbers.
+    With autograd the two torch ops, whose backward autograd runs: the fused forward with the pair's
+    backward written out (threshold_backward, convolution_backward) made the backward 0.5-1.4 ms
+    slower, for reasons not found."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        self.conv = conv
+
+    @property
+    def weight(self) -> torch.Tensor:  # what ConvEncoder reads its input dtype from, as of nn.Conv2d
+        return self.conv.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        conv = self.conv
+        if torch.is_grad_enabled() and (conv.weight.requires_grad or x.requires_grad):
+            return torch.relu(conv(x))
+        return torch.ops.mkldnn._convolution_pointwise(x, conv.weight, conv.bias, [0, 0], list(conv.stride),
+                                                       [1, 1], 1, "relu", [], None)
 
 
 def _in_low_order(t: torch.Tensor) -> torch.Tensor:

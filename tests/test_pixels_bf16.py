@@ -5,6 +5,8 @@ bfloat16 copies following the float32 masters, learning, checkpoints, and the on
 an MLP Q-network."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ import pearl
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.errors import ConfigError
+from pearl.nets import BF16Copy, ConvReLU
 from pearl.replay import Batch
 from pearl.runtime.learners import TorchLearner
 
@@ -112,6 +115,29 @@ def test_bf16_update_follows_the_float32_update(net):
             assert_copies_are_the_masters_rounded(bf16)
     assert all(p.dtype == torch.float32 for p in algos["bf16"].online.parameters())
     assert all(int(state["step"]) == 4 for state in bf16.algo.optimizer.state.values())
+
+
+@pytest.mark.parametrize("net", NETS)
+def test_fused_conv_relu_equals_the_separate_layers(net):
+    """The copy's convolutions with their ReLU (pearl.nets.ConvReLU: one fused oneDNN call without
+    autograd): the Q-values (with and without autograd) and every gradient of the loss are bit for bit
+    those of nn.Conv2d then nn.ReLU on the same bfloat16 weights."""
+    algo = algorithm(net)
+    fused = BF16Copy(algo.online)
+    separate = copy.deepcopy(fused)
+    separate.net.encoder.convs = torch.nn.Sequential(*(m for layer in fused.net.encoder.convs
+                                                        for m in (copy.deepcopy(layer.conv), torch.nn.ReLU())))
+    assert all(isinstance(layer, ConvReLU) for layer in fused.net.encoder.convs)
+    batch = frames(net, 0)
+    obs, actions = torch.from_numpy(batch.obs), torch.from_numpy(batch.actions)
+    with torch.no_grad():
+        np.testing.assert_array_equal(fused(obs).numpy(), separate(obs).numpy())
+    for low in (fused, separate):
+        q = low(obs)
+        (q.gather(1, actions.long().unsqueeze(1)).square().mean() + q.mean()).backward()
+    for got, want in zip(fused.net.parameters(), separate.net.parameters(), strict=True):
+        assert got.grad is not None
+        np.testing.assert_array_equal(got.grad.float().numpy(), want.grad.float().numpy())
 
 
 def test_bf16_learner_fits_a_fixed_batch_like_float32():
