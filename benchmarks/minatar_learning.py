@@ -39,6 +39,11 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import load_average  # noqa: E402  (benchmarks/ is the script's own directory)
+
+from pearl.io import atomic_write_text  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "minatar_breakout_dqn.yaml"
 
@@ -126,16 +131,6 @@ def verdict(values: dict, target_value: float | None, seeds: int) -> tuple[str, 
     return f"not met: mean {mean:.2f} < published {target_value:.2f}", mean
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 class Study:
     def __init__(self, args):
         self.args, self.out = args, Path(args.out)
@@ -167,8 +162,8 @@ class Study:
             study="DQN on MinAtar/Breakout-v1 (configs/minatar_breakout_dqn.yaml cut to --frames)",
             frames=self.args.frames, runtime=self.args.runtime, actors=self.args.actors,
             target=self.target, metric=self.metric, seeds=seeds, mean_at_target=mean, verdict=text,
-            updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), load_average=_load_average())
-        _atomic_write(self.path, json.dumps(self.data, indent=1))
+            updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), load_average=load_average())
+        atomic_write_text(self.path, json.dumps(self.data, indent=1))
         return self.data
 
     def train(self, seed: int) -> None:
@@ -189,9 +184,9 @@ class Study:
         command.append("--quiet")
         record = self.data["seeds"].setdefault(str(seed), {})
         record.setdefault("starts", []).append({"at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                                                "how": state, "load_average": _load_average()})
+                                                "how": state, "load_average": load_average()})
         print(f"seed {seed}: {'resuming' if state == 'partial' else 'starting'} ({' '.join(command[3:])}), "
-              f"load {_load_average()}", flush=True)
+              f"load {load_average()}", flush=True)
         cpu0 = os.times()
         with open(self.out / f"seed-{seed}.log", "a") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -269,9 +264,9 @@ def main(argv=None) -> int:
         written = study.out / "config.yaml"
         if written.is_file() and yaml.safe_load(written.read_text()) != config:
             raise SystemExit(f"--out {study.out}: holds a study with another config.yaml; use another --out")
-        _atomic_write(written, yaml.safe_dump(config, sort_keys=False))
+        atomic_write_text(written, yaml.safe_dump(config, sort_keys=False))
         print(f"minatar_learning: {args.frames:,} frames x seeds {args.seeds}, {args.runtime} runtime, "
-              f"-> {study.out}; load {_load_average()}", flush=True)
+              f"-> {study.out}; load {load_average()}", flush=True)
         for seed in args.seeds:
             study.train(seed)
     study.report()
