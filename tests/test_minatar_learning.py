@@ -86,7 +86,8 @@ def test_the_study_saves_curves_and_the_verdict_from_the_run_dirs(tmp_path):
     for seed, train in ((0, 2.0), (1, 3.0), (2, 4.0)):
         run = tmp_path / f"seed-{seed}"
         run.mkdir()
-        (run / "metrics.csv").write_text(HEADER + f"10000,5000,900,1.0,,,0.9,100,90\n20000,15000,1500,{train},2.5,,0.1,100,190\n")
+        (run / "metrics.csv").write_text(HEADER + "10000,5000,900,1.0,,,0.9,100,90\n"
+                                         f"20000,15000,1500,{train},2.5,,0.1,100,190\n")
         (run / "checkpoint.npz").write_bytes(b"")
     data = _study(tmp_path, "--target-return", "2.9", "--how-read", "test").save()
     assert [data["seeds"][s]["at_target"] for s in "012"] == [2.0, 3.0, 4.0]
