@@ -89,17 +89,24 @@ def derived_config(base: dict, frames: int, eval_interval: int, log_interval: in
 
 
 def _number(text: str):
-    return float(text) if text not in ("", None) else None
+    return float(text) if text else None
 
 
 def read_curve(metrics_csv: Path) -> list[dict]:
-    """metrics.csv's rows as {frames, train_return_100, eval_return, episodes, wall_s}."""
+    """metrics.csv's rows as {frames, train_return_100, eval_return, episodes, wall_s}, up to the
+    first row that does not parse: the file is read while pearl writes it (a row being written, or
+    the whole file rewritten by a resumed run), and the next read sees the row whole."""
     if not metrics_csv.is_file():
         return []
+    curve = []
     with open(metrics_csv, newline="") as f:
-        return [{"frames": int(row["env_steps"]), "train_return_100": _number(row["mean_return_100"]),
-                 "eval_return": _number(row["eval_return"]), "episodes": int(row["episodes"]),
-                 "wall_s": _number(row["wall_s"])} for row in csv.DictReader(f)]
+        for row in csv.DictReader(f):
+            if None in row.values():  # cells missing: the row is being written
+                break
+            curve.append({"frames": int(row["env_steps"]), "train_return_100": _number(row["mean_return_100"]),
+                          "eval_return": _number(row["eval_return"]), "episodes": int(row["episodes"]),
+                          "wall_s": _number(row["wall_s"])})
+    return curve
 
 
 def seed_state(run_dir: Path) -> str:
