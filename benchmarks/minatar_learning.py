@@ -103,8 +103,9 @@ def read_curve(metrics_csv: Path) -> list[dict]:
         for row in csv.DictReader(f):
             if None in row.values():  # cells missing: the row is being written
                 break
-            curve.append({"frames": int(row["env_steps"]), "train_return_100": _number(row["mean_return_100"]),
-                          "eval_return": _number(row["eval_return"]), "episodes": int(row["episodes"]),
+            # int(float()): a resumed run rewrites its earlier rows' counts as floats ("5000.0")
+            curve.append({"frames": int(float(row["env_steps"])), "train_return_100": _number(row["mean_return_100"]),
+                          "eval_return": _number(row["eval_return"]), "episodes": int(float(row["episodes"])),
                           "wall_s": _number(row["wall_s"])})
     return curve
 

@@ -53,6 +53,9 @@ def test_read_curve_and_value_at(tmp_path):
     assert ml.value_at(curve, 10000, "eval_return", 5000) == 2.4
     assert ml.value_at(curve, 15000, "eval_return", 5000) is None          # no eval in the window
     assert ml.read_curve(tmp_path / "missing.csv") == []
+    # the rows a resumed run rewrote
+    (tmp_path / "metrics.csv").write_text(HEADER + "5000.0,0.0,600.0,0.5,,,0.96,200,25\n")
+    assert ml.read_curve(tmp_path / "metrics.csv")[0]["frames"] == 5000
     # read while pearl writes: a row cut short ends the curve there, as a row that is half a number
     (tmp_path / "metrics.csv").write_text(HEADER + "5000,0,600,0.5,,,0.96,200,25\n10000,5000,12")
     assert [r["frames"] for r in ml.read_curve(tmp_path / "metrics.csv")] == [5000]
