@@ -157,19 +157,19 @@ class Study:
         return self.out / f"seed-{seed}"
 
     def save(self) -> dict:
-        seeds = {}
+        at_target = {}
         for seed in self.args.seeds:
             run_dir = self.run_dir(seed)
             curve = read_curve(run_dir / "metrics.csv")
-            seeds[str(seed)] = {
-                **self.data["seeds"].get(str(seed), {}), "state": seed_state(run_dir), "curve": curve,
-                "at_target": value_at(curve, self.target["frames"], self.metric, self.args.log_interval)}
-        text, mean = verdict({s: v["at_target"] for s, v in seeds.items()}, self.target["value"],
-                             len(self.args.seeds))
+            at_target[seed] = value_at(curve, self.target["frames"], self.metric, self.args.log_interval)
+            # in place: train() keeps adding to the seed's record while the seed runs
+            self.data["seeds"].setdefault(str(seed), {}).update(
+                state=seed_state(run_dir), curve=curve, at_target=at_target[seed])
+        text, mean = verdict(at_target, self.target["value"], len(self.args.seeds))
         self.data.update(
             study="DQN on MinAtar/Breakout-v1 (configs/minatar_breakout_dqn.yaml cut to --frames)",
             frames=self.args.frames, runtime=self.args.runtime, actors=self.args.actors,
-            target=self.target, metric=self.metric, seeds=seeds, mean_at_target=mean, verdict=text,
+            target=self.target, metric=self.metric, mean_at_target=mean, verdict=text,
             updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), load_average=load_average())
         atomic_write_text(self.path, json.dumps(self.data, indent=1))
         return self.data

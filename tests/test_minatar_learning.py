@@ -108,6 +108,18 @@ def test_the_study_saves_curves_and_the_verdict_from_the_run_dirs(tmp_path):
     assert _study(tmp_path).save()["verdict"].startswith("no published value")
 
 
+def test_a_seeds_record_keeps_what_is_added_to_it_between_saves(tmp_path):
+    study = _study(tmp_path)
+    record = study.data["seeds"].setdefault("1", {})
+    record["starts"] = ["first"]
+    study.save()
+    record["cpu_s_children"] = 12.5  # as train() adds after the seed's polls
+    study.save()
+    assert json.loads((tmp_path / "curves.json").read_text())["seeds"]["1"]["cpu_s_children"] == 12.5
+    again = _study(tmp_path)  # a later run of the script keeps the records
+    assert again.save()["seeds"]["1"]["starts"] == ["first"]
+
+
 def test_bad_arguments_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ml.parse_args(["--out", str(tmp_path), "--target-frames", "100000"])
