@@ -10,6 +10,7 @@ from pearl.progress import Progress
 
 METRIC_COLUMNS = ("env_steps", "updates", "episodes", "mean_return_100", "eval_return",
                   "loss", "epsilon", "steps_per_s", "wall_s")
+COUNT_COLUMNS = ("env_steps", "updates", "episodes")  # integers, also in the rows a resumed run rewrites
 
 
 class RunLog:
@@ -86,9 +87,14 @@ def _read_rows(path: Path) -> list[dict]:
     """metrics.csv's rows with numbers as numbers (empty cells stay "")."""
     if not path.is_file():
         return []
+
+    def number(column: str, text: str):
+        if text == "" or column == "label":
+            return text
+        return int(text) if column in COUNT_COLUMNS else float(text)
+
     with open(path, newline="") as f:
-        return [{k: (v if v == "" or k == "label" else float(v)) for k, v in row.items()}
-                for row in csv.DictReader(f)]
+        return [{k: number(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def _round(value, digits: int = 2):

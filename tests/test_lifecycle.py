@@ -115,7 +115,7 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path, runtime):
     assert resumed.updates == int((total - 500) * 0.25)  # the replay ratio over the whole run
     assert resumed.replay.inserted == total
     np.testing.assert_array_equal(resumed.replay.storage["obs"][:at], saved.replay.storage["obs"][:at])
-    steps = [int(float(r["env_steps"])) for r in metrics(tmp_path)]
+    steps = [int(r["env_steps"]) for r in metrics(tmp_path)]  # integers, also the rows rewritten at the resume
     assert steps == sorted(set(steps)) and steps[-1] == total  # no duplicated rows after the resume
     with pytest.raises(ConfigError, match="already finished"):
         pearl.resume(tmp_path)
