@@ -103,7 +103,8 @@ def read_curve(metrics_csv: Path) -> list[dict]:
         for row in csv.DictReader(f):
             if None in row.values():  # cells missing: the row is being written
                 break
-            # int(float()): a resumed run rewrites its earlier rows' counts as floats ("5000.0")
+            # int(float()): run directories resumed before pearl/runlog.py kept counts integers (session 14)
+            # hold their earlier rows' counts as floats ("5000.0"); the study's own runs are such
             curve.append({"frames": int(float(row["env_steps"])), "train_return_100": _number(row["mean_return_100"]),
                           "eval_return": _number(row["eval_return"]), "episodes": int(float(row["episodes"])),
                           "wall_s": _number(row["wall_s"])})
