@@ -99,6 +99,9 @@ class ActorRecipe:
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(), **kwargs)
 
 
+# CPython >= 3.12's DeprecationWarning at a fork of a process with more than one OS thread ("This
+# process (pid=N) is multi-threaded, use of fork() may lead to deadlocks in the child.")
+FORK_WARNING = r".*multi-threaded, use of fork\(\)"
 # (actor class, env id) whose kernels this process has loaded (`_ActorProcesses._fork`)
 _WARM_ACTORS: set[tuple] = set()
 
@@ -402,7 +405,7 @@ class _ActorProcesses:
             # Python thread runs here (`start`); the others are native pools idle while this
             # thread forks: OpenBLAS's workers (numpy's and SciPy's; OpenBLAS stops them before a
             # fork), torch's or numba's if the learner used them (the child never does: `fork_actors`)
-            warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=FORK_WARNING, category=DeprecationWarning)
             pid = os.fork()
         if pid:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
