@@ -4,7 +4,8 @@ an optional dueling head (Wang et al. 2016) and importance weights for prioritiz
 The algorithm, top to bottom, as the papers state it:
 
     for each env step t:
-        a_t = random action with probability epsilon(t), else argmax_a Q(s_t, a)         # act
+        a_t = random action with probability epsilon(t) (1 before learning_starts),      # act
+              else argmax_a Q(s_t, a)
         store (s_t, a_t, R_t^(n), s_{t+n}, gamma^n * not_terminated)                    # insert
         every 1/replay_ratio steps:
             sample a batch with importance weights w                                    # sample
@@ -81,6 +82,12 @@ class DQN:
 
     # -- act -----------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:
+        """The probability of a random action at env step `step`: 1 before learning_starts (the replay
+        fills with uniformly random actions, as in Mnih et al. 2015, Stable-Baselines3 and this
+        package's DDPG / TD3 / SAC; no greedy pass is computed for them), then the linear decay over
+        the first `fraction` of the run, counted from step 0 (SB3's schedule)."""
+        if step < self.config.learning_starts:
+            return 1.0
         explore = self.config.exploration
         decay_steps = max(1.0, explore.fraction * self.total_steps)
         progress = min(1.0, step / decay_steps)
