@@ -361,7 +361,7 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
     background = costs.ray_background()
     for cand in cands:
         p, m = predicted[cand], cpu[cand]
-        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads")),
+        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads", "actor_wait")),
                  "agents": p.step_us["agent"], "driver": p.sides["learner"],
                  "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0),
                  # Ray's processes at rest on every node of the cluster, and their work per publish
@@ -582,7 +582,7 @@ def run_main(args) -> None:
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          act_while_actors_start=not args.no_learner_start,
-                         ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
+                         ray=RayPlan(nodes=args.nodes, chunk=args.chunk, replay=args.replay, shards=args.shards))}
     plans = {name: plans[name] for name in args.runtimes.split(",")}
     if args.cpu:  # the steady part's CPU: the agents' and actors', not the learner's own actor at the start
         return cpu_report({name: dataclasses.replace(plan, act_while_actors_start=False)
