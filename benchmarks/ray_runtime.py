@@ -378,6 +378,35 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
             json.dump({"tables": costs.measured, "runs": runs}, out, indent=1)
 
 
+def reprice(path: str) -> None:
+    """--reprice: the ray plans of a --save file priced again by this tree's model, from the tables
+    the run saved (its own profile), against the rates it measured: the model's changes checked
+    on old runs without running them again."""
+    import json
+
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import Candidate, predict
+    from pearl.estimator.workload import workload_from_config
+    from pearl.platforms import load_platform
+
+    with open(path) as f:
+        saved = json.load(f)
+    costs = Costs(load_platform("local_cluster"), workload_from_config(accuracy_config()), saved["tables"])
+    print(f"# {path}: the saved runs priced by this tree's model with the saved tables ("
+          f"{', '.join(sorted(k for k in saved['tables'] if k.startswith('ray|')))})")
+    print("| plan | predicted steps/s | measured steps/s | error |\n| --- | ---: | ---: | ---: |")
+    errors = []
+    for run in saved["runs"]:
+        cand = Candidate(**run["plan"])
+        if cand.runtime != "ray":
+            continue
+        p, measured = predict(cand, costs), max(run["rates"])
+        errors.append((p.steps_per_s - measured) / measured)
+        print(f"| {cand.label()} | {p.steps_per_s:,.0f} | {measured:,.0f} | {100 * errors[-1]:+.1f}% |")
+    print(f"# ray: median |error| {100 * statistics.median(map(abs, errors)):.1f}% over {len(errors)} plans, "
+          f"max {100 * max(map(abs, errors)):.1f}%")
+
+
 class Echo:
     """A Ray actor that answers (the calls' figures of --calls)."""
 
@@ -537,6 +566,8 @@ def main() -> None:
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--save", metavar="FILE", help="--accuracy: the runs' figures and the profile's tables as JSON "
                                                        "(to price the same runs again with another model)")
+    parser.add_argument("--reprice", metavar="FILE", help="the ray plans of a --save file priced again by this "
+                        "tree's model with the file's tables, against its measured rates (no runs)")
     parser.add_argument("--wire-constants", action="store_true",
                         help="--accuracy: price the wire with estimator/wire.py's constants, not `pearl profile --wire`")
     parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
@@ -547,6 +578,8 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
+    if args.reprice:
+        return reprice(args.reprice)
     if args.accuracy:
         return accuracy(args.steps, args.passes, args.profile_seconds, not args.wire_constants, args.save)
     if args.calls:
