@@ -301,7 +301,7 @@ class Ray(ScheduleModel):
             polls = max(0.0, due - versions)
             step_us["publish"] = versions * publish + polls * nodes.ray_wait_us
             step_us.pop("sync_weights", None)  # priced in publish, at the versions actually sent
-            step_us["overhead"] = per_update + parts["round"] / rows + grants * background["publish_driver"]
+            step_us["overhead"] = per_update + parts["round"] / rows + grants * nodes.ray_call_us
             if window:  # a credit cycle per window of env steps (the docstring)
                 step_us["credit_wait"] = (AGENT_NAP_S * 1e6 + 2 * parts["insert_rtt"]) / window
             wait = step_us.get("credit_wait", 0.0)
