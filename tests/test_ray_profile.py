@@ -26,9 +26,11 @@ TABLES = {"act@cpu": {"8": 400.0}, "insert|uniform@cpu": {"8": 10.0, "256": 90.0
           "sync_weights|fused@cpu": {"0": 5.0}, "overhead|round": {"0": 10.0}, "overhead|update": {"0": 8.0},
           "ring_write": {"8": 4.0}}
 # 0.1 cores per node at rest, 0.05 cores per napping agent, 80 / 200 / 300 us per publish per agent
-# in the agent / Ray's processes / the driver's publishing thread, 0.04 cores per waiting actor
+# in the agent / Ray's processes / the driver's publishing thread, a publish every 20 ms at most,
+# 0.04 cores per waiting actor
 RAY = {"ray|daemon": {"0": 1e5}, "ray|agent": {"0": 5e4}, "ray|publish|agent": {"0": 80.0},
-       "ray|publish|ray": {"0": 200.0}, "ray|publish|driver": {"0": 300.0}, "ray|actor|wait": {"0": 4e4}}
+       "ray|publish|ray": {"0": 200.0}, "ray|publish|driver": {"0": 300.0}, "ray|publish|interval": {"0": 2e4},
+       "ray|actor|wait": {"0": 4e4}}
 
 
 def config():
@@ -74,7 +76,7 @@ def test_the_model_charges_the_measured_ray_costs():
     costs = Costs(platform, workload_from_config(config()), {**TABLES, **RAY})
     assert costs.ray_background() == pytest.approx({"daemon": 0.1, "agent": 0.05, "publish_agent": 80.0,
                                                     "publish_ray": 200.0, "publish_driver": 300.0,
-                                                    "actor_wait": 0.04})
+                                                    "actor_wait": 0.04, "publish_interval": 2e4})
     for placement in ("learner", "server"):
         cand = on_ray(placement=placement)
         p = predict(cand, costs)
@@ -91,6 +93,8 @@ def test_the_model_charges_the_measured_ray_costs():
             + calls * 80.0 + n * 0.05 * total
         assert parts["agent_pass"] - parts["agent_rings"] == pytest.approx(platform.host.call_overhead_us)
         assert p.step_us["agent"] == pytest.approx(agent, rel=1e-4)
+        if placement == "learner":  # no grants: Ray's work is the publishes', one per measured 20 ms
+            assert p.step_us["ray"] == pytest.approx(n * 200.0 * total / 2e4, rel=1e-3)
         # a publish: sync_weights and a call to each agent at the publishing thread's 300 us
         assert p.call_us["publish"] == pytest.approx(5.0 + n * 300.0)
         # each actor process waits at its allowance while it does not act: 0.04 cores of that
@@ -109,7 +113,8 @@ def test_without_the_ray_tables_the_platforms_figures_stand():
     costs = Costs(platform, workload_from_config(config()), TABLES)
     assert costs.ray_background() == {"daemon": platform.nodes.daemon_cores, "agent": None,
                                       "publish_agent": platform.nodes.ray_call_us, "publish_ray": 0.0,
-                                      "publish_driver": platform.nodes.ray_call_us, "actor_wait": None}
+                                      "publish_driver": platform.nodes.ray_call_us, "actor_wait": None,
+                                      "publish_interval": None}
     p = predict(on_ray(), costs)
     assert p.step_us["ray"] == 0.0 and p.step_us["actor_wait"] == 0.0
     assert p.call_us["publish"] == pytest.approx(5.0 + 2 * platform.nodes.ray_call_us)

@@ -17,13 +17,14 @@ three phases of `seconds` each, the CPU of every thread of this process tree rea
   (`ray|publish|agent`), in Ray's processes and the driver's other threads (`ray|publish|ray`),
   and in the publishing thread itself, its submits, put and delivery polls (`ray|publish|driver`:
   the runtime's "ray-publisher" thread; the platform's `ray_call_us` priced it at a third of what
-  session 14's runs measured there);
+  session 14's runs measured there), and the time between publishes (`ray|publish|interval`: the
+  runtime's rule, PUBLISH_S or the delivery if longer; the runs sent 52-94 a second, not 100);
 - then, the cluster gone, this thread waiting as an actor process waits at its allowance
   (pearl/runtime/processes.py `_wait`'s back-off: yields, then short sleeps), in waits of
   AGENT_NAP_S each (its node agent raises the allowance once per pass): CPU per second of waiting,
   `ray|actor|wait` (session 14's remote placements: ~10 us per env step of actor CPU beyond acting).
 Tables in us ({"0": us}): per second (cores x 1e6) for `daemon`, `agent` and `actor|wait`, per
-publish per agent for the others.
+publish for `publish|interval`, per publish per agent for the others.
 """
 from __future__ import annotations
 
@@ -254,6 +255,7 @@ def ray_us(n_params: int, nodes: int = 3, seconds: float = 3.0, log=None) -> dic
            "ray|publish|agent": max(0.0, publishing.get("agents", 0.0) - napping.get("agents", 0.0)) * per_publish,
            "ray|publish|ray": max(0.0, publishing.get("ray", 0.0) - napping.get("ray", 0.0)) * per_publish,
            "ray|publish|driver": max(0.0, publishing.get("main", 0.0) - napping.get("main", 0.0)) * per_publish,
+           "ray|publish|interval": 1e6 * (t2 - t1) / publishes,
            "ray|actor|wait": 1e6 * waiting}
     if log:
         log(f"ray: {nodes} nodes, {publishes} publishes in {t2 - t1:.1f} s: " +

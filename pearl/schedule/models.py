@@ -220,7 +220,8 @@ class Ray(ScheduleModel):
     Little's law the step gains that cycle / W (`credit_wait`): small windows (small chunks, few
     nodes) cost the most.
     d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
-    agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
+    agent, + N - 1 calls; with `pearl profile --ray` at least its measured time between publishes,
+    the runtime's gate and delivery wait)): syncs due within PUBLISH_S of the last publish or while a delivery is in
     flight fold into the next. g = 1 / pearl.schedule.grant_step per env step (0 with `learner`:
     the server's credit gates the agents). c = clamp(rows arriving over the passes until an agent's oldest row
     is FLUSH_S old, E, chunk): an agent sends what it holds then, so chunks fill only as far as
@@ -285,7 +286,7 @@ class Ray(ScheduleModel):
             publish = call.get("sync_weights", 0.0) + put + n * background["publish_driver"]
             delivery = nodes.ray_publish_us + (n - 1) * nodes.ray_call_us
             due = min(u / cand.sync_interval, total / (PUBLISH_S * 1e6))  # syncs past the time gate
-            versions = min(due, total / delivery)
+            versions = min(due, total / max(delivery, background["publish_interval"] or 0.0))
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
             # every agent's passes over the env step's time, its chunks, the publishes it takes;
