@@ -21,7 +21,9 @@ rows with its priority update) timed: its round trip, the client's and the serve
 
 `--ray` adds what a local Ray cluster costs here beyond the calls the ray model prices
 (pearl/runtime/ray_profile.py `ray_us`, which the caller passes in as it passes the runner: Ray's
-processes per node at rest, a napping node agent's process per second, Ray's work per publish):
+processes per node at rest, a napping node agent's process per second, the work per publish in the
+agent, Ray's processes and the driver's publishing thread, the time between publishes, a waiting
+actor's CPU per second):
 `ray|...` tables.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
