@@ -123,10 +123,10 @@ def test_without_the_ray_tables_the_platforms_figures_stand():
 
 
 def test_chunks_fill_up_to_the_runtimes_agent_allowance(monkeypatch):
-    from pearl.runtime import node_agent
+    from pearl.runtime import ray as ray_runtime
     from pearl.schedule import agent_allowance, models
 
-    assert node_agent.agent_allowance is agent_allowance  # one rule for the runtime and the model
+    assert ray_runtime.agent_allowance is agent_allowance  # one rule for the runtime and the model
     costs = Costs(load_platform("local_cluster"), workload_from_config(config()), {**TABLES, **RAY})
     cand = on_ray(placement="server", chunk=256)
     # an agent finds at most its actors' allowances in its rings: held to 3 rows, its chunks carry 3

@@ -31,7 +31,7 @@ import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
 from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
-from pearl.schedule import AGENT_NAP_S, FLUSH_S, agent_allowance
+from pearl.schedule import AGENT_NAP_S, FLUSH_S
 
 # the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
 # in act rounds (sampled), and act rounds

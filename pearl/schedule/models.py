@@ -14,9 +14,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import (AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, agent_allowance, allowance,
-                            credit_lag,
-                            grant_step)
+from pearl.schedule import (AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, agent_allowance,
+                            allowance, credit_lag, grant_step)
 
 
 @dataclass
@@ -226,9 +225,9 @@ class Ray(ScheduleModel):
     the server's credit gates the agents). c = clamp(rows arriving over the passes until an agent's oldest row
     is FLUSH_S old, E, chunk): an agent sends what it holds then, so chunks fill only as far as
     that lets rows pile up (at the rate the other sides allow, up to its actors' allowances:
-    pearl.schedule.agent_allowance, the runtime's). The step is the largest side: one actor process (As / N A), one agent (G / N), the
-    learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
-    + R / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared
+    pearl.schedule.agent_allowance, the runtime's). The step is the largest side: one actor
+    process (As / N A), one agent (G / N), the learner (L), one shard (remote), the wire into the
+    server's node, each node's cores ((As + G) + R / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared
     host (a local cluster: `nodes.shared_cores`), all the work (R too) over the cores its Ray
     daemons leave (measured at rest by `pearl profile --ray`, else the platform's `daemon_cores`),
     times the processes runtime's measured time-sharing factor when the processes outnumber the
@@ -337,7 +336,8 @@ class Ray(ScheduleModel):
                 free = shared - background["daemon"] * nodes.count
                 sides["cores"] = busy / free
             else:
-                sides["node cores"] = (actors_us + step_us["actor_wait"] + agents_us + step_us["ray"]) / (n * nodes.cores)
+                on_nodes = actors_us + step_us["actor_wait"] + agents_us + step_us["ray"]
+                sides["node cores"] = on_nodes / (n * nodes.cores)
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
             limiting = max(sides, key=sides.get)
