@@ -361,7 +361,7 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
     background = costs.ray_background()
     for cand in cands:
         p, m = predicted[cand], cpu[cand]
-        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads")),
+        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads", "actor_wait")),
                  "agents": p.step_us["agent"], "driver": p.sides["learner"],
                  "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0),
                  # Ray's processes at rest on every node of the cluster, and their work per publish
@@ -376,6 +376,35 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
                 for cand in cands + local]
         with open(save, "w") as out:
             json.dump({"tables": costs.measured, "runs": runs}, out, indent=1)
+
+
+def reprice(path: str) -> None:
+    """--reprice: the ray plans of a --save file priced again by this tree's model, from the tables
+    the run saved (its own profile), against the rates it measured: the model's changes checked
+    on old runs without running them again."""
+    import json
+
+    from pearl.estimator.costs import Costs
+    from pearl.estimator.model import Candidate, predict
+    from pearl.estimator.workload import workload_from_config
+    from pearl.platforms import load_platform
+
+    with open(path) as f:
+        saved = json.load(f)
+    costs = Costs(load_platform("local_cluster"), workload_from_config(accuracy_config()), saved["tables"])
+    print(f"# {path}: the saved runs priced by this tree's model with the saved tables ("
+          f"{', '.join(sorted(k for k in saved['tables'] if k.startswith('ray|')))})")
+    print("| plan | predicted steps/s | measured steps/s | error |\n| --- | ---: | ---: | ---: |")
+    errors = []
+    for run in saved["runs"]:
+        cand = Candidate(**run["plan"])
+        if cand.runtime != "ray":
+            continue
+        p, measured = predict(cand, costs), max(run["rates"])
+        errors.append((p.steps_per_s - measured) / measured)
+        print(f"| {cand.label()} | {p.steps_per_s:,.0f} | {measured:,.0f} | {100 * errors[-1]:+.1f}% |")
+    print(f"# ray: median |error| {100 * statistics.median(map(abs, errors)):.1f}% over {len(errors)} plans, "
+          f"max {100 * max(map(abs, errors)):.1f}%")
 
 
 class Echo:
@@ -537,6 +566,8 @@ def main() -> None:
     parser.add_argument("--profile-seconds", type=float, default=1.5)
     parser.add_argument("--save", metavar="FILE", help="--accuracy: the runs' figures and the profile's tables as JSON "
                                                        "(to price the same runs again with another model)")
+    parser.add_argument("--reprice", metavar="FILE", help="the ray plans of a --save file priced again by this "
+                        "tree's model with the file's tables, against its measured rates (no runs)")
     parser.add_argument("--wire-constants", action="store_true",
                         help="--accuracy: price the wire with estimator/wire.py's constants, not `pearl profile --wire`")
     parser.add_argument("--calls", action="store_true", help="the local cluster's Ray figures")
@@ -547,6 +578,8 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time per env step by process and thread role (steady part), processes vs ray")
     args = parser.parse_args()
+    if args.reprice:
+        return reprice(args.reprice)
     if args.accuracy:
         return accuracy(args.steps, args.passes, args.profile_seconds, not args.wire_constants, args.save)
     if args.calls:
@@ -582,7 +615,7 @@ def run_main(args) -> None:
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          act_while_actors_start=not args.no_learner_start,
-                         ray=RayPlan(nodes=args.nodes, chunk=args.chunk))}
+                         ray=RayPlan(nodes=args.nodes, chunk=args.chunk, replay=args.replay, shards=args.shards))}
     plans = {name: plans[name] for name in args.runtimes.split(",")}
     if args.cpu:  # the steady part's CPU: the agents' and actors', not the learner's own actor at the start
         return cpu_report({name: dataclasses.replace(plan, act_while_actors_start=False)

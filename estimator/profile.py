@@ -21,7 +21,9 @@ rows with its priority update) timed: its round trip, the client's and the serve
 
 `--ray` adds what a local Ray cluster costs here beyond the calls the ray model prices
 (pearl/runtime/ray_profile.py `ray_us`, which the caller passes in as it passes the runner: Ray's
-processes per node at rest, a napping node agent's process per second, Ray's work per publish):
+processes per node at rest, a napping node agent's process per second, the work per publish in the
+agent, Ray's processes and the driver's publishing thread, the time between publishes, a waiting
+actor's CPU per second):
 `ray|...` tables.
 
 `--threaded` and `--processes` add what those runtimes cost beyond the tasks: a contention or
@@ -56,9 +58,10 @@ PROFILE_VERSION = 4
 # thread's CURVE too)
 WIRE_VERSION = 2
 # The ray tables' version (`ray|...`, `pearl profile --ray`), kept as the wire's is.
-RAY_VERSION = 1
+RAY_VERSION = 2  # 2: with ray|publish|driver, ray|publish|interval and ray|actor|wait
 # what pearl/runtime/ray_profile.py measures (its module doc), {"0": us} each
-RAY_TABLES = ("ray|daemon", "ray|agent", "ray|publish|agent", "ray|publish|ray")
+RAY_TABLES = ("ray|daemon", "ray|agent", "ray|publish|agent", "ray|publish|ray", "ray|publish|driver",
+              "ray|publish|interval", "ray|actor|wait")
 WIRE_ROWS = (8, 32, 256)  # the chunks ray plans send: one 8-env act round up to the largest chunk
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
 from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
-from pearl.schedule import AGENT_NAP_S, FLUSH_S, RING_RECORDS, allowance
+from pearl.schedule import AGENT_NAP_S, FLUSH_S
 
 # the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
 # in act rounds (sampled), and act rounds
@@ -40,19 +40,7 @@ CLOCKS = (ACT_NS, WAIT_NS, ACT_CPU_NS, ROUNDS)
 # as one chunk once it holds `chunk` rows or its oldest row is FLUSH_S old. Each pass and each chunk
 # costs CPU on the cores the actors and the learner share (spinning and a chunk per act round cost
 # ~2x the actors' own CPU per env step); its actors may run several naps' worth of acting ahead
-# meanwhile (agent_allowance). The learner sees a transition at most ~FLUSH_S + AGENT_NAP_S later.
-AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
-
-
-def agent_allowance(plan, updates_per_step: float) -> int:
-    """Env steps an actor may run ahead of what its node agent took in: AHEAD_ROUNDS act rounds,
-    a chunk's worth, at least the processes runtime's allowance, at most half its ring's commit
-    records. It does not widen the lag: with `replay: learner` the server counts only what the
-    agents commit against its credit, and a gated agent caps its actors' allowances at its grant."""
-    n, envs = plan.actors, plan.envs_per_actor
-    rounds = max(AHEAD_ROUNDS, math.ceil(plan.ray.chunk / (n * envs)),
-                 allowance(updates_per_step, plan.ray.nodes * n, envs) // envs)
-    return envs * min(rounds, RING_RECORDS // 2)
+# meanwhile (pearl.schedule.agent_allowance). The learner sees a transition at most ~FLUSH_S + AGENT_NAP_S later.
 
 # Unlinks the shared-memory blocks named on its stdin once that closes: the agent's ring janitor.
 # Ray kills a dead worker's process group and children, Python's resource tracker with them, so a

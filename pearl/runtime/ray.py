@@ -51,8 +51,8 @@ from pearl.contracts import Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.runtime.counters import Counters, Hooks
-from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, SAMPLES_AHEAD, allowance, chunk_steps,
-                            credit_lag, crossings, grant_step, sync_due)
+from pearl.schedule import (INLINE_WEIGHTS_BYTES, MAX_LAG, PUBLISH_S, SAMPLES_AHEAD, agent_allowance, allowance,
+                            chunk_steps, credit_lag, crossings, grant_step, sync_due)
 
 POLL_S = 0.2  # how often the driver collects the agents' episodes and checks their runs
 ENDING_POLL_S = 0.005  # the same once the run's steps are in and the agents are stopping
@@ -138,7 +138,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from pearl.runtime.node_agent import NodeAgent, agent_allowance
+    from pearl.runtime.node_agent import NodeAgent
     from pearl.runtime.ray_replay import server_keys
 
     plan, learner, schedule = parts.plan, parts.learner, parts.schedule

@@ -14,11 +14,17 @@ three phases of `seconds` each, the CPU of every thread of this process tree rea
 - the driver publishing weights every PUBLISH_S as pearl/runtime/ray.py's _Publisher does (bytes
   inside the call up to INLINE_WEIGHTS_BYTES, else one put; the next once all are delivered):
   the CPU beyond the napping phase per publish per agent, in the agent's process
-  (`ray|publish|agent`) and in Ray's processes and the driver's other threads
-  (`ray|publish|ray`); the driver's main thread (submits, put, polls) is what the model prices
-  from the platform's `nodes:` call figures and is left out.
-Tables in us ({"0": us}): per second (cores x 1e6) for the first two, per publish per agent for
-the others.
+  (`ray|publish|agent`), in Ray's processes and the driver's other threads (`ray|publish|ray`),
+  and in the publishing thread itself, its submits, put and delivery polls (`ray|publish|driver`:
+  the runtime's "ray-publisher" thread; the platform's `ray_call_us` priced it at a third of what
+  session 14's runs measured there), and the time between publishes (`ray|publish|interval`: the
+  runtime's rule, PUBLISH_S or the delivery if longer; the runs sent 52-94 a second, not 100);
+- then, the cluster gone, this thread waiting as an actor process waits at its allowance
+  (pearl/runtime/processes.py `_wait`'s back-off: yields, then short sleeps), in waits of
+  AGENT_NAP_S each (its node agent raises the allowance once per pass): CPU per second of waiting,
+  `ray|actor|wait` (session 14's remote placements: ~10 us per env step of actor CPU beyond acting).
+Tables in us ({"0": us}): per second (cores x 1e6) for `daemon`, `agent` and `actor|wait`, per
+publish for `publish|interval`, per publish per agent for the others.
 """
 from __future__ import annotations
 
@@ -195,6 +201,19 @@ def _rates(first: dict, last: dict, seconds: float) -> dict[str, float]:
     return out
 
 
+def actor_wait(seconds: float) -> float:
+    """Cores this thread uses waiting as an actor waits at its allowance: processes._wait from no
+    spins, for AGENT_NAP_S each time, over `seconds`."""
+    from pearl.runtime.processes import _wait
+
+    cpu, started = time.thread_time(), time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        spins, end = 0, time.perf_counter() + AGENT_NAP_S
+        while time.perf_counter() < end:
+            spins = _wait(spins)
+    return (time.thread_time() - cpu) / (time.perf_counter() - started)
+
+
 def ray_us(n_params: int, nodes: int = 3, seconds: float = 3.0, log=None) -> dict:
     """estimator/profile.py's RAY_TABLES (the module doc) for weights of `n_params` float32 numbers."""
     import threading
@@ -230,10 +249,14 @@ def ray_us(n_params: int, nodes: int = 3, seconds: float = 3.0, log=None) -> dic
         publishing = _rates(s1, s2, t2 - t1)
         ray.get(naps)
     per_publish = (t2 - t1) / (publishes * nodes)  # seconds of the phase per publish per agent
+    waiting = actor_wait(min(seconds, 1.0))
     out = {"ray|daemon": rest.get("ray", 0.0) / nodes,
            "ray|agent": napping.get("agents", 0.0) / nodes,
            "ray|publish|agent": max(0.0, publishing.get("agents", 0.0) - napping.get("agents", 0.0)) * per_publish,
-           "ray|publish|ray": max(0.0, publishing.get("ray", 0.0) - napping.get("ray", 0.0)) * per_publish}
+           "ray|publish|ray": max(0.0, publishing.get("ray", 0.0) - napping.get("ray", 0.0)) * per_publish,
+           "ray|publish|driver": max(0.0, publishing.get("main", 0.0) - napping.get("main", 0.0)) * per_publish,
+           "ray|publish|interval": 1e6 * (t2 - t1) / publishes,
+           "ray|actor|wait": 1e6 * waiting}
     if log:
         log(f"ray: {nodes} nodes, {publishes} publishes in {t2 - t1:.1f} s: " +
             ", ".join(f"{name} {us:.1f} us" for name, us in out.items()) + " (per second: daemon, agent; per publish "

@@ -104,6 +104,22 @@ def chunk_steps(plan, n_step: int) -> int:
     return plan.ray.chunk + n_step * plan.envs_per_actor * plan.actors
 
 
+AHEAD_ROUNDS = 64  # act rounds: ~3-10 ms of acting (an 8-env CartPole round is ~150 us here)
+
+
+def agent_allowance(plan, updates_per_step: float) -> int:
+    """Env steps an actor of a ray node agent may run ahead of what its agent took in
+    (pearl/runtime/node_agent.py; the ray model fills chunks up to its actors' allowances):
+    AHEAD_ROUNDS act rounds, a chunk's worth, at least the processes runtime's allowance, at most
+    half its ring's commit records. It does not widen the lag: with `replay: learner` the server
+    counts only what the agents commit against its credit, and a gated agent caps its actors'
+    allowances at its grant."""
+    n, envs = plan.actors, plan.envs_per_actor
+    rounds = max(AHEAD_ROUNDS, math.ceil(plan.ray.chunk / (n * envs)),
+                 allowance(updates_per_step, plan.ray.nodes * n, envs) // envs)
+    return envs * min(rounds, RING_RECORDS // 2)
+
+
 def credit_lag(plan, updates_per_step: float, n_step: int) -> int:
     """Updates a ray run's credit lets the learner trail the count due (its replay server's
     max_lag, pearl/runtime/ray.py; the ray model prices the same window): the processes runtime's

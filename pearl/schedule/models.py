@@ -14,8 +14,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pearl.schedule import (AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, allowance, credit_lag,
-                            grant_step)
+from pearl.schedule import (AGENT_NAP_S, FLUSH_S, INLINE_WEIGHTS_BYTES, PUBLISH_S, SAMPLES_AHEAD, agent_allowance,
+                            allowance, credit_lag, grant_step)
 
 
 @dataclass
@@ -191,7 +191,9 @@ class Ray(ScheduleModel):
     processes of E envs as the processes runtime does and streaming their transitions in chunks
     to the replay server; the learner on the driver. Per env step of the whole plan, with c the
     rows a chunk carries and v the weight versions published (costs.ray_parts prices the parts):
-        actors  As = act + ring write / E + weight loads (each actor loads a version once a round)
+        actors  As = act + ring write / E + weight loads (each actor loads a version once a round);
+                     on the cores, + N A x (step - As / N A) x an actor's measured CPU per second
+                     waiting at its allowance (`pearl profile --ray`; 0 without it)
         agents  G  = N x pass x step / (AGENT_NAP_S + pass) + chunk(c) / c + v x N x a publish's
                      handling: an agent passes over its rings once per nap, busy or not; with
                      `pearl profile --ray` + N x its process's measured CPU per second x step (its
@@ -199,7 +201,8 @@ class Ray(ScheduleModel):
         Ray     R  = (v x N + g) x Ray's measured work per publish per agent (0 without the profile's)
         server  S  = (insert(c) + request) / c, + u x a shard's work per update when remote
         learner L  = u x (sample + learn + update_priorities) + the loop's time per update and per
-                     chunk + v x (sync_weights + N Ray calls, + a ray.put for weights over
+                     chunk + v x (sync_weights + N Ray calls at the publishing thread's measured
+                     CPU per call (else the platform's), + a ray.put for weights over
                      INLINE_WEIGHTS_BYTES: a publish per agent)
                      + (d - v) ray.waits (a sync past the time gate while one is in flight polls);
                      `learner` placement: + the server's chunks (its thread shares the GIL);
@@ -216,13 +219,15 @@ class Ray(ScheduleModel):
     Little's law the step gains that cycle / W (`credit_wait`): small windows (small chunks, few
     nodes) cost the most.
     d = min(u / sync_interval, step / PUBLISH_S) and v = min(d, step / a publish's delivery (to one
-    agent, + N - 1 calls)): syncs due within PUBLISH_S of the last publish or while a delivery is in
+    agent, + N - 1 calls; with `pearl profile --ray` at least its measured time between publishes,
+    the runtime's gate and delivery wait)): syncs due within PUBLISH_S of the last publish or while a delivery is in
     flight fold into the next. g = 1 / pearl.schedule.grant_step per env step (0 with `learner`:
     the server's credit gates the agents). c = clamp(rows arriving over the passes until an agent's oldest row
     is FLUSH_S old, E, chunk): an agent sends what it holds then, so chunks fill only as far as
-    that lets rows pile up (at the rate the other sides allow, up to its actors' allowances). The step is the largest side: one actor process (As / N A), one agent (G / N), the
-    learner (L), one shard (remote), the wire into the server's node, each node's cores ((As + G)
-    + R / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared
+    that lets rows pile up (at the rate the other sides allow, up to its actors' allowances:
+    pearl.schedule.agent_allowance, the runtime's). The step is the largest side: one actor
+    process (As / N A), one agent (G / N), the learner (L), one shard (remote), the wire into the
+    server's node, each node's cores ((As + G) + R / N cores), the learner node's cores (L's CPU, + the servers placed there) or, on a shared
     host (a local cluster: `nodes.shared_cores`), all the work (R too) over the cores its Ray
     daemons leave (measured at rest by `pearl profile --ray`, else the platform's `daemon_cores`),
     times the processes runtime's measured time-sharing factor when the processes outnumber the
@@ -258,8 +263,8 @@ class Ray(ScheduleModel):
         rows, priced, others = cand.chunk, {}, total
         # env steps the server's credit lets the agents commit ahead of the learner (replay: learner)
         window = 0.0 if remote else credit_lag(cand.to_plan(), u, costs.workload.n_step) / u
-        # rows an agent finds in its rings at most: its actors' allowances (pearl.schedule.allowance)
-        held = a * allowance(u, n * a, e)
+        # rows an agent finds in its rings at most: its actors' allowances, the runtime's own rule
+        held = a * agent_allowance(cand.to_plan(), u)
         background = costs.ray_background()
         # the driver's grants to the agents (replay off the learner's process): Ray calls per env step
         grants = 1.0 / grant_step(cand.to_plan(), u, costs.workload.n_step) if remote else 0.0
@@ -272,14 +277,15 @@ class Ray(ScheduleModel):
             arriving = math.ceil(FLUSH_S * 1e6 / cycle) * cycle / (others * n)
             rows = int(min(cand.chunk, held, max(e, round(arriving))))
             parts = priced.get(rows) or priced.setdefault(rows, costs.ray_parts(cand, rows))
-            # a publish: N calls on the driver (and one put for weights too large to ride in them);
+            # a publish: N calls on the driver (and one put for weights too large to ride in them),
+            # each at the publishing thread's measured CPU per call (submit, its share of the polls);
             # the next one waits for its delivery (to one agent, and the further calls submitted
             # before the last one goes out) and for PUBLISH_S since the last
             put = nodes.ray_put_us if 4 * costs.workload.n_params > INLINE_WEIGHTS_BYTES else 0.0
-            publish = call.get("sync_weights", 0.0) + put + n * nodes.ray_call_us
+            publish = call.get("sync_weights", 0.0) + put + n * background["publish_driver"]
             delivery = nodes.ray_publish_us + (n - 1) * nodes.ray_call_us
             due = min(u / cand.sync_interval, total / (PUBLISH_S * 1e6))  # syncs past the time gate
-            versions = min(due, total / delivery)
+            versions = min(due, total / max(delivery, background["publish_interval"] or 0.0))
             step_us["ring_write"] = ring_write
             step_us["weight_loads"] = min(n * a * versions, 1.0 / e) * call.get("sync_weights", 0.0)
             # every agent's passes over the env step's time, its chunks, the publishes it takes;
@@ -316,18 +322,22 @@ class Ray(ScheduleModel):
                 learner = u * update + step_us["sample"] + step_us["publish"] + step_us["overhead"] + chunk_server
                 learner_cpu, servers_cpu = learner, 0.0
             actors_us = sum(step_us[k] for k in self.lanes["actors"] if k in step_us)
+            # an actor waits at its allowance while it does not act, backing off as processes._wait
+            # does: its process's measured CPU per second of that, on the cores the plan shares
+            step_us["actor_wait"] = n * a * max(0.0, total - actors_us / (n * a)) * (background["actor_wait"] or 0.0)
             agents_us = step_us["agent"]
             sides = {"actors": actors_us / (n * a), "agents": agents_us / n, "learner": learner}
             if remote:
                 sides["server"] = server
             receivers = shards if cand.placement == "node" else 1  # the nodes the chunks flow into
             sides["wire"] = parts["chunk_wire"] / rows / receivers
-            busy = actors_us + agents_us + learner_cpu + servers_cpu + step_us["ray"]
+            busy = actors_us + step_us["actor_wait"] + agents_us + learner_cpu + servers_cpu + step_us["ray"]
             if shared:
                 free = shared - background["daemon"] * nodes.count
                 sides["cores"] = busy / free
             else:
-                sides["node cores"] = (actors_us + agents_us + step_us["ray"]) / (n * nodes.cores)
+                on_nodes = actors_us + step_us["actor_wait"] + agents_us + step_us["ray"]
+                sides["node cores"] = on_nodes / (n * nodes.cores)
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
             limiting = max(sides, key=sides.get)
