@@ -21,6 +21,9 @@ transition is named by the slot of its first record.
   Measured at capacity 1M the gather is ~3/4 of a prioritized sample + update of 32, the draw
   ~6 us, and the rest the Python between three compiled calls; one call drops two dispatches and
   that glue (docs/BENCHMARKS.md, Pixel replay, session 14).
+- `threads=2` in the gathers (replay.gather_threads): a batch of TWO_THREADS_FROM or more is copied
+  in two halves on numba's thread pool, bit-identical to one thread; ~0.55x the time when the
+  second core is idle, far slower when it is busy (docs/ARCHITECTURE.md, the frame table).
 """
 from __future__ import annotations
 
