@@ -172,6 +172,9 @@ class ReplayConfig:
         _at_least(at + ".capacity", self.capacity, 1)
         _at_least(at + ".frame_stack", self.frame_stack, 0)
         _at_least(at + ".gather_threads", self.gather_threads, 1, 2)
+        if self.gather_threads != 1 and not self.frame_stack:
+            raise ConfigError(f"{at}.gather_threads: {self.gather_threads} is for the frame table "
+                              f"({at}.frame_stack > 0); whole observations are gathered on 1 thread")
         _at_least(at + ".fanout", self.fanout, 2)
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".beta", self.beta, 0.0, 1.0)

@@ -215,6 +215,12 @@ def test_the_config_refuses_gather_threads_other_than_1_or_2_naming_the_field():
     from pearl.config import ReplayConfig
     from pearl.errors import ConfigError
 
-    ReplayConfig(gather_threads=2).check("replay")
+    from pearl.replay import make_replay
+
+    config = ReplayConfig(capacity=64, frame_stack=4, gather_threads=2)
+    config.check("replay")
+    assert make_replay(config, (4, *FRAME), obs_dtype=np.uint8).gather_threads == 2
     with pytest.raises(ConfigError, match=r"^replay.gather_threads: expected an integer <= 2, got 3$"):
-        ReplayConfig(gather_threads=3).check("replay")
+        ReplayConfig(frame_stack=4, gather_threads=3).check("replay")
+    with pytest.raises(ConfigError, match=r"^replay.gather_threads: 2 is for the frame table \(replay.frame_stack"):
+        ReplayConfig(gather_threads=2).check("replay")
