@@ -17,9 +17,13 @@ the two) against the unique frames' bytes
              ignore_obs_next=True (frames stored once, stacks built at sample time)
 Rounds (seeds) run the systems in turn, interleaved; ratios are ours / best rival in time (lower is
 faster), per round and their median. A system whose table would not fit in the memory available
-now is skipped with the reason.
+now is skipped with the reason. The rivals are single-threaded; `--gather-threads 1 2` times
+PEARL's samples with `gather_threads` 1 and 2 (replay.gather_threads: the batch's frames copied on
+numba's 2-thread pool) on the same tables in the same process, the thread counts alternating in
+4 blocks of the repeats, as columns pearl-t1 and pearl-t2 (insert does not use them: timed once).
 
     python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
+    python benchmarks/replay_pixels.py --capacity 100000 --rounds 1 --repeats 200 --gather-threads 1 2
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timing import median_us  # noqa: E402  (benchmarks/ is the script's own directory)
+from timing import median_us, median_us_interleaved  # noqa: E402  (benchmarks/ is the script's own directory)
 from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
@@ -106,9 +110,10 @@ class Steps:
                 next_frames, (t + 1) % EPISODE == 0)
 
 
-def measure(system, capacity, batches, repeats, seed) -> dict:
+def measure(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
     """One table at a time (uniform, then prioritized): its RSS growth while built and filled,
-    then its operations' median times."""
+    then its operations' median times; PEARL's samples once per gather thread count in `threads`,
+    interleaved (keys "op@tN"), the rivals' once."""
     import gc
 
     rng = np.random.default_rng(seed)
@@ -132,17 +137,35 @@ def measure(system, capacity, batches, repeats, seed) -> dict:
             one = Steps(seed + 1, system.last_axis).step()
             out["insert"] = median_us(lambda: system.insert(table, one), repeats)
             for b in batches:
-                out[f"uniform_{b}"] = median_us(lambda b=b: system.sample(table, b, rng), repeats)
+                out.update(timed(system, table, f"uniform_{b}", threads, repeats,
+                                 lambda b=b: system.sample(table, b, rng)))
         else:
             system.prioritize(table, capacity, rng)
             for b in batches:
                 td = np.abs(rng.normal(size=b))
-                out[f"per_{b}"] = median_us(lambda b=b, td=td: system.sample_update(table, b, td, rng), repeats)
+                out.update(timed(system, table, f"per_{b}", threads, repeats,
+                                 lambda b=b, td=td: system.sample_update(table, b, td, rng)))
         del table
         gc.collect()
     out["rss_per_table"] = float(np.median(grown))
     out["huge_pages_per_table"] = float(np.median(huge))
     return out
+
+
+def timed(system, table, op, threads, repeats, call) -> dict:
+    """{op: median us} for a rival; for PEARL {op@tN: median us} per gather thread count N,
+    the counts alternating in blocks on the same table."""
+    if system is not Pearl:
+        return {op: median_us(call, repeats)}
+
+    def with_threads(n):
+        def run():
+            table.gather_threads = n
+            call()
+        return run
+
+    medians = median_us_interleaved({n: with_threads(n) for n in threads}, repeats)
+    return {f"{op}@t{n}": us for n, us in medians.items()}
 
 
 class Pearl:
@@ -278,21 +301,22 @@ BENCHES = {"pearl": Pearl, "cpprb": Cpprb, "tianshou": Tianshou}
 
 def worker(args) -> int:
     try:
-        result = measure(BENCHES[args.worker], args.capacity[0], args.batches, args.repeats, args.seed)
+        result = measure(BENCHES[args.worker], args.capacity[0], args.batches, args.repeats, args.seed,
+                         tuple(args.gather_threads))
     except ImportError as err:
         result = {"unavailable": f"not installed ({err.name})"}
     print("RESULT " + json.dumps(result))
     return 0
 
 
-def run_one(system, capacity, batches, repeats, seed) -> dict:
+def run_one(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
     # one table of one frame per transition at a time, plus headroom: skip what cannot fit now
     need = capacity * FRAME_BYTES * 1.15
     free = available_bytes()
     if need > free - 2 * 2**30:
         return {"unavailable": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available"}
     command = [sys.executable, __file__, "--worker", system, "--capacity", str(capacity), "--repeats", str(repeats),
-               "--seed", str(seed), "--batches", *map(str, batches)]
+               "--seed", str(seed), "--batches", *map(str, batches), "--gather-threads", *map(str, threads)]
     done = subprocess.run(command, capture_output=True, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -302,25 +326,44 @@ def run_one(system, capacity, batches, repeats, seed) -> dict:
 
 
 
+def columns(rows: dict, threads) -> dict:
+    """PEARL's row split into a column per gather thread count: pearl (one count) or pearl-tN."""
+    if "pearl" not in rows or "unavailable" in rows["pearl"]:
+        return rows
+    pearl = rows.pop("pearl")
+    shared = {key: value for key, value in pearl.items() if "@t" not in key}
+    split = {}
+    for n in threads:
+        name = "pearl" if len(threads) == 1 else f"pearl-t{n}"
+        split[name] = {**shared, **{key.split("@")[0]: value for key, value in pearl.items()
+                                    if key.endswith(f"@t{n}")}}
+    return {**split, **rows}
+
+
 def report(capacity, batches, rounds: list[dict]) -> dict:
     ops = ["insert"] + [f"{kind}_{b}" for b in batches for kind in ("uniform", "per")]
     print(f"\ncapacity {capacity:,} transitions, {STACK}x{FRAME[0]}x{FRAME[1]} uint8: median us per call, "
           f"ours/best rival per round (lower: ours faster)")
     summary = {}
+    ours_columns = [n for n in rounds[0] if n.startswith("pearl")]
     for op in ops:
-        cells, ratios = [], []
+        cells, ratios = [], {n: [] for n in ours_columns}
         for r, rows in enumerate(rounds):
-            ours = rows["pearl"].get(op)
-            rivals = {n: rows[n][op] for n in rows if n != "pearl" and op in rows[n]}
+            rivals = {n: rows[n][op] for n in rows if not n.startswith("pearl") and op in rows[n]}
             cells.append(" ".join(f"{n}={rows[n][op]:.1f}" for n in rows if op in rows[n]))
-            if ours is not None and rivals:
-                ratios.append(ours / min(rivals.values()))
-        median = float(np.median(ratios)) if ratios else None
-        summary[op] = {"ratios": ratios, "median": median}
-        per_round = " ".join(f"{x:.3f}" for x in ratios)
-        print(f"  {op:<12} " + " | ".join(cells) + (f"   ratios {per_round}  median {median:.3f}" if ratios else ""))
+            for n in ours_columns:
+                if op in rows[n] and rivals:
+                    ratios[n].append(rows[n][op] / min(rivals.values()))
+        summary[op] = {}
+        text = []
+        for n, values in ratios.items():
+            if values:
+                median = float(np.median(values))
+                summary[op][n] = {"ratios": values, "median": median}
+                text.append(f"{n} ratios {' '.join(f'{x:.3f}' for x in values)} median {median:.3f}")
+        print(f"  {op:<12} " + " | ".join(cells) + ("   " + "; ".join(text) if text else ""))
     unique = capacity * FRAME_BYTES
-    for name in SYSTEMS:
+    for name in rounds[0]:
         grown = [rows[name]["rss_per_table"] for rows in rounds if "rss_per_table" in rows.get(name, {})]
         huge = [rows[name]["huge_pages_per_table"] for rows in rounds if "huge_pages_per_table" in rows.get(name, {})]
         if grown:
@@ -344,6 +387,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--gather-threads", type=int, nargs="+", default=[1], choices=[1, 2],
+                        help="PEARL's replay.gather_threads values, each a column (default: 1)")
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
@@ -356,10 +401,11 @@ def main(argv=None) -> int:
             rows = {}
             for system in order:
                 start = time.perf_counter()
-                rows[system] = run_one(system, capacity, args.batches, args.repeats, args.seed + r)
+                rows[system] = run_one(system, capacity, args.batches, args.repeats, args.seed + r,
+                                       args.gather_threads)
                 print(f"  [round {r}] {system}: {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}",
                       flush=True)
-            rounds.append({name: rows[name] for name in args.systems})
+            rounds.append(columns({name: rows[name] for name in args.systems}, args.gather_threads))
         results["runs"][capacity] = {"rounds": rounds, "summary": report(capacity, args.batches, rounds)}
     print(f"load average at the end {os.getloadavg()}")
     if args.json:

@@ -164,10 +164,17 @@ class ReplayConfig:
     # > 0: observations are stacks of this many frames (axis 0, as gymnasium's FrameStackObservation
     # makes them) and the table stores each frame once (pearl/replay/frames.py); 0: whole observations
     frame_stack: int = 0
+    # the frame table's sample copies a batch's frames on this many threads (numba's OpenMP pool):
+    # 2 pays only where the second core is otherwise idle (docs/ARCHITECTURE.md, the frame table)
+    gather_threads: int = 1
 
     def check(self, at: str) -> None:
         _at_least(at + ".capacity", self.capacity, 1)
         _at_least(at + ".frame_stack", self.frame_stack, 0)
+        _at_least(at + ".gather_threads", self.gather_threads, 1, 2)
+        if self.gather_threads != 1 and not self.frame_stack:
+            raise ConfigError(f"{at}.gather_threads: {self.gather_threads} is for the frame table "
+                              f"({at}.frame_stack > 0); whole observations are gathered on 1 thread")
         _at_least(at + ".fanout", self.fanout, 2)
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".beta", self.beta, 0.0, 1.0)

@@ -49,18 +49,19 @@ def assert_matches(table, expected: dict, indices: np.ndarray, batch):
         assert batch.discounts[i] == pytest.approx(discount, rel=1e-6)
 
 
+@pytest.mark.parametrize("gather_threads", [1, 2])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stack=st.integers(1, 4), n=st.integers(1, 4), streams=st.integers(1, 3), spare=st.integers(0, 9),
        steps=st.integers(1, 120), end=st.sampled_from([0.0, 0.05, 0.3]), batch_streams=st.integers(1, 4),
        kind=st.sampled_from(["uniform", "prioritized", "amper"]), float_frames=st.booleans(),
        vector_actions=st.booleans(), seed=st.integers(0, 2**31))
-def test_frame_replay_matches_the_naive_reference(stack, n, streams, spare, steps, end, batch_streams, kind,
-                                                  float_frames, vector_actions, seed):
+def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, streams, spare, steps, end,
+                                                  batch_streams, kind, float_frames, vector_actions, seed):
     length, gamma = stack + n + spare, 0.9
     frame_dtype = np.float32 if float_frames else np.uint8
     table = FrameReplay(length * streams, FRAME, stack, streams=streams, n_step=n, gamma=gamma, kind=kind,
                         frame_dtype=frame_dtype, action_dtype=np.float32 if vector_actions else np.int64,
-                        action_shape=(2,) if vector_actions else ())
+                        action_shape=(2,) if vector_actions else (), gather_threads=gather_threads)
     reference = ReferenceFrameReplay(length, streams, stack, n, gamma)
     rng = np.random.default_rng(seed)
     drive(table, reference, rng, steps, end, batch_streams, frame_dtype)
@@ -158,13 +159,14 @@ def test_an_index_out_of_range_is_refused_by_both_gather_kernels(n_step):
         table.gather(np.array([-1]))
 
 
+@pytest.mark.parametrize("gather_threads", [1, 2])
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
-def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind):
+def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind, gather_threads):
     """1-step samples from the compiled tree go through one kernel (frame_storage.sample_windows):
     the same indices, transitions and weights as sample_into + gather + importance_weights."""
     from pearl.kernels.cpu.fast_storage import importance_weights
 
-    table = FrameReplay(64, FRAME, 4, n_step=1, kind=kind, alpha=0.6, beta=0.5)
+    table = FrameReplay(64, FRAME, 4, n_step=1, kind=kind, alpha=0.6, beta=0.5, gather_threads=gather_threads)
     drive(table, ReferenceFrameReplay(64, 1, 4, 1, 0.99), np.random.default_rng(0), 90, 0.05, 1, np.uint8)
     if kind == "prioritized":
         table.update_priorities(table.valid_indices(), np.random.default_rng(1).exponential(size=table.size))
@@ -184,3 +186,41 @@ def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind):
         importance_weights(priorities, table.tree.total, table.tree.min(), table.size, table.beta, weights,
                            np.empty(16))
         assert np.array_equal(batch.weights, weights)
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_two_gather_threads_give_the_one_thread_batch_bit_for_bit(n_step):
+    """gather_threads=2 splits a batch over numba's pool at TWO_THREADS_FROM and above (below it
+    the one-thread path runs): every batch size, odd and even, on both sides of that threshold."""
+    from pearl.kernels.cpu.frame_storage import TWO_THREADS_FROM
+
+    rng = np.random.default_rng(3)
+    tables = [FrameReplay(96, FRAME, 4, streams=2, n_step=n_step, gamma=0.9, gather_threads=t) for t in (1, 2)]
+    drive(tables[0], ReferenceFrameReplay(48, 2, 4, n_step, 0.9), np.random.default_rng(4), 150, 0.05, 2, np.uint8)
+    drive(tables[1], ReferenceFrameReplay(48, 2, 4, n_step, 0.9), np.random.default_rng(4), 150, 0.05, 2, np.uint8)
+    valid = tables[0].valid_indices()
+    for size in (1, TWO_THREADS_FROM - 1, TWO_THREADS_FROM, TWO_THREADS_FROM + 1, 33, 64):
+        indices = rng.choice(valid, size)
+        one, two = (table.gather(indices) for table in tables)
+        for name in ("obs", "next_obs", "actions", "rewards", "discounts", "indices"):
+            assert np.array_equal(getattr(one, name), getattr(two, name)), (size, name)
+
+
+def test_gather_threads_other_than_1_or_2_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="gather_threads: 1 or 2, got 3"):
+        FrameReplay(16, FRAME, 2, gather_threads=3)
+
+
+def test_the_config_refuses_gather_threads_other_than_1_or_2_naming_the_field():
+    from pearl.config import ReplayConfig
+    from pearl.errors import ConfigError
+
+    from pearl.replay import make_replay
+
+    config = ReplayConfig(capacity=64, frame_stack=4, gather_threads=2)
+    config.check("replay")
+    assert make_replay(config, (4, *FRAME), obs_dtype=np.uint8).gather_threads == 2
+    with pytest.raises(ConfigError, match=r"^replay.gather_threads: expected an integer <= 2, got 3$"):
+        ReplayConfig(frame_stack=4, gather_threads=3).check("replay")
+    with pytest.raises(ConfigError, match=r"^replay.gather_threads: 2 is for the frame table \(replay.frame_stack"):
+        ReplayConfig(gather_threads=2).check("replay")

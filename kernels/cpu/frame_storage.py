@@ -21,17 +21,21 @@ transition is named by the slot of its first record.
   Measured at capacity 1M the gather is ~3/4 of a prioritized sample + update of 32, the draw
   ~6 us, and the rest the Python between three compiled calls; one call drops two dispatches and
   that glue (docs/BENCHMARKS.md, Pixel replay, session 14).
+- `threads=2` in the gathers (replay.gather_threads): a batch of TWO_THREADS_FROM or more is copied
+  in two halves on numba's thread pool, bit-identical to one thread; ~0.55x the time when the
+  second core is idle, far slower when it is busy (docs/ARCHITECTURE.md, the frame table).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from pearl.kernels.cpu.fast_storage import importance_weights
 from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
 
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
+TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (measured)
 
 
 @njit(inline="always")
@@ -161,17 +165,12 @@ def _first_out_of_range(indices, capacity):
 
 
 @njit(**_NJIT)
-def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, powers, indices,
-                       obs_out, next_out, actions_out, returns_out, discounts_out):
-    """For each transition indices[i] (the slot of its first record u): obs_out[i] = the stack
-    ending at u, returns_out[i] = sum_{j<k} powers[j] r_{u+j} and next_out[i] = the stack ending
-    at u + k, with k = n or the number of steps to the episode's end if that comes first;
-    discounts_out[i] = 0 if the episode terminated within them, else powers[k]. Returns the first
-    position whose index is out of range, or -1."""
-    bad = _first_out_of_range(indices, frames.shape[0])
-    if bad >= 0:
-        return bad
-    for i in range(indices.shape[0]):
+def _transitions_range(frames, actions, rewards, ends, back, length, stack, n, powers, indices, obs_out, next_out,
+                       actions_out, returns_out, discounts_out, lo, hi):
+    """gather_transitions of positions lo .. hi - 1: a function of its own, not inlined, so that
+    the 2-thread kernel's parallel compile does not reach its copy loops (numba's parallel=True
+    compile of them left the byte loop unvectorized: 8x slower, docs/BENCHMARKS.md session 9)."""
+    for i in range(lo, hi):
         g = indices[i]
         s = g // length
         base = s * length
@@ -197,21 +196,13 @@ def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, p
             v -= length
         _stack(frames, base, v, back[base + v], length, stack, next_out[i])
         _copy(actions_out[i], actions[g])
-    return -1
 
 
 @njit(**_NJIT)
-def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
-                   actions_out, returns_out, discounts_out):
-    """gather_transitions for 1-step transitions, both stacks in one window per transition:
-    windows_out[i] = the frames of records u - stack + 1 .. u + 1 (the episode's first repeated
-    before it), so obs = windows_out[:, :stack] and next obs = windows_out[:, 1:] (stack + 1
-    frames copied instead of 2 x stack; the next record is in u's episode, so both stacks clamp
-    at the same first frame). Returns the first position whose index is out of range, or -1."""
-    bad = _first_out_of_range(indices, frames.shape[0])
-    if bad >= 0:
-        return bad
-    for i in range(indices.shape[0]):
+def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
+                   returns_out, discounts_out, lo, hi):
+    """gather_windows of positions lo .. hi - 1 (not inlined: see _transitions_range)."""
+    for i in range(lo, hi):
         g = indices[i]
         s = g // length
         base = s * length
@@ -229,13 +220,82 @@ def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, 
                 p -= length
             _copy(window[f], frames[base + p])
         _copy(actions_out[i], actions[g])
+
+
+@njit(parallel=True, **_NJIT)
+def _transitions_halves(frames, actions, rewards, ends, back, length, stack, n, powers, indices, obs_out, next_out,
+                        actions_out, returns_out, discounts_out):
+    """_transitions_range over the batch's two halves, one per thread of numba's pool."""
+    half = (indices.shape[0] + 1) // 2
+    for h in prange(2):
+        _transitions_range(frames, actions, rewards, ends, back, length, stack, n, powers, indices, obs_out,
+                           next_out, actions_out, returns_out, discounts_out, h * half,
+                           min(indices.shape[0], (h + 1) * half))
+
+
+@njit(parallel=True, **_NJIT)
+def _windows_halves(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
+                    returns_out, discounts_out):
+    """_windows_range over the batch's two halves, one per thread of numba's pool."""
+    half = (indices.shape[0] + 1) // 2
+    for h in prange(2):
+        _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
+                       actions_out, returns_out, discounts_out, h * half, min(indices.shape[0], (h + 1) * half))
+
+
+@njit(inline="always")
+def _split(threads, batch):
+    """Whether a batch is gathered on 2 threads: asked for, and big enough to repay the pool's
+    hand-off (TWO_THREADS_FROM, measured)."""
+    return threads > 1 and batch >= TWO_THREADS_FROM
+
+
+@njit(**_NJIT)
+def gather_transitions(frames, actions, rewards, ends, back, length, stack, n, powers, indices,
+                       obs_out, next_out, actions_out, returns_out, discounts_out, threads=1):
+    """For each transition indices[i] (the slot of its first record u): obs_out[i] = the stack
+    ending at u, returns_out[i] = sum_{j<k} powers[j] r_{u+j} and next_out[i] = the stack ending
+    at u + k, with k = n or the number of steps to the episode's end if that comes first;
+    discounts_out[i] = 0 if the episode terminated within them, else powers[k]. `threads` 2
+    copies the two halves of the batch on two threads (bit-identical: each output row is
+    written by one thread). Returns the first position whose index is out of range, or -1."""
+    bad = _first_out_of_range(indices, frames.shape[0])
+    if bad >= 0:
+        return bad
+    if _split(threads, indices.shape[0]):
+        _transitions_halves(frames, actions, rewards, ends, back, length, stack, n, powers, indices, obs_out,
+                            next_out, actions_out, returns_out, discounts_out)
+    else:
+        _transitions_range(frames, actions, rewards, ends, back, length, stack, n, powers, indices, obs_out,
+                           next_out, actions_out, returns_out, discounts_out, 0, indices.shape[0])
+    return -1
+
+
+@njit(**_NJIT)
+def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
+                   actions_out, returns_out, discounts_out, threads=1):
+    """gather_transitions for 1-step transitions, both stacks in one window per transition:
+    windows_out[i] = the frames of records u - stack + 1 .. u + 1 (the episode's first repeated
+    before it), so obs = windows_out[:, :stack] and next obs = windows_out[:, 1:] (stack + 1
+    frames copied instead of 2 x stack; the next record is in u's episode, so both stacks clamp
+    at the same first frame). `threads` as gather_transitions'. Returns the first position whose
+    index is out of range, or -1."""
+    bad = _first_out_of_range(indices, frames.shape[0])
+    if bad >= 0:
+        return bad
+    if _split(threads, indices.shape[0]):
+        _windows_halves(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
+                        actions_out, returns_out, discounts_out)
+    else:
+        _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out,
+                       actions_out, returns_out, discounts_out, 0, indices.shape[0])
     return -1
 
 
 @njit(**_NJIT)
 def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, beta, weighted, frames, actions,
                    rewards, ends, back, length, stack, powers, indices, priorities, weights, windows_out,
-                   actions_out, returns_out, discounts_out):
+                   actions_out, returns_out, discounts_out, threads=1):
     """A stratified draw of uniforms.shape[0] transitions from the tree (sums, prefix, mins,
     offsets, depth, k: NumbaSumTree's arrays; `mass` a float64 scratch as long as the batch) into
     indices and priorities, their importance weights into `weights` if `weighted` ((p_i /
@@ -247,5 +307,5 @@ def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, 
     if weighted:
         importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
     gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
-                   returns_out, discounts_out)
+                   returns_out, discounts_out, threads)
     return True

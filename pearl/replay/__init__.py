@@ -68,4 +68,5 @@ def make_frame_replay(config, obs_shape, obs_dtype, action_dtype, action_shape, 
                        kind=config.kind, frame_dtype=obs_dtype, action_dtype=action_dtype,
                        action_shape=action_shape, alpha=config.alpha, beta=config.beta,
                        beta_final=config.beta_final, beta_steps=total_steps, priority_eps=config.priority_eps,
-                       backend=backend, fanout=config.fanout, rate_limiter=rate_limiter)
+                       backend=backend, fanout=config.fanout, rate_limiter=rate_limiter,
+                       gather_threads=config.gather_threads)

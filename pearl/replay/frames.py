@@ -62,12 +62,15 @@ class FrameReplay:
                  gamma: float = 0.99, kind: str = "uniform", frame_dtype=np.uint8, action_dtype=np.int64,
                  action_shape=(), alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
                  beta_steps: int = 1, priority_eps: float = 1e-6, backend: str = "auto", fanout: int = 16,
-                 rate_limiter: RateLimiter | None = None):
+                 rate_limiter: RateLimiter | None = None, gather_threads: int = 1):
         if kind not in KINDS:
             raise ValueError(f"frame replay kind {kind!r}: expected one of {KINDS}")
         if not (1 <= stack <= 256 and n_step >= 1 and streams >= 1):  # `back` is a uint8 below stack
             raise ValueError(f"frame replay needs 1 <= stack <= 256, n_step and streams >= 1, got {stack}, "
                              f"{n_step}, {streams}")
+        if gather_threads not in (1, 2):
+            raise ValueError(f"frame replay gather_threads: 1 or 2, got {gather_threads!r}")
+        self.gather_threads = gather_threads
         self.length = capacity // streams  # records per stream (capacity rounds down to streams x length)
         if self.length < stack + n_step:
             raise ValueError(f"frame replay capacity {capacity} leaves {self.length} records per stream "
@@ -201,11 +204,12 @@ class FrameReplay:
         obs, next_obs, actions, returns, discounts = self.outputs(indices.shape[0])[:5]
         if self.n_step == 1:
             bad = gather_windows(self._frames, self._actions, self._rewards, self._ends, self._back, self.length,
-                                 self.stack, self._powers, indices, obs.base, actions, returns, discounts)
+                                 self.stack, self._powers, indices, obs.base, actions, returns, discounts,
+                                 self.gather_threads)
         else:
             bad = gather_transitions(self._frames, self._actions, self._rewards, self._ends, self._back,
                                      self.length, self.stack, self.n_step, self._powers, indices, obs, next_obs,
-                                     actions, returns, discounts)
+                                     actions, returns, discounts, self.gather_threads)
         if bad >= 0:
             raise IndexError(f"gather index {indices[bad]} out of range for capacity {self.capacity}")
         return self._batch(obs, next_obs, actions, returns, discounts, indices)
@@ -231,7 +235,7 @@ class FrameReplay:
                                   uniforms, scratch, self.size, self.beta, self.prioritized, self._frames,
                                   self._actions, self._rewards, self._ends, self._back, self.length, self.stack,
                                   self._powers, indices, priorities, weights, obs.base, actions, returns,
-                                  discounts):
+                                  discounts, self.gather_threads):
                 raise ValueError(NO_MASS)
             batch = self._batch(obs, next_obs, actions, returns, discounts, indices)
             if self.prioritized:
