@@ -168,9 +168,7 @@ class BF16Copy(nn.Module):
         copy's backward left, times the folded scale, clipped to `max_norm` as
         torch.nn.utils.clip_grad_norm_ (coefficient max_norm / (norm + 1e-6) when below 1), then the
         copy refreshed from the new weights; clears this copy's gradients. The master's .grad is not
-        written. With more than one torch thread (the learner's threads) each pass runs half of
-        the large parameters on a helper thread: the passes are bound by memory (the Nature
-        network's 27 MB of masters and moments), which a second core's stream adds to."""
+        written."""
         from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
 
         lows, masters = self._pairs
@@ -178,84 +176,25 @@ class BF16Copy(nn.Module):
             self._views = [(_in_low_order(master.data).numpy(), _bits(_in_low_order(low.data)),
                             np.empty(_in_low_order(low).shape, np.float32),  # the widened gradient, kept
                             self._scale if low is self._first[0] else 1.0) for low, master in zip(lows, masters)]
-            self._row = [np.empty(max(view[2].shape[2] for view in self._views), np.float32) for _ in range(2)]
-        helper, (theirs, ours) = _step_parts(self._views, torch.get_num_threads())
-        grads = [_bits(_in_low_order(low.grad).contiguous()) for low in lows]
-
-        def widen(parts):
-            return sum(widen_bf16(grads[i][part].reshape(-1), self._views[i][2][part].reshape(-1))
-                       * self._views[i][3] ** 2 for i, part in parts)
-
-        sumsq = _on_both(helper, widen, (theirs,), (ours,))
-        for low in lows:
+            self._row = np.empty(max(view[2].shape[2] for view in self._views), np.float32)
+        sumsq = 0.0
+        for low, (_, _, wide, scale) in zip(lows, self._views):
+            sumsq += widen_bf16(_bits(_in_low_order(low.grad).contiguous()).reshape(-1), wide.reshape(-1)) * scale * scale
             low.grad = None
         coef = max_norm / (math.sqrt(sumsq) + 1e-6)
         clip = coef if coef < 1.0 else 1.0
         group = optimizer.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
-        moments = []
-        for master in masters:
+        for master, (weights, low_bits, wide, scale) in zip(masters, self._views):
             state = optimizer.state[master]
             if not state:
                 state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(master),
                              exp_avg_sq=torch.zeros_like(master))
             state["step"] += 1
             # the moments' tensors change at a checkpoint load (load_optimizer_state): viewed each step
-            moments.append((_in_low_order(state["exp_avg"]).numpy(), _in_low_order(state["exp_avg_sq"]).numpy(),
-                            float(state["step"])))
-
-        def adam(parts, row):
-            for i, part in parts:
-                weights, low_bits, wide, scale = self._views[i]
-                exp_avg, exp_avg_sq, step = moments[i]
-                adam_to_bf16(wide[part], scale * clip, weights[part], exp_avg[part], exp_avg_sq[part],
-                             low_bits[part], scale, row, lr, beta1, beta2, eps, step)
-            return 0.0
-
-        _on_both(helper, adam, (theirs, self._row[0]), (ours, self._row[1]))
-
-
-# a parameter with at least this many weights is split between the threads of a two-thread step
-# (the Nature network's fc layer, 1.6M of its 1.7M); the rest stay on the caller's thread
-SPLIT_MIN = 1 << 16
-_helper = None  # the one helper thread of two-thread steps, started at the first
-
-
-def _step_parts(views, threads: int):
-    """(helper or None, (the helper's parts, the caller's parts)); a part is (parameter index,
-    index of a contiguous slab of its (rows, positions, channels) arrays)."""
-    global _helper
-    whole = slice(None)
-    if threads < 2:
-        return None, ([], [(i, (whole,)) for i in range(len(views))])
-    if _helper is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from pearl.kernels.cpu import flush_denormals
-
-        # denormals flushed as on the learner's thread (pearl/api.py), so both halves compute alike
-        _helper = ThreadPoolExecutor(1, thread_name_prefix="pearl-adam", initializer=flush_denormals)
-    theirs, ours = [], []
-    for i, (_, _, wide, _) in enumerate(views):
-        rows, positions, _ = wide.shape
-        if wide.size < SPLIT_MIN or (rows < 2 and positions < 2):
-            ours.append((i, (whole,)))
-        elif rows > 1:  # halves of the rows or, for one row, of its positions: contiguous either way
-            theirs.append((i, (slice(0, rows // 2),)))
-            ours.append((i, (slice(rows // 2, None),)))
-        else:
-            theirs.append((i, (whole, slice(0, positions // 2))))
-            ours.append((i, (whole, slice(positions // 2, None))))
-    return _helper, (theirs, ours)
-
-
-def _on_both(helper, work, theirs: tuple, ours: tuple) -> float:
-    """work(*theirs) on the helper thread (if any) beside work(*ours) on this one; the sum of both."""
-    if helper is None:
-        return work(*ours)
-    future = helper.submit(work, *theirs)
-    mine = work(*ours)
-    return future.result() + mine
+            adam_to_bf16(wide, scale * clip, weights, _in_low_order(state["exp_avg"]).numpy(),
+                         _in_low_order(state["exp_avg_sq"]).numpy(), low_bits, scale, self._row,
+                         lr, beta1, beta2, eps, float(state["step"]))
 
 
 class ConvReLU(nn.Module):

@@ -11,7 +11,7 @@ import torch
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
-from pearl.nets import SPLIT_MIN, BF16Copy
+from pearl.nets import BF16Copy
 
 RTOL = 2e-6  # float32 arithmetic in another order than torch's vectorized kernel
 
@@ -104,40 +104,3 @@ def test_copy_adam_step_against_the_torch_ops(max_norm):
                 for name in ("exp_avg", "exp_avg_sq"):
                     ref_adam.state[want][name].copy_(nets[0].optimizer.state[got][name])
         ref.refresh()
-
-
-@pytest.mark.parametrize("max_norm", [1e-3, 1e6])  # clipped, not clipped
-def test_copy_adam_step_on_two_threads_equals_one(max_norm):
-    """With two torch threads the step runs half of each large parameter on a helper thread (a
-    convolution's rows, the fc layer's positions): the same weights, moments and copy as on one
-    (bit for bit unclipped; clipped, the norm's sum in another order moves the coefficient by ulps)."""
-    shape = (4, 10, 10)
-    nets = [DQN(400, 4, DQNConfig(conv=[[64, 3, 1], [128, 3, 1]], hidden=[32], lr=1e-3), 100, seed=2,
-                obs_shape=shape, obs_scale=1 / 255) for _ in range(2)]
-    copies = [BF16Copy(algo.online) for algo in nets]
-    sizes = [p.numel() for p in nets[0].online.parameters()]
-    assert sum(n >= SPLIT_MIN for n in sizes) == 2  # the second convolution (by rows) and fc (by positions)
-    rng = np.random.default_rng(4)
-    threads = torch.get_num_threads()
-    try:
-        for step in range(3):
-            obs = torch.from_numpy(rng.integers(0, 256, (8, *shape), dtype=np.uint8))
-            for count, low, algo in zip((1, 2), copies, nets):
-                torch.set_num_threads(1)  # the same gradients (oneDNN's sums depend on its threads)
-                low(obs).square().sum().backward()
-                torch.set_num_threads(count)
-                low.adam_step(algo.optimizer, max_norm)
-            pairs = [*zip(nets[0].online.parameters(), nets[1].online.parameters()),
-                     *zip(copies[0].net.parameters(), copies[1].net.parameters())]
-            for p in nets[0].online.parameters():
-                state = (nets[0].optimizer.state[p], nets[1].optimizer.state[dict(zip(
-                    nets[0].online.parameters(), nets[1].online.parameters()))[p]])
-                pairs += [(state[0][name], state[1][name]) for name in ("exp_avg", "exp_avg_sq")]
-            for one, two in pairs:
-                if max_norm > 1:
-                    assert torch.equal(one.detach(), two.detach())
-                else:
-                    np.testing.assert_allclose(one.detach().float().numpy(), two.detach().float().numpy(),
-                                               rtol=1e-5, atol=1e-7)
-    finally:
-        torch.set_num_threads(threads)
