@@ -25,6 +25,10 @@ Target (issue 16): PEARL >= 2x SB3's env steps/s, 2 seeds x >= 50k steps.
     python benchmarks/e2e_atari.py                          # 2 seeds x 50k steps
     python benchmarks/e2e_atari.py --steps 8000 --seeds 0 1 # a shorter window
     python benchmarks/e2e_atari.py --runtimes sequential processes --precision bf16 --sb3-threads 1 2
+    python benchmarks/e2e_atari.py --runtimes processes --precision bf16 --threads 2 --omp-wait-policy passive
+
+`--omp-wait-policy` sets OMP_WAIT_POLICY for the whole process (SB3 too) before torch loads: `pearl
+train` runs passive, and a PEARL learner on 2 torch threads without it spins on the actor's core.
 """
 from __future__ import annotations
 
