@@ -25,6 +25,10 @@ Target (issue 16): PEARL >= 2x SB3's env steps/s, 2 seeds x >= 50k steps.
     python benchmarks/e2e_atari.py                          # 2 seeds x 50k steps
     python benchmarks/e2e_atari.py --steps 8000 --seeds 0 1 # a shorter window
     python benchmarks/e2e_atari.py --runtimes sequential processes --precision bf16 --sb3-threads 1 2
+    python benchmarks/e2e_atari.py --runtimes processes --precision bf16 --threads 2 --omp-wait-policy passive
+
+`--omp-wait-policy` sets OMP_WAIT_POLICY for the whole process (SB3 too) before torch loads: `pearl
+train` runs passive, and a PEARL learner on 2 torch threads without it spins on the actor's core.
 """
 from __future__ import annotations
 
@@ -62,6 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="PEARL's learner precision")
     p.add_argument("--frame-stack", type=int, default=4, help="PEARL's replay.frame_stack (default 4, as "
                    "configs/breakout_dqn.yaml: each frame stored once; 0: whole stacked observations, as SB3)")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active"], default=None,
+                   help="OMP_WAIT_POLICY for this process, both sides (default: the environment's, else the "
+                   "libraries' default); `pearl train` runs passive: with --threads 2 spinning threads cost "
+                   "the actor its core")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     args.learning_starts = args.steps // 4 if args.learning_starts is None else args.learning_starts
@@ -141,6 +149,8 @@ def report(seed: int, order: list[str], rows: dict) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.omp_wait_policy:  # before torch loads (versions() imports it)
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     found = versions("e2e_atari")
     if found is None:
         return 2
@@ -148,7 +158,7 @@ def main(argv=None) -> int:
                platform.processor())
     print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, learning_starts "
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
-          f"{args.precision}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
+          f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
     runners = {f"pearl-{runtime}": (lambda seed, runtime=runtime: run_pearl(seed, args, runtime))
                for runtime in args.runtimes}
