@@ -41,7 +41,7 @@ class DQNConfig:
     lr: float = 1e-3
     gamma: float = 0.99
     batch_size: int = 64
-    learning_starts: int = 1000
+    learning_starts: int = 1000  # env steps of uniformly random actions before learning starts
     updates_per_step: float = 0.25  # the replay ratio: gradient updates per env step
     # or Stable-Baselines3's bursts: gradient_steps updates every train_freq env steps (then
     # updates_per_step is set to their ratio)
