@@ -17,7 +17,7 @@ from pearl.replay.nstep import NStepAccumulator
 
 class ReferenceStream:
     def __init__(self, stack: int, n: int, gamma: float):
-        self.stack = stack
+        self.stack, self.n, self.gamma = stack, n, gamma
         self.nstep = NStepAccumulator(n, gamma)
         self.records = 0  # records written: an episode's first frame, then every next frame
         self.window: deque | None = None  # (frame, record number) of the current stack
@@ -47,6 +47,12 @@ class ReferenceStream:
             assert not self.pending
         return out
 
+    def abandon(self):
+        """Another writer takes the stream over: the unfinished episode's pending steps never complete."""
+        self.window = None
+        self.pending.clear()
+        self.nstep = NStepAccumulator(self.n, self.gamma)
+
 
 class ReferenceFrameReplay:
     def __init__(self, length: int, streams: int, stack: int, n: int, gamma: float):
@@ -55,7 +61,10 @@ class ReferenceFrameReplay:
         self.transitions: dict[int, tuple] = {}  # slot -> (stream, oldest record read, transition)
         self.next_frame = [None] * streams
 
-    def add(self, stream, frame, action, reward, next_frame, terminated, truncated):
+    def add(self, stream, frame, action, reward, next_frame, terminated, truncated, begins=False):
+        """One step; `begins`: a new writer's first step on the stream (written ~stream to the table)."""
+        if begins:
+            self.streams[stream].abandon()
         for record, oldest, transition in self.streams[stream].step(frame, action, reward, next_frame,
                                                                     terminated, truncated):
             self.transitions[stream * self.length + record % self.length] = (stream, oldest, transition)

@@ -12,16 +12,21 @@ from pearl.replay.frames import FrameReplay
 FRAME = (2, 3)
 
 
-def drive(table, reference, rng, steps: int, end_probability: float, batch_streams: int, frame_dtype):
+def drive(table, reference, rng, steps: int, end_probability: float, batch_streams: int, frame_dtype,
+          takeover_probability: float = 0.0):
     """Random env steps of every stream, `batch_streams` rows per add (a stream may repeat: its
-    steps are consecutive), into both tables."""
+    steps are consecutive), into both tables; with `takeover_probability` a row is a new writer's
+    first step on its stream (written ~s), which begins an episode there, mid-episode or not."""
     streams = table.streams
     current = [None] * streams  # the newest frame of each stream's current obs
     action_shape = table.action_shape
     for _ in range(steps):
         rows = rng.integers(streams, size=batch_streams)
         batch = {k: [] for k in ("obs", "next", "actions", "rewards", "term", "trunc")}
-        for s in rows:
+        for i, s in enumerate(rows):
+            begins = rng.random() < takeover_probability
+            if begins:
+                current[s], rows[i] = None, ~s
             if current[s] is None:  # reset
                 current[s] = rng.integers(0, 256, FRAME).astype(frame_dtype)
             frame, next_frame = current[s], rng.integers(0, 256, FRAME).astype(frame_dtype)
@@ -29,7 +34,7 @@ def drive(table, reference, rng, steps: int, end_probability: float, batch_strea
                       ).astype(table.action_dtype)
             reward = np.float32(rng.normal())
             term, trunc = rng.random() < end_probability, rng.random() < end_probability / 2
-            reference.add(s, frame, action, reward, next_frame, term, trunc)
+            reference.add(s, frame, action, reward, next_frame, term, trunc, begins)
             for key, value in zip(batch, (frame, next_frame, action, reward, term, trunc)):
                 batch[key].append(value)
             current[s] = None if term or trunc else next_frame
@@ -54,9 +59,10 @@ def assert_matches(table, expected: dict, indices: np.ndarray, batch):
 @given(stack=st.integers(1, 4), n=st.integers(1, 4), streams=st.integers(1, 3), spare=st.integers(0, 9),
        steps=st.integers(1, 120), end=st.sampled_from([0.0, 0.05, 0.3]), batch_streams=st.integers(1, 4),
        kind=st.sampled_from(["uniform", "prioritized", "amper"]), float_frames=st.booleans(),
-       vector_actions=st.booleans(), seed=st.integers(0, 2**31))
+       vector_actions=st.booleans(), takeover=st.sampled_from([0.0, 0.1]), seed=st.integers(0, 2**31))
 def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, streams, spare, steps, end,
-                                                  batch_streams, kind, float_frames, vector_actions, seed):
+                                                  batch_streams, kind, float_frames, vector_actions, takeover,
+                                                  seed):
     length, gamma = stack + n + spare, 0.9
     frame_dtype = np.float32 if float_frames else np.uint8
     table = FrameReplay(length * streams, FRAME, stack, streams=streams, n_step=n, gamma=gamma, kind=kind,
@@ -64,7 +70,7 @@ def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, stre
                         action_shape=(2,) if vector_actions else (), gather_threads=gather_threads)
     reference = ReferenceFrameReplay(length, streams, stack, n, gamma)
     rng = np.random.default_rng(seed)
-    drive(table, reference, rng, steps, end, batch_streams, frame_dtype)
+    drive(table, reference, rng, steps, end, batch_streams, frame_dtype, takeover)
 
     expected = reference.valid()
     assert sorted(expected) == table.valid_indices().tolist()
@@ -128,6 +134,8 @@ def test_bad_writes_are_refused():
     table = FrameReplay(16, (2, 2), 2, streams=2)
     with pytest.raises(IndexError, match="stream 2 out of range"):
         table.add([2], np.zeros((1, 2, 2)), [0], [0.0], np.zeros((1, 2, 2)), [False], [False])
+    with pytest.raises(IndexError, match="stream 2 out of range"):  # ~2: a new writer's first step on stream 2
+        table.add([0, ~2], np.zeros((2, 2, 2)), [0, 0], [0.0, 0.0], np.zeros((2, 2, 2)), [False] * 2, [False] * 2)
     with pytest.raises(ValueError, match="expected 1 frames of shape"):
         table.add([0], np.zeros((1, 3, 2)), [0], [0.0], np.zeros((1, 2, 2)), [False], [False])
     assert table.inserted == 0 and table._counts.tolist() == [0, 0]

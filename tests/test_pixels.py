@@ -305,8 +305,9 @@ def check_frame_transitions(agent, count=64):
     """Every sampled obs is a stack of one episode's consecutive steps (the first repeated at its
     start) and next obs the stack one step later, as the env made them."""
     replay = agent.parts.replay
-    replay.rate_limiter = None  # the run is over: this extra batch is the test's
+    limiter, replay.rate_limiter = replay.rate_limiter, None  # the run is over: this extra batch is the test's
     batch = replay.sample(count, np.random.default_rng(0))
+    replay.rate_limiter = limiter
     for obs, next_obs, discount in zip(batch.obs, batch.next_obs, batch.discounts):
         steps, tags = obs[:, 0, 0].astype(int), obs[:, 0, 1]
         assert len(set(tags)) == 1 and set(next_obs[:, 0, 1]) == set(tags)
@@ -340,7 +341,12 @@ def test_actors_feed_the_frame_table_step_records():
 
 @pytest.mark.slow
 def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
+    """The learner's own actor writes actor 0's streams while the actor processes start; a second
+    run's actor processes and its own actor take those streams over again mid-episode."""
     agent = frame_agent(Plan(runtime="processes", actors=2))
     agent.train(300)
     assert agent.parts.replay.inserted == agent.counters.env_steps >= 300
     check_frame_transitions(agent)
+    agent.train(100)
+    assert agent.parts.replay.inserted == agent.counters.env_steps >= 400
+    check_frame_transitions(agent, count=256)

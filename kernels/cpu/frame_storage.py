@@ -109,8 +109,9 @@ def _write_record(s, frame, end, first, frames, ends, back, valid, counts, episo
 def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
                 marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
                 terminated, truncated, changed, priority, priorities):
-    """Appends one step per row i to stream streams[i]: if the stream begins an episode (it is
-    new, or its previous step ended one), the first record, of obs_frames[i] (read only then);
+    """Appends one step per row i to stream streams[i] (written ~s: the step begins an episode
+    on stream s, whatever its previous step was): if the stream begins an episode (it is new,
+    its previous step ended one, or the row says so), the first record, of obs_frames[i] (read only then);
     the step's action, reward and end on the stream's newest record; then the record of
     next_frames[i], FINAL if the step terminated or truncated the episode. Frames are rows of
     bytes, actions rows of the action field. `state[0]` counts the valid transitions, `state[1]`
@@ -119,13 +120,17 @@ def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_sta
     `changed` it filled, or -(i + 1) for the first row whose stream is out of range (nothing
     written)."""
     for i in range(streams.shape[0]):
-        if streams[i] < 0 or streams[i] >= counts.shape[0]:
+        s = streams[i] if streams[i] >= 0 else ~streams[i]
+        if s >= counts.shape[0]:
             return -(i + 1)
     state[1] += 1
     stamp = state[1]
     count = 0
     for i in range(streams.shape[0]):
         s = streams[i]
+        if s < 0:  # a new writer's first step on the stream: an episode begins whatever came before
+            s = ~s
+            starting[s] = True
         if starting[s]:
             count = _write_record(s, obs_frames[i], CONTINUES, True, frames, ends, back, valid, counts,
                                   episode_start, state, length, stack, n, changed, count, marks, stamp)

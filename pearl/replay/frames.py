@@ -32,9 +32,12 @@ Writers call `add(streams, obs, actions, rewards, next_obs, terminated, truncate
 step batch: one row per env; obs and next_obs either the full stacked observations (the table
 reads their last frame) or just those newest frames. next_obs is always stored; obs is read only
 where a stream begins an episode (its first step, or the step after one that ended), as the
-stream's other observations are earlier steps' next_obs. No n-step accumulation on the writer's
-side: the table does it, and a transition becomes sampleable at the step that completes it, as
-with the actors' NStepBuffer.
+stream's other observations are earlier steps' next_obs. A writer that takes a stream over
+(an actor process started or restarted, a resumed run) writes its first step's stream id as ~s
+(negative): its episode begins there, and the one the stream's previous writer left unfinished
+keeps what it completed (its last n - 1 transitions never complete). No n-step accumulation on
+the writer's side: the table does it, and a transition becomes sampleable at the step that
+completes it, as with the actors' NStepBuffer.
 """
 from __future__ import annotations
 
@@ -171,7 +174,8 @@ class FrameReplay:
                              self.length, self.stack, self.n_step, streams, obs_rows, actions, rewards,
                              next_rows, terminated, truncated, self._changed, top, self._changed_priorities)
         if filled < 0:
-            raise IndexError(f"frame replay stream {streams[-filled - 1]} out of range [0, {self.streams})")
+            stream = streams[-filled - 1]
+            raise IndexError(f"frame replay stream {stream if stream >= 0 else ~stream} out of range [0, {self.streams})")
         self.inserted += count
         changed = self._changed[:filled]
         if filled:

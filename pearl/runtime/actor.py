@@ -55,6 +55,8 @@ class Actor:
         self.nstep = NStepBuffer(n_step, gamma, n_envs, obs_shape if len(obs_shape) > 1 else obs_shape[0],
                                  obs_dtype=obs_dtype)
         self.streams = None if first_stream is None else np.arange(first_stream, first_stream + n_envs)
+        # its first step's stream ids say ~s: its episodes begin there, whoever wrote the streams before
+        self._step_streams = None if first_stream is None else ~self.streams
         # a CPU policy's compiled greedy pass that writes one row's action in place (QPolicy.greedy_into)
         self._greedy_into = getattr(policy, "greedy_into", None)
 
@@ -107,7 +109,9 @@ class Actor:
         if self.streams is None:
             transitions = self.nstep.step(self.obs, actions, rewards, next_obs, terminated, truncated)
         else:  # a frame table's step records: the stacks' newest frames (views)
-            transitions = (self.streams, self.obs[:, -1], actions, rewards, next_obs[:, -1], terminated, truncated)
+            transitions = (self._step_streams, self.obs[:, -1], actions, rewards, next_obs[:, -1], terminated,
+                           truncated)
+            self._step_streams = self.streams
         # The next observations become the current ones, except where an episode ended and its
         # env restarts. Buffers rotate rather than being copied; none that the returned
         # transitions reference is written before the next step.
@@ -135,6 +139,15 @@ class Actor:
                 finished.append((float(returns[i]), int(lengths[i])))
                 returns[i], lengths[i] = 0.0, 0
         return finished
+
+    def begin_episodes(self) -> None:
+        """Resets every env: another writer takes its frame-table streams over (the processes
+        runtime's actor 0 from the learner's own actor), so its next step begins new episodes
+        there, and its unfinished ones are dropped."""
+        self._restart(np.arange(self.n_envs), self.obs)
+        self.episode_return[:] = [0.0] * self.n_envs
+        self.episode_length[:] = [0] * self.n_envs
+        self._step_streams = ~self.streams
 
     def _restart(self, ended: np.ndarray, restarted: np.ndarray) -> None:
         """Resets the envs `ended`, their first observations into those rows of `restarted`."""

@@ -587,6 +587,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     # quota (the learner's own steps count against it) is never below what an actor committed.
     local = parts.actor if plan.act_while_actors_start else None
     local_steps = 0
+    # on a frame table the learner's own actor writes actor 0's env streams: actor 0's rounds wait
+    # in its ring until the hand-over (its first step begins new episodes there), and the learner's
+    # actor drops its episodes then, to begin new ones when it next acts
+    shared_streams = local is not None and local.streams is not None
 
     def allowed(index: int) -> int:
         return min(quota, envs if local is not None else taken[index] + ahead)
@@ -672,6 +676,8 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 # handing over with at most one round per actor left keeps every quota >= envs
                 if local_steps % (n * envs) == 0 and (all(c.counters[ROUNDS] for c in channels)
                                                       or steps - local_steps <= n * envs):
+                    if shared_streams:
+                        local.begin_episodes()
                     local = None  # every actor is up (or the run is done): they take over
                     quota = quota_left(local_steps)
                 else:
@@ -679,7 +685,8 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             t0 = clock()
             # the actors' lead: how far their committed steps were past what the learner had taken
             # in, read as it takes them in (the commit records it loads anyway)
-            lead = max(lead, sum(take_in(index) for index in range(n)))
+            first = 1 if shared_streams and local is not None else 0
+            lead = max(lead, sum(take_in(index) for index in range(first, n)))
             counters.env_steps = start + local_steps + sum(taken)
             replay.progress = counters.env_steps
             if timer and counters.env_steps > previous:
