@@ -13,7 +13,10 @@ with max-pool, 84x84 grey, rewards clipped, 4 frames stacked, no episode end at 
 terminal_on_life_loss set False to match; SB3 also presses FIRE at reset, which PEARL does not).
 
 Only `train()` / `learn()` is timed (construction excluded); no greedy evaluation (a greedy Breakout
-policy that never presses FIRE plays until the 108k-frame cap). The order rotates per seed.
+policy that never presses FIRE plays until the 108k-frame cap). The order rotates per seed, and
+each side of each seed runs in a fresh Python process (imports and construction outside the
+clock, as before): run in one process, the first PEARL run after an SB3 run with 2 torch threads
+paid ~0.7 of a core to a thread SB3's run left behind (docs/BENCHMARKS.md, Atari, session 15).
 Replay: PEARL's frame table by default (`--frame-stack 4`, as configs/breakout_dqn.yaml: each frame
 stored once, obs and next obs assembled at sample time; 0: whole stacked observations), SB3's
 ReplayBuffer with whole observations (optimize_memory_usage=False, its default); same capacity,
@@ -38,6 +41,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,6 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "libraries' default); `pearl train` runs passive: with --threads 2 spinning threads cost "
                    "the actor its core")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--worker", metavar="SIDE", help=argparse.SUPPRESS)  # one side of one seed, in this process
     args = p.parse_args(argv)
     args.learning_starts = args.steps // 4 if args.learning_starts is None else args.learning_starts
     if not 0 <= args.learning_starts < args.steps:
@@ -104,11 +109,14 @@ def run_pearl(seed: int, args, runtime: str) -> dict:
 
 
 def run_sb3(seed: int, args, threads: int) -> dict:
+    import ale_py
+    import gymnasium
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
+    gymnasium.register_envs(ale_py)  # the Atari ids (as the RL Zoo does)
     torch.set_num_threads(threads)
     env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=seed, wrapper_kwargs={"terminal_on_life_loss": False}),
                         n_stack=4)
@@ -147,10 +155,33 @@ def report(seed: int, order: list[str], rows: dict) -> None:
     sys.stdout.flush()
 
 
+def worker(args) -> int:
+    """Runs side `args.worker` of seed `args.seeds[0]` and prints its row."""
+    if args.worker.startswith("pearl-"):
+        row = run_pearl(args.seeds[0], args, args.worker.removeprefix("pearl-"))
+    else:
+        row = run_sb3(args.seeds[0], args, int(args.worker.removeprefix("sb3@").removesuffix("t")))
+    print("RESULT " + json.dumps(row), flush=True)
+    return 0
+
+
+def run_fresh(side: str, seed: int, argv: list[str]) -> dict:
+    """One side of one seed in a fresh Python process (the same arguments otherwise)."""
+    command = [sys.executable, __file__, *argv, "--seeds", str(seed), "--worker", side]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{side} seed {seed}: no result (exit code {done.returncode})")
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.omp_wait_policy:  # before torch loads (versions() imports it)
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    if args.worker:
+        return worker(args)
     found = versions("e2e_atari")
     if found is None:
         return 2
@@ -160,10 +191,8 @@ def main(argv=None) -> int:
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
           f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
-    runners = {f"pearl-{runtime}": (lambda seed, runtime=runtime: run_pearl(seed, args, runtime))
-               for runtime in args.runtimes}
-    runners.update({sb3_name(threads): (lambda seed, threads=threads: run_sb3(seed, args, threads))
-                    for threads in args.sb3_threads})
+    names = [f"pearl-{runtime}" for runtime in args.runtimes] + [sb3_name(threads) for threads in args.sb3_threads]
+    runners = {name: (lambda seed, name=name: run_fresh(name, seed, argv)) for name in names}
     results = run_alternating(args.seeds, runners, report)
     rival = best_rival(results)
     print(f"\nSB3's best: {rival} ({median_of(results, rival, 'steps_per_s'):.1f} steps/s median)")
