@@ -361,7 +361,7 @@ def accuracy(steps: int, passes: int, profile_seconds: float, wire: bool = True,
     background = costs.ray_background()
     for cand in cands:
         p, m = predicted[cand], cpu[cand]
-        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads", "actor_wait")),
+        model = {"actors": sum(p.step_us.get(k, 0.0) for k in ("act", "ring_write", "weight_loads")),
                  "agents": p.step_us["agent"], "driver": p.sides["learner"],
                  "servers": p.sides.get("server", 0.0) * (cand.shards if cand.placement != "learner" else 0),
                  # Ray's processes at rest on every node of the cluster, and their work per publish

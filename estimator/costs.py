@@ -310,11 +310,10 @@ class Costs:
         `publish_agent` / `publish_ray` us per publish per agent in the agent's process (else the
         platform's `nodes.ray_call_us`) and in Ray's processes (else 0), `publish_driver` us per
         publish per agent in the driver's publishing thread (else the platform's `ray_call_us`),
-        `actor_wait` cores of an actor process waiting at its allowance (else None: not priced),
         `publish_interval` us between publishes sent as the runtime's publisher sends them (else None)."""
         nodes = self.platform.nodes
         measured = {name: self._seconds(f"ray|{name.replace('_', '|')}", 0) for name in
-                    ("daemon", "agent", "publish_agent", "publish_ray", "publish_driver", "actor_wait",
+                    ("daemon", "agent", "publish_agent", "publish_ray", "publish_driver",
                      "publish_interval")}
         return {"daemon": nodes.daemon_cores if measured["daemon"] is None else measured["daemon"],
                 "agent": measured["agent"],
@@ -323,7 +322,6 @@ class Costs:
                 "publish_ray": 0.0 if measured["publish_ray"] is None else 1e6 * measured["publish_ray"],
                 "publish_driver": nodes.ray_call_us if measured["publish_driver"] is None
                 else 1e6 * measured["publish_driver"],
-                "actor_wait": measured["actor_wait"],
                 "publish_interval": None if measured["publish_interval"] is None
                 else 1e6 * measured["publish_interval"]}
 

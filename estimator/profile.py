@@ -58,10 +58,12 @@ PROFILE_VERSION = 4
 # thread's CURVE too)
 WIRE_VERSION = 2
 # The ray tables' version (`ray|...`, `pearl profile --ray`), kept as the wire's is.
-RAY_VERSION = 2  # 2: with ray|publish|driver, ray|publish|interval and ray|actor|wait
+# 2: with ray|publish|driver, ray|publish|interval and ray|actor|wait; 3: without ray|actor|wait (an
+# actor's back-off at its allowance takes only cycles nothing else wants: docs/BENCHMARKS.md session 16)
+RAY_VERSION = 3
 # what pearl/runtime/ray_profile.py measures (its module doc), {"0": us} each
 RAY_TABLES = ("ray|daemon", "ray|agent", "ray|publish|agent", "ray|publish|ray", "ray|publish|driver",
-              "ray|publish|interval", "ray|actor|wait")
+              "ray|publish|interval")
 WIRE_ROWS = (8, 32, 256)  # the chunks ray plans send: one 8-env act round up to the largest chunk
 CONTEXT_TASKS = ("act", "learn", "sync_weights")
 

@@ -278,8 +278,10 @@ def test_one_config_runs_sequential_processes_and_ray_by_plan_alone(cluster, tmp
 
 
 def test_ctrl_c_of_pearl_train_on_a_local_ray_checkpoints_and_leaves_nothing(tmp_path):
-    """`pearl train --plan ray.yaml` without --address starts its own Ray on 127.0.0.1; one SIGINT
-    stops the run with a checkpoint, Ray shuts down, no process of the run or ring is left."""
+    """`pearl train --plan ray.yaml` without --address starts its own Ray on 127.0.0.1, every
+    listener on loopback without the test's RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER (as from a user's
+    shell); one SIGINT stops the run with a checkpoint, Ray shuts down, no process of the run or
+    ring is left."""
     import subprocess
     import sys
 
@@ -290,7 +292,8 @@ def test_ctrl_c_of_pearl_train_on_a_local_ray_checkpoints_and_leaves_nothing(tmp
     before = set(os.listdir("/dev/shm"))
     run = subprocess.Popen([sys.executable, "-m", "pearl.cli", "train", str(config), "--plan", str(tmp_path / "ray.yaml"),
                             "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                           env={**{k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"},
+                                "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         metrics = tmp_path / "run" / "metrics.csv"
@@ -299,6 +302,8 @@ def test_ctrl_c_of_pearl_train_on_a_local_ray_checkpoints_and_leaves_nothing(tmp
             time.sleep(0.2)
         tree = descendants(run.pid)
         assert run.poll() is None and tree, "the run did not reach its second metrics row"
+        addresses = listening_addresses(tree | {run.pid})
+        assert addresses and all(ip.is_loopback for ip in addresses), addresses
         run.send_signal(signal.SIGINT)
         output = run.communicate(timeout=90)[0].decode()
     finally:

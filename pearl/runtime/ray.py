@@ -81,6 +81,22 @@ def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
     return bound
 
 
+def loopback_ray():
+    """Ray, for an instance on this machine only: Ray takes a node's address from the host's
+    network (the interface its route out uses) unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is off, and
+    an `_node_ip_address` of 127.0.0.1 does not keep its GCS, raylet and workers off that interface
+    (measured on a host whose name resolves to 192.0.2.2; `pearl profile --ray`'s cluster did not
+    even start there). Off by default (a user's explicit setting stands): in the environment for
+    Ray's processes, and in Ray's constant that this process read at its import."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = ray_constants.env_bool(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, True)
+    return ray
+
+
 def connect(address: str) -> bool:
     """Joins Ray (`address`: "auto" or HOST:PORT), or starts a local instance on 127.0.0.1 ("");
     an already initialised Ray is used as it is. Returns whether this call started it."""
@@ -92,6 +108,7 @@ def connect(address: str) -> bool:
     if address:
         ray.init(address=address, log_to_driver=True, configure_logging=False)
     else:
+        ray = loopback_ray()
         # "local": a new instance even where another cluster on this machine could be joined
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=os.cpu_count(),
                  object_store_memory=200 * 2**20, log_to_driver=True, configure_logging=False)

@@ -18,12 +18,12 @@ three phases of `seconds` each, the CPU of every thread of this process tree rea
   and in the publishing thread itself, its submits, put and delivery polls (`ray|publish|driver`:
   the runtime's "ray-publisher" thread; the platform's `ray_call_us` priced it at a third of what
   session 14's runs measured there), and the time between publishes (`ray|publish|interval`: the
-  runtime's rule, PUBLISH_S or the delivery if longer; the runs sent 52-94 a second, not 100);
-- then, the cluster gone, this thread waiting as an actor process waits at its allowance
-  (pearl/runtime/processes.py `_wait`'s back-off: yields, then short sleeps), in waits of
-  AGENT_NAP_S each (its node agent raises the allowance once per pass): CPU per second of waiting,
-  `ray|actor|wait` (session 14's remote placements: ~10 us per env step of actor CPU beyond acting).
-Tables in us ({"0": us}): per second (cores x 1e6) for `daemon`, `agent` and `actor|wait`, per
+  runtime's rule, PUBLISH_S or the delivery if longer; the runs sent 52-94 a second, not 100).
+Not measured: an actor process waiting at its allowance (processes.py `_wait`: yields, then short
+sleeps) takes only cycles nothing else wants; session 15's `ray|actor|wait` (its CPU per second
+on an idle core, 0.22 cores on session 16's machine) charged as work under-predicted every plan
+that fills the cores by 20-50%.
+Tables in us ({"0": us}): per second (cores x 1e6) for `daemon` and `agent`, per
 publish for `publish|interval`, per publish per agent for the others.
 """
 from __future__ import annotations
@@ -152,8 +152,11 @@ def idle_cpu(seconds: float) -> dict[str, float]:
 @contextlib.contextmanager
 def local_cluster(nodes: int, store: int = 150 * 2**20):
     """A local Ray cluster of `nodes` nodes of 1 CPU each on 127.0.0.1, this process its driver."""
-    import ray
     from ray.cluster_utils import Cluster
+
+    from pearl.runtime.ray import loopback_ray
+
+    ray = loopback_ray()
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                             "object_store_memory": store, "include_dashboard": False})
@@ -201,19 +204,6 @@ def _rates(first: dict, last: dict, seconds: float) -> dict[str, float]:
     return out
 
 
-def actor_wait(seconds: float) -> float:
-    """Cores this thread uses waiting as an actor waits at its allowance: processes._wait from no
-    spins, for AGENT_NAP_S each time, over `seconds`."""
-    from pearl.runtime.processes import _wait
-
-    cpu, started = time.thread_time(), time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        spins, end = 0, time.perf_counter() + AGENT_NAP_S
-        while time.perf_counter() < end:
-            spins = _wait(spins)
-    return (time.thread_time() - cpu) / (time.perf_counter() - started)
-
-
 def ray_us(n_params: int, nodes: int = 3, seconds: float = 3.0, log=None) -> dict:
     """estimator/profile.py's RAY_TABLES (the module doc) for weights of `n_params` float32 numbers."""
     import threading
@@ -249,14 +239,12 @@ def ray_us(n_params: int, nodes: int = 3, seconds: float = 3.0, log=None) -> dic
         publishing = _rates(s1, s2, t2 - t1)
         ray.get(naps)
     per_publish = (t2 - t1) / (publishes * nodes)  # seconds of the phase per publish per agent
-    waiting = actor_wait(min(seconds, 1.0))
     out = {"ray|daemon": rest.get("ray", 0.0) / nodes,
            "ray|agent": napping.get("agents", 0.0) / nodes,
            "ray|publish|agent": max(0.0, publishing.get("agents", 0.0) - napping.get("agents", 0.0)) * per_publish,
            "ray|publish|ray": max(0.0, publishing.get("ray", 0.0) - napping.get("ray", 0.0)) * per_publish,
            "ray|publish|driver": max(0.0, publishing.get("main", 0.0) - napping.get("main", 0.0)) * per_publish,
-           "ray|publish|interval": 1e6 * (t2 - t1) / publishes,
-           "ray|actor|wait": 1e6 * waiting}
+           "ray|publish|interval": 1e6 * (t2 - t1) / publishes}
     if log:
         log(f"ray: {nodes} nodes, {publishes} publishes in {t2 - t1:.1f} s: " +
             ", ".join(f"{name} {us:.1f} us" for name, us in out.items()) + " (per second: daemon, agent; per publish "

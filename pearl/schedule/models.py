@@ -321,22 +321,21 @@ class Ray(ScheduleModel):
                 step_us["sample"] = u * call.get("sample", 0.0)
                 learner = u * update + step_us["sample"] + step_us["publish"] + step_us["overhead"] + chunk_server
                 learner_cpu, servers_cpu = learner, 0.0
+            # (an actor waiting at its allowance yields its core, then sleeps: processes._wait's
+            # back-off takes cycles only where nothing else runs, so it is not charged)
             actors_us = sum(step_us[k] for k in self.lanes["actors"] if k in step_us)
-            # an actor waits at its allowance while it does not act, backing off as processes._wait
-            # does: its process's measured CPU per second of that, on the cores the plan shares
-            step_us["actor_wait"] = n * a * max(0.0, total - actors_us / (n * a)) * (background["actor_wait"] or 0.0)
             agents_us = step_us["agent"]
             sides = {"actors": actors_us / (n * a), "agents": agents_us / n, "learner": learner}
             if remote:
                 sides["server"] = server
             receivers = shards if cand.placement == "node" else 1  # the nodes the chunks flow into
             sides["wire"] = parts["chunk_wire"] / rows / receivers
-            busy = actors_us + step_us["actor_wait"] + agents_us + learner_cpu + servers_cpu + step_us["ray"]
+            busy = actors_us + agents_us + learner_cpu + servers_cpu + step_us["ray"]
             if shared:
                 free = shared - background["daemon"] * nodes.count
                 sides["cores"] = busy / free
             else:
-                on_nodes = actors_us + step_us["actor_wait"] + agents_us + step_us["ray"]
+                on_nodes = actors_us + agents_us + step_us["ray"]
                 sides["node cores"] = on_nodes / (n * nodes.cores)
                 on_learner_node = learner_cpu + (servers_cpu if cand.placement == "server" else 0.0)
                 sides["learner cores"] = on_learner_node / host.cores
