@@ -175,7 +175,8 @@ class FrameReplay:
                              next_rows, terminated, truncated, self._changed, top, self._changed_priorities)
         if filled < 0:
             stream = streams[-filled - 1]
-            raise IndexError(f"frame replay stream {stream if stream >= 0 else ~stream} out of range [0, {self.streams})")
+            stream = stream if stream >= 0 else ~stream  # (~s: a new writer's first step)
+            raise IndexError(f"frame replay stream {stream} out of range [0, {self.streams})")
         self.inserted += count
         changed = self._changed[:filled]
         if filled:
