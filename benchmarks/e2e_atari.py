@@ -155,13 +155,18 @@ def report(seed: int, order: list[str], rows: dict) -> None:
     sys.stdout.flush()
 
 
+def sides(args) -> dict:
+    """Each side's name -> `seed -> row`, run in this process."""
+    runners = {f"pearl-{runtime}": (lambda seed, runtime=runtime: run_pearl(seed, args, runtime))
+               for runtime in args.runtimes}
+    runners.update({sb3_name(threads): (lambda seed, threads=threads: run_sb3(seed, args, threads))
+                    for threads in args.sb3_threads})
+    return runners
+
+
 def worker(args) -> int:
     """Runs side `args.worker` of seed `args.seeds[0]` and prints its row."""
-    if args.worker.startswith("pearl-"):
-        row = run_pearl(args.seeds[0], args, args.worker.removeprefix("pearl-"))
-    else:
-        row = run_sb3(args.seeds[0], args, int(args.worker.removeprefix("sb3@").removesuffix("t")))
-    print("RESULT " + json.dumps(row), flush=True)
+    print("RESULT " + json.dumps(sides(args)[args.worker](args.seeds[0])), flush=True)
     return 0
 
 
@@ -191,8 +196,7 @@ def main(argv=None) -> int:
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
           f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
-    names = [f"pearl-{runtime}" for runtime in args.runtimes] + [sb3_name(threads) for threads in args.sb3_threads]
-    runners = {name: (lambda seed, name=name: run_fresh(name, seed, argv)) for name in names}
+    runners = {name: (lambda seed, name=name: run_fresh(name, seed, argv)) for name in sides(args)}
     results = run_alternating(args.seeds, runners, report)
     rival = best_rival(results)
     print(f"\nSB3's best: {rival} ({median_of(results, rival, 'steps_per_s'):.1f} steps/s median)")
