@@ -58,24 +58,12 @@ class NodeAgent:
     the run the actor processes need (no torch module travels): actor recipe, seed, transition
     fields, n_step, actors and envs per actor, env id."""
 
-    def __init__(self, node: int, spec: dict, addresses: list[str], keys: dict, node_quota: int, ahead: int,
-                 chunk: int, window: int, start_steps: int, gated: bool = False):
-        from pearl.server.client import ClientAuth, ReplayClient
-        from pearl.server.shards import ShardedReplayClient
-
-        self.node, self.spec, self.chunk = node, spec, chunk
+    def __init__(self, node: int, spec: dict, keys: dict, node_quota: int, ahead: int, chunk: int, window: int,
+                 start_steps: int, gated: bool = False):
+        self.node, self.spec, self.chunk, self.keys, self.window = node, spec, chunk, keys, window
         self.node_quota, self.ahead, self.start_steps = node_quota, ahead, start_steps
-        auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
-        # the writer id is the node's: a restarted agent continues the same stream(s); several
-        # servers (shards) take its chunks round-robin
-        writer = node + 1
-        if len(addresses) == 1:
-            self.client = ReplayClient(addresses[0], auth, writer=writer, window=window, timeout=60.0)
-            stats = [self.client.stats()]
-        else:
-            self.client = ShardedReplayClient(addresses, auth, writer=writer, window=window, timeout=60.0)
-            stats = self.client.stats()
-        self.committed = sum(int(s["writer_steps"].get(str(writer), 0)) for s in stats)
+        self.client = None  # the replay server(s)' client: `run` connects it
+        self.committed = 0  # env steps the server(s) acknowledged from this node (theirs, once connected)
         # gated: the servers keep no replay ratio, the driver does; this node commits env steps
         # only up to the limit it grants (`allow`), counted like `committed`
         self.limit = 0 if gated else None
@@ -88,6 +76,25 @@ class NodeAgent:
         self.janitor = None  # the ring janitor (JANITOR), started with the first rings
         self.clocks = [0] * len(CLOCKS)  # the finished actor processes' CLOCKS
         self.started = time.perf_counter()
+
+    def _connect(self, addresses: list[str]) -> None:
+        """The client of the replay server(s) at `addresses`, and what they acknowledged of this
+        node's stream so far (a restarted agent goes on from there)."""
+        from pearl.server.client import ClientAuth, ReplayClient
+        from pearl.server.shards import ShardedReplayClient
+
+        keys = self.keys
+        auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
+        # the writer id is the node's: a restarted agent continues the same stream(s); several
+        # servers (shards) take its chunks round-robin
+        writer = self.node + 1
+        if len(addresses) == 1:
+            self.client = ReplayClient(addresses[0], auth, writer=writer, window=self.window, timeout=60.0)
+            stats = [self.client.stats()]
+        else:
+            self.client = ShardedReplayClient(addresses, auth, writer=writer, window=self.window, timeout=60.0)
+            stats = self.client.stats()
+        self.committed = sum(int(s["writer_steps"].get(str(writer), 0)) for s in stats)
 
     def pid(self) -> int:
         return os.getpid()
@@ -136,9 +143,13 @@ class NodeAgent:
             if self.actors is not None:
                 self.actors.stop()
 
-    def run(self) -> dict:
+    def run(self, addresses: list[str]) -> dict:
         """Runs the node's actors until the node has committed its quota of env steps (or `stop`),
-        streaming their transitions to the server; returns the final report."""
+        streaming their transitions to the replay server(s) at `addresses`; returns the final report.
+        (The addresses come with the call, not the construction: the driver submits the agents
+        before its server is up, so that their Ray workers boot meanwhile.)"""
+        if self.client is None:
+            self._connect(addresses)
         spec = self.spec
         n, envs = spec["actors"], spec["envs"]
         left = max(0, self.node_quota - self.committed)
@@ -253,6 +264,7 @@ class NodeAgent:
         self.janitor.stdin.flush()
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
         if self.janitor is not None:  # the rings are unlinked already: it finds nothing left
             self.janitor.stdin.close()

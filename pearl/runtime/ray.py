@@ -186,6 +186,15 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         alive = [node for node in ray.nodes() if node["Alive"]]
         bundles = nodes + (plan.ray.shards if plan.ray.replay == "node" else 0)
         group = placement_group([{"CPU": 1}] * bundles, strategy="STRICT_SPREAD" if len(alive) >= bundles else "SPREAD")
+        # the agents first: Ray boots their workers (~1.5 s here) while the group is placed and the
+        # replay server starts (its kernels' first load: ~0.45 s); `run` brings them its address
+        agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
+        remote = ray.remote(NodeAgent)
+        for node in range(nodes):
+            strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=node)
+            agents.append(remote.options(num_cpus=1, max_restarts=plan.ray.max_restarts, max_concurrency=4,
+                                         scheduling_strategy=strategy).remote(
+                node, spec, agent_keys, per_node, ahead, plan.ray.chunk, plan.ray.window, start, remote_replay))
         if not group.wait(timeout_seconds=120):
             raise PearlError(f"plan.ray.nodes: {bundles} nodes with 1 free CPU each were not available within 120 s "
                              f"(the cluster has {len(alive)} alive nodes)")
@@ -193,18 +202,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             side = _Remote(parts, counters, keys, group, nodes)
         else:
             side = _InProcess(parts, counters, keys)
-        agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
-        remote = ray.remote(NodeAgent)
-        for node in range(nodes):
-            strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=node)
-            agents.append(remote.options(num_cpus=1, max_restarts=plan.ray.max_restarts, max_concurrency=4,
-                                         scheduling_strategy=strategy).remote(
-                node, spec, side.addresses, agent_keys, per_node, ahead, plan.ray.chunk, plan.ray.window, start,
-                remote_replay))
         side.grant(agents, counters.updates)
         published = _Publisher(agents)
         published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
-        runs = {agents[node].run.remote(): node for node in range(nodes)}
+        runs = {agents[node].run.remote(side.addresses): node for node in range(nodes)}
         # the learner's own actor steps while the node agents start (a Ray worker, then their actor
         # processes: ~2-4 s here), as the processes runtime's does, until an agent's steps arrive
         local = parts.actor if plan.act_while_actors_start and not remote_replay else None
@@ -265,7 +266,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                               f"(restart {restarts})", file=sys.stderr, flush=True)
                         published.forget(node)  # the restarted agent needs the weights again
                         side.regrant(node)
-                        runs[agents[node].run.remote()] = node
+                        runs[agents[node].run.remote(side.addresses)] = node
                 side.grant(agents, counters.updates)
                 if published.due:
                     published.send(learner.policy_weights, parts.algo.epsilon(counters.env_steps))
