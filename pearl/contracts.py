@@ -9,6 +9,7 @@ the hooks; the schedule it keeps is pearl.schedule's.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -30,6 +31,21 @@ class Algorithm(Protocol):
 
     def policy_sizes(self) -> list[int]:
         """Layer widths of the network the actors run (and sync_weights ships)."""
+
+
+@dataclass
+class Batch:
+    """A sampled batch: what a ReplayTable's `sample` returns and a Learner's `update` takes (its
+    home is here, not in pearl.replay, so that a process that only moves transitions, such as a
+    ray node agent, imports no replay kernel)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    discounts: np.ndarray  # gamma^k of the bootstrap, 0 where the episode terminated
+    indices: np.ndarray
+    weights: np.ndarray | None = None  # importance-sampling weights (prioritized replay only)
 
 
 @runtime_checkable

@@ -2,23 +2,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 
+from pearl.contracts import Batch  # noqa: F401 (the replays' modules take it from here)
 from pearl.kernels.cpu.fast_storage import RowRing
 from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded
-
-
-@dataclass
-class Batch:
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_obs: np.ndarray
-    discounts: np.ndarray  # gamma^k of the bootstrap, 0 where the episode terminated
-    indices: np.ndarray
-    weights: np.ndarray | None = None  # importance-sampling weights (prioritized replay only)
 
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")

@@ -81,7 +81,6 @@ class NodeAgent:
         """The client of the replay server(s) at `addresses`, and what they acknowledged of this
         node's stream so far (a restarted agent goes on from there)."""
         from pearl.server.client import ClientAuth, ReplayClient
-        from pearl.server.shards import ShardedReplayClient
 
         keys = self.keys
         auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
@@ -92,6 +91,8 @@ class NodeAgent:
             self.client = ReplayClient(addresses[0], auth, writer=writer, window=self.window, timeout=60.0)
             stats = [self.client.stats()]
         else:
+            from pearl.server.shards import ShardedReplayClient  # (it loads the prioritized replay's kernels)
+
             self.client = ShardedReplayClient(addresses, auth, writer=writer, window=self.window, timeout=60.0)
             stats = self.client.stats()
         self.committed = sum(int(s["writer_steps"].get(str(writer), 0)) for s in stats)

@@ -50,11 +50,10 @@ from typing import Callable
 
 import numpy as np
 
-from pearl.contracts import Runtime, implements
+from pearl.contracts import Batch, Runtime, implements
 from pearl.errors import PearlError
 from pearl.io import interrupts_deferred
 from pearl.kernels.cpu import flush_denormals
-from pearl.replay.base import Batch
 from pearl.runtime.counters import Counters, Hooks
 from pearl.runtime.sequential import learn_one
 from pearl.runtime.shared import (ACT_CPU_NS, ACT_NS, ALLOWED, BOOT_CPU_NS, CPU_SAMPLE, ROUNDS, STOP, WAIT_NS,

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from pearl.contracts import ReplayTable, implements
-from pearl.replay.base import Batch
+from pearl.contracts import Batch, ReplayTable, implements
 from pearl.server.wire import (FLAG_NO_ACK, INLINE_BYTES, ErrorCode, Header, Op, Packer, message_arrays,
                                pack, unpack_header)
 

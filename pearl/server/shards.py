@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from pearl.replay.base import Batch
+from pearl.contracts import Batch
 from pearl.replay.prioritized import annealed_beta
 from pearl.server.client import ClientAuth, Connection, NoReply, ReplayClient, ServerError  # noqa: F401
 from pearl.server.wire import FLAG_MASSES, Header, Op, pack
