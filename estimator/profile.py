@@ -59,8 +59,9 @@ PROFILE_VERSION = 4
 WIRE_VERSION = 2
 # The ray tables' version (`ray|...`, `pearl profile --ray`), kept as the wire's is.
 # 2: with ray|publish|driver, ray|publish|interval and ray|actor|wait; 3: without ray|actor|wait (an
-# actor's back-off at its allowance takes only cycles nothing else wants: docs/BENCHMARKS.md session 16)
-RAY_VERSION = 3
+# actor's back-off at its allowance takes only cycles nothing else wants: docs/BENCHMARKS.md session 16);
+# 4: publishes 20 ms apart (pearl.schedule.PUBLISH_S), the interval ray|publish|interval measures
+RAY_VERSION = 4
 # what pearl/runtime/ray_profile.py measures (its module doc), {"0": us} each
 RAY_TABLES = ("ray|daemon", "ray|agent", "ray|publish|agent", "ray|publish|ray", "ray|publish|driver",
               "ray|publish|interval")

@@ -25,10 +25,13 @@ MANY_ACTORS = ("processes",)  # runtimes that run a plan's `actors` actors (the 
 # and no place in the one-machine contract suite.
 CLUSTER_RUNTIMES = ("ray",)
 RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime/shared.py)
-# the ray runtime's weights go out at most this often: a publish costs Ray calls (~0.1-0.3 ms of CPU each, per node)
-# where the processes runtime's board costs a copy, and a DQN update takes ~0.15 ms; a sync due
-# sooner is folded into the next publish (the actors get the newest weights)
-PUBLISH_S = 0.01
+# the ray runtime's weights go out at most this often: a publish costs Ray calls where the
+# processes runtime's board costs a copy (measured on the 2-core EPYC, `pearl profile --ray`: ~0.8 ms
+# of a node agent's CPU per publish, ~0.5 ms of the driver's and Ray's), ~7% of a 2-node CartPole
+# run's CPU at 10 ms; a sync due sooner is folded into the next publish (the actors get the newest
+# weights). At 20 ms a node's actors take ~400-500 env steps per version there (Ape-X's actors
+# fetch every 400): the run's steady rate +3.5% over 10 ms, 4 of 4 interleaved runs (docs/BENCHMARKS.md)
+PUBLISH_S = 0.02
 # weights up to this size travel inside the publish call (Ray inlines arguments up to 100 KiB,
 # its max_direct_call_object_size) rather than as one object-store put that each node's raylet
 # fetches from the driver's: larger ones are put once and the reference sent
