@@ -30,7 +30,7 @@ RING_RECORDS = 4096  # commit records of a processes-runtime ring (pearl/runtime
 # of a node agent's CPU per publish, ~0.5 ms of the driver's and Ray's), ~7% of a 2-node CartPole
 # run's CPU at 10 ms; a sync due sooner is folded into the next publish (the actors get the newest
 # weights). At 20 ms a node's actors take ~400-500 env steps per version there (Ape-X's actors
-# fetch every 400): the run's steady rate +3.5% over 10 ms, 4 of 4 interleaved runs (docs/BENCHMARKS.md)
+# fetch every 400): whole runs +2-5% over 10 ms in 6 of 7 interleaved pairs, both orders (docs/BENCHMARKS.md)
 PUBLISH_S = 0.02
 # weights up to this size travel inside the publish call (Ray inlines arguments up to 100 KiB,
 # its max_direct_call_object_size) rather than as one object-store put that each node's raylet
