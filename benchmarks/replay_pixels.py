@@ -3,8 +3,8 @@
 
 Each system runs in its own process (so its resident memory is its own): it builds and fills a
 uniform table of `capacity` transitions, times it, drops it, and does the same with a prioritized
-one (episodes of 1000 steps, frames from a pool of random ones), then times
-the median of `repeats` calls of
+one (episodes of 1000 steps, frames from a pool of random ones), then times, after WARMUP_CALLS
+untimed calls of each operation (every system alike), the median of `repeats` calls of
   insert          one env step (the actor's add)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
@@ -44,6 +44,12 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
 FRAME_BYTES = FRAME[0] * FRAME[1]
 SYSTEMS = ("pearl", "cpprb", "tianshou")
+# Untimed calls of each operation before its timed ones, every system alike: after a 7 GB table is
+# filled and prioritized, random reads ran 2-10x slow on this VM for its first ~200-400 calls of
+# an operation in some runs and not in others (the 2-core EPYC, session 17: PEARL's sample of 32
+# at 1M 1,027 -> 88 us over 400 calls, cpprb's 158 vs 807 us in two runs), and 100 timed calls of a
+# fast operation fell wholly inside that window
+WARMUP_CALLS = 500
 
 
 def rss_bytes() -> int:
@@ -135,7 +141,7 @@ def measure(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
         huge.append(huge_page_bytes() - huge_before)
         if kind == "uniform":
             one = Steps(seed + 1, system.last_axis).step()
-            out["insert"] = median_us(lambda: system.insert(table, one), repeats)
+            out["insert"] = median_us(lambda: system.insert(table, one), repeats, WARMUP_CALLS)
             for b in batches:
                 out.update(timed(system, table, f"uniform_{b}", threads, repeats,
                                  lambda b=b: system.sample(table, b, rng)))
@@ -156,7 +162,7 @@ def timed(system, table, op, threads, repeats, call) -> dict:
     """{op: median us} for a rival; for PEARL {op@tN: median us} per gather thread count N,
     the counts alternating in blocks on the same table."""
     if system is not Pearl:
-        return {op: median_us(call, repeats)}
+        return {op: median_us(call, repeats, WARMUP_CALLS)}
 
     def with_threads(n):
         def run():
@@ -164,7 +170,7 @@ def timed(system, table, op, threads, repeats, call) -> dict:
             call()
         return run
 
-    medians = median_us_interleaved({n: with_threads(n) for n in threads}, repeats)
+    medians = median_us_interleaved({n: with_threads(n) for n in threads}, repeats, warmup=WARMUP_CALLS)
     return {f"{op}@t{n}": us for n, us in medians.items()}
 
 
