@@ -186,8 +186,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         alive = [node for node in ray.nodes() if node["Alive"]]
         bundles = nodes + (plan.ray.shards if plan.ray.replay == "node" else 0)
         group = placement_group([{"CPU": 1}] * bundles, strategy="STRICT_SPREAD" if len(alive) >= bundles else "SPREAD")
-        # the agents first: Ray boots their workers (~1.5 s here) while the group is placed and the
-        # replay server starts (its kernels' first load: ~0.45 s); `run` brings them its address
+        # the agents first: Ray creates them (~1-1.5 s beside a learning driver here) while the group
+        # is placed and the replay server starts (its kernels' first load: ~0.45 s); `run` brings
+        # them the server's address
         agent_keys = {"client": keys["client"], "server_public": keys["server_public"]}
         remote = ray.remote(NodeAgent)
         for node in range(nodes):
@@ -196,6 +197,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                                          scheduling_strategy=strategy).remote(
                 node, spec, agent_keys, per_node, ahead, plan.ray.chunk, plan.ray.window, start, remote_replay))
         if not group.wait(timeout_seconds=120):
+            for agent in agents:  # never placed: nothing of theirs to stop (a close call would wait)
+                ray.kill(agent, no_restart=True)
+            agents.clear()
             raise PearlError(f"plan.ray.nodes: {bundles} nodes with 1 free CPU each were not available within 120 s "
                              f"(the cluster has {len(alive)} alive nodes)")
         if remote_replay:
