@@ -21,6 +21,7 @@ import bisect
 from dataclasses import replace
 
 from pearl.estimator.signatures import Cost, sum_tree_cost
+from pearl.kernels.cpu import paired_products
 from pearl.kernels.registry import backend, kind_of
 
 # CartPole-v1's step + the actor's per-env bookkeeping, measured by `pearl profile` on the 2.6 GHz
@@ -77,6 +78,12 @@ LEARN_SPEEDUP = {"fused/bf16": 2.25, "torch/bf16": 2.0}
 # 1 + (t - 1) x this; `pearl profile` measures the learn at the thread counts the mapper offers
 # (on a loaded machine a second thread loses outright: its barrier waits for a descheduled thread).
 PRODUCT_THREAD_GAIN = 0.1
+# The fused DQN step's second thread (kernels/cpu/qlearn.py: the forwards and a layer's two backward
+# products in pairs, numba's pool; nothing beyond 2 threads) at the same FLOP-time division: on the
+# 2-core EPYC, 4-256-256-2 at batch 64, whole update 460 us on 1 thread and 330-400 on 2 (its
+# products alone 405 -> ~215 us), i.e. 460 = 55 + 405 and ~350 = 55 + 405 / 1.37 (docs/BENCHMARKS.md
+# issue 19, "The fused DQN step on two threads"). Below PAIR_FROM_MACS nothing pairs: no gain.
+PAIRED_PRODUCT_GAIN = 0.37
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.
@@ -87,8 +94,12 @@ LOOP_CALLS_PER_UPDATE = 2
 RING_WRITE_CALLS = 1  # an actor process's ring write: one call copying the round into the ring
 
 
-def product_thread_speedup(threads: int) -> float:
-    """How much faster a learner's products run on `threads` torch threads than on one (analytic)."""
+def product_thread_speedup(threads: int, pairs: bool | None = None) -> float:
+    """How much faster a learner's products run on `threads` threads than on one (analytic): torch's
+    threads, or with `pairs` given the fused DQN step's, whose second thread pays only where its
+    products pair (pearl.kernels.cpu.paired_products)."""
+    if pairs is not None:
+        return 1.0 + PAIRED_PRODUCT_GAIN if threads > 1 and pairs else 1.0
     return 1.0 + (threads - 1) * PRODUCT_THREAD_GAIN
 
 
@@ -224,7 +235,10 @@ class Costs:
         if kind == "cpu":  # one runtime thread: one core's share of peak and bandwidth
             peak = device.peak_gflops / device.cores * 1e9 * CPU_KERNEL_EFFICIENCY
             if task == "learn":
-                peak *= LEARN_SPEEDUP.get(learner_variant(cand), 1.0) * product_thread_speedup(cand.threads)
+                w = self.workload
+                pairs = (paired_products([w.obs_dim, *w.hidden, w.n_actions], cand.batch)
+                         if cand.learner_kernel == "fused" and not w.continuous else None)
+                peak *= LEARN_SPEEDUP.get(learner_variant(cand), 1.0) * product_thread_speedup(cand.threads, pairs)
             if task == "insert" and self.workload.n_step > 1:
                 calls += NSTEP_CALLS_PER_ROUND
             bandwidth = device.memory_bandwidth_gb_s / device.cores * 1e9

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pearl import schedule
 from pearl.errors import ConfigError
 from pearl.estimator.model import Candidate, Prediction, predict
+from pearl.kernels.cpu import paired_products
 from pearl.kernels.registry import REPLAY_TASKS, backend
 from pearl.placement import check_placement
 
@@ -58,17 +59,22 @@ def ray_plans(nodes) -> list[dict]:
             if n + (shards if where == "node" else 0) <= nodes.count]
 
 
-def learner_threads(cores: int, workload, learn_device: str, kernel: str, runtime: str, actors: int = 1) -> list[int]:
+def learner_threads(cores: int, workload, learn_device: str, kernel: str, runtime: str) -> list[int]:
     """Learner threads (Plan.learner_threads) to try: more than one only for a learner on the cpu
-    whose products are torch calls (the torch learners, the fused DDPG / TD3 / SAC learners; the
-    fused DQN learner is numba on one thread) and only onto cores the runtime's other work leaves
-    free while the learner learns: all of them in the sequential runtime (its actor waits), one
-    fewer in the threaded runtime (its actor thread runs), one per actor process fewer in the
-    processes runtime; a ray learner's node is left to its agents. The ladder up to the free
-    cores, and the free cores themselves."""
-    if learn_device != "cpu" or (kernel == "fused" and not workload.continuous) or runtime in schedule.CLUSTER_RUNTIMES:
+    whose products can split — the torch learners and the fused DDPG / TD3 / SAC learners (torch's
+    threads), the fused DQN learner at 2 where its products pair (pearl.kernels.cpu.paired_products)
+    — and only onto cores the learner can have while it learns: all of them in the sequential
+    runtime (its actor waits) and in the processes runtime (its actors wait once ahead by their
+    allowance; the model charges the learn once per thread on the shared cores, so a plan whose
+    actors keep the cores busy loses by it), one fewer in the threaded runtime (its actor thread
+    runs beside the learner's); a ray learner's node is left to its agents.
+    The ladder up to those cores, and the cores themselves."""
+    if learn_device != "cpu" or runtime in schedule.CLUSTER_RUNTIMES:
         return [1]
-    free = cores - {"sequential": 0, "threaded": 1}.get(runtime, actors)
+    free = cores - (1 if runtime == "threaded" else 0)
+    if kernel == "fused" and not workload.continuous:
+        sizes = [workload.obs_dim, *workload.hidden, workload.n_actions]
+        return [1, 2] if free >= 2 and not workload.dueling and paired_products(sizes, workload.batch_size) else [1]
     return sorted({n for n in ACTOR_LADDER if n <= free} | {max(1, free)})
 
 
@@ -143,7 +149,7 @@ def candidates(platform, workload, replay_kinds=None, envs=DEFAULT_ENVS, batches
             out += [Candidate(kind, replay, learn, kernel, e, b, s, runtime=runtime, actors=n, env_engine=engine,
                               precision=precision, threads=t, **layout)
                     for n in counts[runtime] for layout in layouts[runtime]
-                    for t in learner_threads(platform.host.cores, work, learn, kernel, runtime, n)]
+                    for t in learner_threads(platform.host.cores, work, learn, kernel, runtime)]
     return out, pruned
 
 

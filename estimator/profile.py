@@ -51,7 +51,8 @@ from pearl.io import atomic_write_text
 
 # 3: the workload key names n_step, batch, dims; the entry its CPU model. 4: learner threads are the
 # plan's (a learn table per thread count), no longer the key's
-PROFILE_VERSION = 4
+# 5: the fused DQN learner has a learn table per thread count too (where its products pair)
+PROFILE_VERSION = 5
 # The wire tables' own version (`wire|...`, `pearl profile --wire`): an entry whose wire_version
 # differs keeps its task tables, and its wire tables are measured again when asked for. 2: a
 # sample goes through the sharded client (the ray learner's), CPU is the processes' (ZeroMQ's I/O

@@ -81,8 +81,9 @@ class Discrete:
             raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
                               f"(expected learner_precision fp32 there)")
 
-    def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
-        return FusedCPULearner(algo) if kernel == "fused" else TorchLearner(algo, device, precision)
+    def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
+        """`threads`: the fused learner's (torch's learners take torch.set_num_threads')."""
+        return FusedCPULearner(algo, threads) if kernel == "fused" else TorchLearner(algo, device, precision)
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -144,7 +145,8 @@ class Continuous:
                               f"this run's learner is {kernel} on {device} (expected learner_kernel fused or "
                               f"auto on the cpu, or learner_precision fp32)")
 
-    def learner(self, algo, device: str, kernel: str, precision: str = "fp32"):
+    def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
+        """`threads` unused: these learners' products are torch's, on torch.set_num_threads' threads."""
         if kernel != "fused":
             return ContinuousLearner(algo, device)
         return (FusedSACLearner if algo.name == "sac" else FusedActorCriticLearner)(algo, precision)
@@ -300,7 +302,8 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
 
     torch.set_num_threads(config.runtime.torch_threads)
     algo = family.algorithm(config)
-    learner = family.learner(algo, plan.device_of("learn"), kernel, plan.learner_precision)
+    learner = family.learner(algo, plan.device_of("learn"), kernel, plan.learner_precision,
+                             config.runtime.torch_threads)
     # an actor process's torch (a CNN policy) on one thread: the cores are the actors' and the learner's
     policy_factory = family.policy_factory(config, algo, plan.device_of("act"), threads=1)
     policy = family.policy_factory(config, algo, "cpu")()

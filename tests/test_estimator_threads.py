@@ -21,20 +21,28 @@ CARTPOLE = dict(env="CartPole-v1", obs_dim=4, n_actions=2, hidden=(64, 64), repl
                 fanout=16, updates_per_step=0.25, learning_starts=100)
 
 
-def test_learner_threads_go_only_onto_free_cores():
+def test_learner_threads_go_only_onto_cores_the_learner_can_have():
     ddpg, dqn = Workload(**PENDULUM), Workload(**CARTPOLE)
     # sequential: the actor waits for the learner, every core is free
     assert learner_threads(2, ddpg, "cpu", "fused", "sequential") == [1, 2]
     assert learner_threads(8, ddpg, "cpu", "torch", "sequential") == [1, 2, 3, 4, 6, 8]
-    # the threaded runtime's actor thread keeps a core; each actor process keeps one
+    # the threaded runtime's actor thread keeps a core; actor processes wait once ahead, and the
+    # model charges a learner's threads on the shared cores (test_processes_charge_the_learners_threads)
     assert learner_threads(2, ddpg, "cpu", "fused", "threaded") == [1]
     assert learner_threads(4, ddpg, "cpu", "fused", "threaded") == [1, 2, 3]
-    assert learner_threads(2, ddpg, "cpu", "fused", "processes", actors=1) == [1]
-    assert learner_threads(4, ddpg, "cpu", "fused", "processes", actors=1) == [1, 2, 3]
-    assert learner_threads(4, ddpg, "cpu", "fused", "processes", actors=4) == [1]
-    # the fused DQN learner is numba on one thread; DQN's torch learner splits its products
+    assert learner_threads(2, ddpg, "cpu", "fused", "processes") == [1, 2]
+    assert learner_threads(4, ddpg, "cpu", "fused", "processes") == [1, 2, 3, 4]
+    # the fused DQN learner takes a second thread only where its products pair, and never a third;
+    # DQN's torch learner splits its products
     assert learner_threads(2, dqn, "cpu", "fused", "sequential") == [1]
     assert learner_threads(2, dqn, "cpu", "torch", "sequential") == [1, 2]
+    zoo_dqn = Workload(**{**CARTPOLE, "hidden": (256, 256), "batch_size": 64})
+    assert learner_threads(2, zoo_dqn, "cpu", "fused", "sequential") == [1, 2]
+    assert learner_threads(8, zoo_dqn, "cpu", "fused", "sequential") == [1, 2]
+    assert learner_threads(2, zoo_dqn, "cpu", "fused", "threaded") == [1]
+    assert learner_threads(2, zoo_dqn, "cpu", "fused", "processes") == [1, 2]
+    assert learner_threads(2, Workload(**{**CARTPOLE, "hidden": (256, 256), "batch_size": 64, "dueling": True}),
+                           "cpu", "fused", "sequential") == [1]
     # a GPU learner, a ray plan: one
     assert learner_threads(2, ddpg, "cuda:0", "torch", "sequential") == [1]
     assert learner_threads(2, ddpg, "cpu", "fused", "ray") == [1]
@@ -49,7 +57,8 @@ def test_the_mapper_offers_thread_counts_by_runtime():
     for c in cands:
         threads[(c.runtime, c.learner_kernel, c.actors)].add(c.threads)
     assert threads[("sequential", "fused", 1)] == threads[("sequential", "torch", 1)] == {1, 2}
-    assert all(ts == {1} for key, ts in threads.items() if key[0] != "sequential")
+    assert threads[("processes", "fused", 1)] == threads[("processes", "fused", 2)] == {1, 2}
+    assert all(ts == {1} for key, ts in threads.items() if key[0] == "threaded")
     dqn, _ = candidates(platform, Workload(**CARTPOLE), envs=(1,), batches=(64,))
     assert {(c.learner_kernel, c.threads) for c in dqn} == {("fused", 1), ("torch", 1), ("torch", 2)}
 
@@ -86,6 +95,29 @@ def test_predictions_differ_by_threads_as_profiled():
     assert one.task_seconds("learn", Candidate("uniform", "cpu", "cpu", "fused", 1, 256, threads=2))[1] == "analytic"
 
 
+def test_processes_charge_the_learners_threads_on_the_shared_cores():
+    """A processes plan's learner on t threads takes t cores while it learns: the cores' side of
+    the step counts its learn t times, so a second thread pays where the actors leave the cores
+    idle (a learner-bound DDPG) and loses where they keep them busy."""
+    platform = load_platform("ci_2core")
+
+    def step_us(act_us, threads):
+        measured = {"learn|fused@cpu": {"256": 5000.0}, "learn|fused/t2@cpu": {"256": 3600.0},
+                    "act@cpu": {"1": act_us}, "insert|uniform@cpu": {"1": 5.0}, "sample|uniform@cpu": {"256": 40.0},
+                    "sync_weights|fused@cpu": {"0": 20.0}}
+        cand = Candidate("uniform", "cpu", "cpu", "fused", 1, 256, runtime="processes", actors=1, threads=threads)
+        prediction = predict(cand, Costs(platform, Workload(**PENDULUM), measured))
+        return 1e6 / prediction.steps_per_s, prediction.sides
+
+    light_1, _ = step_us(100.0, 1)
+    light_2, sides = step_us(100.0, 2)
+    assert light_2 < light_1 and sides["cores"] == pytest.approx(
+        (sides["actors"] + sides["learner"] + 3600.0) / 2, rel=0.05)
+    busy_1, _ = step_us(4000.0, 1)
+    busy_2, _ = step_us(4000.0, 2)
+    assert busy_2 > busy_1
+
+
 def test_analytic_threads_divide_the_flop_time(monkeypatch):
     from pearl.kernels.cpu.backend import CPUBackend
 
@@ -96,6 +128,23 @@ def test_analytic_threads_divide_the_flop_time(monkeypatch):
     flop_s = {t: costs.task_seconds("learn", Candidate("uniform", "cpu", "cpu", "fused", 1, 256, threads=t))[0] - fixed
               for t in (1, 2)}
     assert product_thread_speedup(2) == 1.5 and flop_s[1] / flop_s[2] == pytest.approx(1.5)
+
+
+def test_analytic_fused_dqn_gains_only_where_its_products_pair():
+    from pearl.kernels.cpu.backend import CPUBackend
+
+    platform = load_platform("ci_2core")
+    costs = Costs(platform, Workload(**{**CARTPOLE, "hidden": (256, 256)}))
+    fixed = CPUBackend().calls("learn", "fused", "dqn") * platform.device("cpu").call_overhead_us * 1e-6
+
+    def flop_s(batch, threads):
+        return costs.task_seconds("learn", Candidate("uniform", "cpu", "cpu", "fused", 1, batch, threads=threads))[0] - fixed
+
+    # 256 x 256 pairs at batch 64 (4.2M multiply-adds), not at batch 8 (0.5M)
+    assert flop_s(64, 1) / flop_s(64, 2) == pytest.approx(1 + costs_module.PAIRED_PRODUCT_GAIN)
+    assert flop_s(8, 2) == pytest.approx(flop_s(8, 1))
+    assert product_thread_speedup(2, pairs=True) == product_thread_speedup(4, pairs=True) > 1.0
+    assert product_thread_speedup(2, pairs=False) == 1.0
 
 
 def test_profile_grid_times_each_offered_thread_count(monkeypatch):

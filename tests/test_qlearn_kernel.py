@@ -7,6 +7,8 @@ steps and not in others.
 """
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
-from pearl.kernels.cpu import FusedQLearner
+from pearl.kernels.cpu import FusedQLearner, cpu_kernel_mode, paired_products
 from pearl.replay import Batch
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
 
@@ -288,3 +290,71 @@ def test_fused_and_torch_learners_agree_and_share_checkpoints():
     reference = fused.policy_weights()
     for learner in (torch_learner, fused2, torch2):
         assert_close(learner.policy_weights(), reference, what="policy after checkpoint")
+
+
+# -- two threads: the big products in pairs ----------------------------------------------------------
+# 128 x 96 at batch 128 (1.6M multiply-adds) pairs; the first and last layers' products run alone
+PAIRED_SIZES = [6, 128, 96, 3]
+
+
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_two_threads_match_one_thread_bit_for_bit(double, weighted):
+    """Each product of the 2-thread step is the 1-thread step's own BLAS call: the same bits."""
+    assert paired_products(PAIRED_SIZES, 128) and not paired_products(PAIRED_SIZES, 32)
+    kernels = [make_pair(PAIRED_SIZES, double=double, max_grad_norm=1.0, seed=5)[1] for _ in range(2)]
+    kernels[1].threads = 2
+    rng = np.random.default_rng(7)
+    with cpu_kernel_mode():
+        for step in range(12):
+            batch = random_batch(rng, 128 if step % 3 else 32, PAIRED_SIZES[0], PAIRED_SIZES[-1], weighted)
+            (loss_1, td_1), (loss_2, td_2) = (kernel.update(*batch) for kernel in kernels)
+            assert loss_1 == loss_2, step
+            np.testing.assert_array_equal(td_1, td_2)
+            if step == 5:
+                for kernel in kernels:
+                    kernel.update_target(1.0)
+    for name in ("online", "target", "exp_avg", "exp_avg_sq", "grad"):
+        np.testing.assert_array_equal(getattr(kernels[0], name), getattr(kernels[1], name), err_msg=name)
+
+
+def test_two_threads_match_torch():
+    algo, kernel = make_pair(PAIRED_SIZES, double=True, max_grad_norm=10.0, seed=2)
+    kernel.threads = 2
+    rng = np.random.default_rng(3)
+    for step in range(8):
+        batch = random_batch(rng, 128, PAIRED_SIZES[0], PAIRED_SIZES[-1], weighted=step % 2 == 1)
+        loss_t, td_t = torch_update(algo, *batch)
+        loss_k, td_k = kernel.update(*batch)
+        assert abs(loss_k - loss_t) <= REL * abs(loss_t) + 1e-7, (step, loss_k, loss_t)
+        assert_close(td_k, td_t, what=f"|TD| at step {step}")
+    assert_close(kernel.online, DQN.flat_weights(algo.online), what="online weights")
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
+def test_the_pool_thread_takes_the_callers_float_mode():
+    """A product on numba's pool thread runs in the caller's floating-point mode (denormals
+    flushed under cpu_kernel_mode), as on the caller: else the pairs' bits could differ from the
+    1-thread step's, and its denormals ran up to 2x slower."""
+    from numba import njit, prange
+
+    from pearl.kernels.cpu.qlearn import _float_mode, _set_float_mode
+
+    @njit(parallel=True)
+    def modes_seen(mode):
+        seen = np.zeros(2, np.int64)
+        for side in prange(2):
+            _set_float_mode(mode)
+            seen[side] = _float_mode()
+        return seen
+
+    @njit
+    def caller_mode():
+        return _float_mode()
+
+    with cpu_kernel_mode():
+        flushing = caller_mode()
+    plain = caller_mode()
+    assert flushing != plain  # FTZ and DAZ (x86's MXCSR bits 15 and 6) on under cpu_kernel_mode
+    for mode in (flushing, plain):
+        np.testing.assert_array_equal(modes_seen(mode), [mode, mode])

@@ -27,7 +27,7 @@ def figures():
     return StepFigures(call, step, {"cpu": sum(step.values())}, 0.25)
 
 
-CAND = SimpleNamespace(envs=1, actors=2, sync_interval=1, replay_device="cpu", device_of=lambda task: "cpu")
+CAND = SimpleNamespace(envs=1, actors=2, sync_interval=1, replay_device="cpu", device_of=lambda task: "cpu", threads=1)
 
 
 def test_sequential_and_threaded_combinations():

@@ -3,7 +3,8 @@
 The kernels work on matrices of a few thousand elements, where a multi-threaded BLAS only adds
 synchronisation: with one other busy process on a 2-core machine, OpenBLAS's second thread made
 the fused DQN step 15x slower (4.6 ms instead of 0.32 ms). `cpu_kernel_mode()` pins BLAS to
-one thread while the runtime runs (its parallelism comes from running tasks side by side), and
+one thread while the runtime runs (its parallelism comes from running tasks side by side, and
+from the fused DQN step's products side by side on two threads, each a one-thread call), and
 flushes denormal floats to zero on the calling thread: Adam's second moments of tiny
 gradients fall into the denormal range, where x86 arithmetic is up to 100x slower (the fused
 step went from 237 us to 202 us with flushing on).
@@ -20,6 +21,19 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'pearl.kernels.cpu' has no attribute {name!r}")
+
+
+# the fused DQN step on two threads (qlearn.py) runs a product beside its partner from this many
+# multiply-adds (batch x in x out) on: below it the pool's hand-off costs more than the half it
+# saves (docs/BENCHMARKS.md issue 19, "The fused DQN step on two threads")
+PAIR_FROM_MACS = 1 << 20
+
+
+def paired_products(sizes: list[int], batch: int) -> bool:
+    """Whether the fused DQN step on two threads pairs any products for an MLP of `sizes` at
+    `batch` (else a second learner thread changes nothing). Here, not in qlearn.py, so that the
+    estimator asks without loading numba."""
+    return max(batch * n_in * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:])) >= PAIR_FROM_MACS
 
 
 def flush_denormals() -> bool:

@@ -55,12 +55,12 @@ def mlp_forward(params, shapes, offsets, x, acts, act_offsets):
         start = offsets[layer]
         weight = params[start:start + n_out * n_in].reshape((n_out, n_in))
         bias = params[start + n_out * n_in:start + n_out * n_in + n_out]
-        h = np.dot(inputs, weight.T)
         out = acts[act_offsets[layer]:act_offsets[layer] + rows * n_out].reshape((rows, n_out))
+        np.dot(inputs, weight.T, out)
         relu = layer < layers - 1
         for i in range(rows):
             for j in range(n_out):
-                v = h[i, j] + bias[j]
+                v = out[i, j] + bias[j]
                 out[i, j] = v if (not relu or v > 0) else np.float32(0.0)
         inputs = out
     return out

@@ -8,18 +8,118 @@ go to BLAS (numba's np.dot, sgemm through SciPy's BLAS) and everything between t
 over preallocated buffers, so no numpy call's overhead remains (a numpy version of the same step,
 ~50 numpy calls, took 129 us in the e2e benchmark). tests/test_qlearn_kernel.py holds it to the
 PyTorch reference in pearl/algos/dqn.py.
+
+On two learner threads (Plan.learner_threads, when the runtime leaves a core free while the learner
+learns) the step runs its independent products in pairs on numba's thread pool: the online and
+the target forward side by side, and each hidden layer's weight gradient beside the gradient it
+passes down. Each product is the one-thread kernel's own BLAS call, so the result is the same to
+the bit; a pair only pays for products of PAIR_FROM_MACS multiply-adds or more (the pool's
+hand-off and end barrier cost a few microseconds: docs/BENCHMARKS.md issue 19, "The fused DQN
+step on two threads").
 """
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so cpu_kernel_mode's BLAS limit covers it)
-from numba import njit
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
+from pearl.kernels.cpu import PAIR_FROM_MACS
 from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
 # check per division and LLVM vectorizes the Adam loop (16 -> 4 us for 4-64-64-2; the same bits)
 _NJIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+_MXCSR = platform.machine().lower() in ("x86_64", "amd64")  # SSE's control and status register
+
+
+def _mxcsr_call(builder, name: str, slot) -> None:
+    fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]))
+    builder.call(fn, [builder.bitcast(slot, ir.IntType(8).as_pointer())])
+
+
+@intrinsic
+def _float_mode(typingctx):
+    """The calling thread's floating-point mode (x86's MXCSR: rounding, denormal flushing); 0 elsewhere."""
+    def codegen(context, builder, sig, args):
+        if not _MXCSR:
+            return ir.Constant(ir.IntType(64), 0)
+        slot = builder.alloca(ir.IntType(32))
+        _mxcsr_call(builder, "llvm.x86.sse.stmxcsr", slot)
+        return builder.zext(builder.load(slot), ir.IntType(64))
+    return types.int64(), codegen
+
+
+@intrinsic
+def _set_float_mode(typingctx, mode):
+    """Gives the calling thread the floating-point mode `mode` (from _float_mode)."""
+    def codegen(context, builder, sig, args):
+        if _MXCSR:
+            slot = builder.alloca(ir.IntType(32))
+            builder.store(builder.trunc(args[0], ir.IntType(32)), slot)
+            _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
+        return context.get_dummy_value()
+    return types.void(types.int64), codegen
+
+
+@njit(**_NJIT)
+def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode):
+    """One side of the forward pair (not inlined, so that the parallel compile of _forward_pair
+    does not reach mlp_forward's loops)."""
+    _set_float_mode(mode)
+    if side == 0:
+        mlp_forward(online, shapes, offsets, x, acts, act_offsets)
+    else:
+        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
+
+
+@njit(parallel=True, **_NJIT)
+def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode):
+    """The online and the target forward, one per thread of numba's pool, in the float mode `mode`."""
+    for side in prange(2):
+        _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode)
+
+
+@njit(**_NJIT)
+def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode):
+    _set_float_mode(mode)
+    if side == 0:
+        np.dot(grad_z.T, inputs, grad_weight)
+    else:
+        np.dot(grad_z, weight, grad_below)
+
+
+@njit(parallel=True, **_NJIT)
+def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode):
+    """A layer's weight gradient and the gradient it passes down, one per thread of numba's pool,
+    in the float mode `mode`."""
+    for side in prange(2):
+        _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode)
+
+
+@njit(**_NJIT)
+def _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size):
+    """Clipping's scale and torch.optim.Adam's step, parameter by parameter (on the caller's thread:
+    split between two threads it ran slower, the halves' moments moving between the cores)."""
+    for p in range(grad.shape[0]):
+        g = grad[p] * scale
+        grad[p] = g
+        m = exp_avg[p] * b1 + one_minus_b1 * g
+        v = exp_avg_sq[p] * b2 + (g * g) * one_minus_b2
+        exp_avg[p] = m
+        exp_avg_sq[p] = v
+        online[p] -= (m / (np.sqrt(v) / c2 + eps)) * step_size
+
+
+@njit(inline="always")
+def _block(acts, act_offsets, layer, rows, width):
+    start = act_offsets[layer]
+    return acts[start:start + rows * width].reshape((rows, width))
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -35,18 +135,28 @@ def _sum_of_squares(grad):
 @njit(**_NJIT)
 def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, actions, rewards,
               next_obs, discounts, weights, double, lr, beta1, beta2, adam_eps, max_grad_norm, step,
-              x, acts, target_acts, act_offsets, abs_td):
+              x, acts, target_acts, act_offsets, abs_td, threads):
     """One gradient step; returns the loss. `weights` empty: unweighted. `x` holds the online
-    net's input rows (obs, then next_obs for double DQN); `acts`/`target_acts` the activations."""
+    net's input rows (obs, then next_obs for double DQN); `acts`/`target_acts` the activations;
+    `threads` 2: products of PAIR_FROM_MACS or more in pairs."""
     batch = obs.shape[0]
     rows = x.shape[0]
     x[:batch] = obs
     if double:
         x[batch:] = next_obs
-    out = mlp_forward(online, shapes, offsets, x, acts, act_offsets)
-    target_out = mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
-    n_actions = out.shape[1]
     layers = shapes.shape[0]
+    widest = 0
+    for layer in range(layers):
+        widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
+    mode = _float_mode()
+    if threads > 1 and batch * widest >= PAIR_FROM_MACS:
+        _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode)
+    else:
+        mlp_forward(online, shapes, offsets, x, acts, act_offsets)
+        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
+    n_actions = shapes[layers - 1, 0]
+    out = _block(acts, act_offsets, layers - 1, rows, n_actions)
+    target_out = _block(target_acts, act_offsets, layers - 1, batch, n_actions)
     # TD error, Huber loss and its gradient w.r.t. the taken action's Q (the only nonzero dQ)
     dq = np.empty(batch, np.float32)
     loss = 0.0
@@ -83,7 +193,15 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
             inputs = acts[below:below + rows * n_in].reshape((rows, n_in))[:batch]
         else:
             inputs = x[:batch]
-        grad[start:start + n_out * n_in].reshape((n_out, n_in))[:, :] = np.dot(grad_z.T, inputs)
+        grad_weight = grad[start:start + n_out * n_in].reshape((n_out, n_in))
+        weight = online[start:start + n_out * n_in].reshape((n_out, n_in))
+        grad_below = np.empty((batch, n_in), np.float32)
+        if layer and threads > 1 and batch * n_out * n_in >= PAIR_FROM_MACS:
+            _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode)
+        else:
+            np.dot(grad_z.T, inputs, grad_weight)
+            if layer:
+                np.dot(grad_z, weight, grad_below)
         grad_bias = grad[start + n_out * n_in:start + n_out * n_in + n_out]
         # row by row (each bias's sum in the same order): the inner loop runs along a row and vectorizes
         grad_bias[:] = 0.0
@@ -91,8 +209,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
             for j in range(n_out):
                 grad_bias[j] += grad_z[i, j]
         if layer:
-            weight = online[start:start + n_out * n_in].reshape((n_out, n_in))
-            grad_z = np.dot(grad_z, weight)
+            grad_z = grad_below
             for i in range(batch):
                 for j in range(n_in):
                     if inputs[i, j] <= 0:
@@ -106,14 +223,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     b1, b2 = np.float32(beta1), np.float32(beta2)
     one_minus_b1, one_minus_b2 = np.float32(1.0 - beta1), np.float32(1.0 - beta2)
     c2, eps, step_size = np.float32(bias_correction2_sqrt), np.float32(adam_eps), np.float32(lr / bias_correction1)
-    for p in range(grad.shape[0]):
-        g = grad[p] * scale
-        grad[p] = g
-        m = exp_avg[p] * b1 + one_minus_b1 * g
-        v = exp_avg_sq[p] * b2 + (g * g) * one_minus_b2
-        exp_avg[p] = m
-        exp_avg_sq[p] = v
-        online[p] -= (m / (np.sqrt(v) / c2 + eps)) * step_size
+    _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size)
     return loss / batch
 
 
@@ -121,8 +231,10 @@ class FusedQLearner:
     """Owns online weights, target weights and Adam state as flat float32 vectors."""
 
     def __init__(self, sizes: list[int], lr: float, double: bool, max_grad_norm: float,
-                 betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8):
+                 betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, threads: int = 1):
+        """`threads` 2: products run in pairs where they pay (paired_products); the same result."""
         self.layout = MLPLayout(sizes)
+        self.threads = threads
         self.lr, self.double, self.max_grad_norm = lr, double, max_grad_norm
         self.beta1, self.beta2 = betas
         self.adam_eps = adam_eps
@@ -180,7 +292,7 @@ class FusedQLearner:
                          _f32(rewards), _f32(next_obs), _f32(discounts),
                          _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
                          self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts,
-                         target_acts, act_offsets, abs_td)
+                         target_acts, act_offsets, abs_td, self.threads)
         return float(loss), abs_td
 
 

@@ -3,7 +3,8 @@
 Both learners expose the same narrow interface (update, update_target, policy_weights, state) so
 the runtime never cares which one runs:
 - `FusedCPULearner`: the numpy fused Q-learning step (pearl.kernels.cpu), for plain MLP Q-nets on
-  the CPU, where framework overhead dominates small networks.
+  the CPU, where framework overhead dominates small networks; on 2 threads its big products run in
+  pairs (kernels/cpu/qlearn.py).
 - `TorchLearner`: the algorithm's own PyTorch update on any torch device (cpu, cuda:N); runs any
   network, e.g. the dueling head; precision bf16 runs a CNN Q-network's forwards and backward on
   bfloat16 copies (pearl.nets.BF16Copy) with float32 master weights, Adam and loss (the Adam step
@@ -25,10 +26,10 @@ from pearl.nets import BF16Copy, as_views_of
 class FusedCPULearner:
     kernel = "fused"
 
-    def __init__(self, algo):
+    def __init__(self, algo, threads: int = 1):
         self.algo = algo
         cfg = algo.config
-        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm)
+        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm, threads=threads)
         self.kernel_impl.online[:] = algo.flat_weights(algo.online)
         self.kernel_impl.target[:] = algo.flat_weights(algo.target)
 

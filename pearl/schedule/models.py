@@ -120,10 +120,12 @@ class Processes(ScheduleModel):
         L = insert(R) / R + the loop's time per loop / (N x R) + updates_per_step x (sample + learn
             + update_priorities + the loop's time per update)
             + updates_per_step / sync_interval x sync_weights (+ transfers)
-    and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L) / C): the actors in
-    parallel, the learner alone, or all N + 1 processes sharing the cores (work conserving: actors
-    wait once ahead by their allowance, leaving the cores to the learner; a task on an OpenCL
-    device of the host's own cores, PoCL, counts once per core its kernels take). Two measured factors
+    and with C = the host's cores, T_step = max(A / min(N, C), L, (A + L + (t - 1) x learn) / C):
+    the actors in parallel, the learner alone, or all N + 1 processes sharing the cores (work
+    conserving: actors wait once ahead by their allowance, leaving the cores to the learner; a
+    learner on t threads, Plan.learner_threads, takes t cores while it learns, so its learn counts
+    t times there; a task on an OpenCL device of the host's own cores, PoCL, counts once per core
+    its kernels take). Two measured factors
     multiply that bound. f, the runtime's overlap on this machine: a 1-actor run's measured step /
     this bound, per learner kernel and envs per actor (`pearl profile`; what the bound leaves out:
     the learner polling and draining the rings, the actor's interpreter beside the learner's, a
@@ -152,7 +154,7 @@ class Processes(ScheduleModel):
         cores = costs.platform.host.cores
         # a device on the host's own cores (PoCL) runs each kernel on up to all of them, and the
         # processes wait for those cores meanwhile: its time counts once per core it takes
-        shared = 0.0
+        shared = (cand.threads - 1) * step_us.get("learn", 0.0)
         for task in figures.call_us:
             device = cand.device_of(task)
             if device != "cpu" and costs.platform.device(device).host == "cpu":
