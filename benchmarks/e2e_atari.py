@@ -41,13 +41,13 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import best_rival, median_of, ratios_per_seed, run_alternating, sb3_name, versions  # noqa: E402
+from side_by_side import (best_rival, median_of, ratios_per_seed, run_alternating, run_fresh, sb3_name,  # noqa: E402
+                          versions)
 
 ENV_ID = "BreakoutNoFrameskip-v4"
 BUFFER, BATCH, LR, GAMMA = 100_000, 32, 1e-4, 0.99
@@ -170,16 +170,6 @@ def worker(args) -> int:
     return 0
 
 
-def run_fresh(side: str, seed: int, argv: list[str]) -> dict:
-    """One side of one seed in a fresh Python process (the same arguments otherwise)."""
-    command = [sys.executable, __file__, *argv, "--seeds", str(seed), "--worker", side]
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{side} seed {seed}: no result (exit code {done.returncode})")
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -196,7 +186,7 @@ def main(argv=None) -> int:
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
           f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
-    runners = {name: (lambda seed, name=name: run_fresh(name, seed, argv)) for name in sides(args)}
+    runners = {name: (lambda seed, name=name: run_fresh(__file__, name, seed, argv)) for name in sides(args)}
     results = run_alternating(args.seeds, runners, report)
     rival = best_rival(results)
     print(f"\nSB3's best: {rival} ({median_of(results, rival, 'steps_per_s'):.1f} steps/s median)")

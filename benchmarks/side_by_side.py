@@ -95,6 +95,22 @@ def sb3_name(threads: int) -> str:
     return f"sb3@{threads}t"
 
 
+def run_fresh(script: str, side: str, seed: int, argv: list[str]) -> dict:
+    """One side of one seed of `script` in a fresh Python process (the same arguments otherwise):
+    the script runs `--worker SIDE` with `--seeds SEED` and prints its row as `RESULT <json>`. Run
+    in one process, a side after SB3 with 2 torch threads paid ~0.7 of a core to a thread SB3's run
+    left behind (docs/BENCHMARKS.md, Atari, session 15)."""
+    import json
+    import subprocess
+
+    command = [sys.executable, script, *argv, "--seeds", str(seed), "--worker", side]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{side} seed {seed}: no result (exit code {done.returncode})")
+
+
 def warm_up(runners: dict, seed: int, steps: int) -> None:
     """One untimed run of every side (`runners`: name -> (seed, steps) -> row) before the timed seeds."""
     if steps <= 0:

@@ -17,8 +17,11 @@ which between bursts means once per burst, as in SB3's per-env-step callback). E
 `greedy_returns`, the same initial states) over `--eval-episodes` greedy episodes; the clock
 counts training only (construction and evaluations excluded). The time to solve is the training
 time at the first evaluation whose mean reaches the level; a run that does not reach it within
-`--max-steps` is reported unsolved. An untimed warm-up run of each side comes first. Target
-(issue 19): PEARL's time <= 1/5 of SB3's (SB3 at its best torch thread count, 1 or 2).
+`--max-steps` is reported unsolved. Each side of each seed runs in a fresh Python process, an
+untimed warm-up run of that side first (run in one process, a side after SB3 with 2 torch threads
+paid a core to a thread SB3's run left behind: PEARL's time to solve with 2 learner threads went
+8.0 s first, 11.5-13.4 s after SB3, docs/BENCHMARKS.md issue 19 session 18). Target (issue 19):
+PEARL's time <= 1/5 of SB3's (SB3 at its best torch thread count, 1 or 2).
 
     python benchmarks/time_to_solve.py                      # CartPole, 3 seeds
     python benchmarks/time_to_solve.py --env Acrobot-v1
@@ -34,8 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (greedy_returns, load_average, machine_header, machine_info, sb3_act,  # noqa: E402
-                          sb3_name, versions)  # (benchmarks/ is the script's own directory)
+from side_by_side import (greedy_returns, load_average, machine_header, machine_info, run_fresh,  # noqa: E402
+                          sb3_act, sb3_name, versions)  # (benchmarks/ is the script's own directory)
 
 ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml
     "CartPole-v1": dict(solved=475.0, n_timesteps=50_000, lr=2.3e-3, batch=64, buffer=100_000, learning_starts=1000,
@@ -64,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="SB3's torch thread counts; its best median time is the rival (default: 1 2)")
     p.add_argument("--warmup-steps", type=int, default=2000, help="untimed warm-up run of each side (default: 2000)")
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--worker", metavar="SIDE", help=argparse.SUPPRESS)  # one side of one seed, in this process
     args = p.parse_args(argv)
     zoo = ZOO[args.env]
     args.max_steps = args.max_steps or 2 * zoo["n_timesteps"]
@@ -183,8 +187,28 @@ def solved_time(row: dict) -> float:
     return row["solved_s"] if row["solved_s"] is not None else float("inf")
 
 
+def sides(args) -> dict:
+    """{side name: run(seed, max_steps)}: PEARL and SB3 at each of its thread counts."""
+    out = {"pearl": lambda seed, steps: run_pearl(args.env, seed, args, steps)}
+    for threads in args.sb3_threads:
+        out[sb3_name(threads)] = lambda seed, steps, t=threads: run_sb3(args.env, seed, args, t, steps)
+    return out
+
+
+def worker(args) -> int:
+    """Side `args.worker` of seed `args.seeds[0]` after its untimed warm-up run, its row printed."""
+    run = sides(args)[args.worker]
+    if args.warmup_steps:
+        run(WARMUP_SEED, args.warmup_steps)
+    print("RESULT " + json.dumps(run(args.seeds[0], args.max_steps), default=str), flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.worker:
+        return worker(args)
     found = versions("time_to_solve")
     if found is None:
         return 2
@@ -194,20 +218,13 @@ def main(argv=None) -> int:
     print(f"time to solve {args.env} (greedy mean of {args.eval_episodes} episodes >= {zoo['solved']:g}, evaluated "
           f"every {args.eval_every} steps, at most {args.max_steps} steps): both with train_freq "
           f"{zoo['train_freq']}, gradient_steps {zoo['gradient_steps']}, target copy every {zoo['target_update']} "
-          f"env steps: PEARL ({args.runtime}) vs SB3 {found['sb3']} (torch threads {args.sb3_threads}), seeds {args.seeds}")
-    sides = {"pearl": lambda seed, steps: run_pearl(args.env, seed, args, steps)}
-    for threads in args.sb3_threads:
-        sides[sb3_name(threads)] = lambda seed, steps, t=threads: run_sb3(args.env, seed, args, t, steps)
-    if args.warmup_steps:
-        t0 = time.perf_counter()
-        for run in sides.values():
-            run(WARMUP_SEED, args.warmup_steps)
-        print(f"warm-up: {args.warmup_steps} steps of every side, untimed ({time.perf_counter() - t0:.1f} s)")
-
-    names, results = list(sides), []
+          f"env steps: PEARL ({args.runtime}, {args.threads} learner thread(s)) vs SB3 {found['sb3']} (torch threads "
+          f"{args.sb3_threads}), seeds {args.seeds}; each side of each seed in a fresh process after its own "
+          f"untimed warm-up of {args.warmup_steps} steps")
+    names, results = list(sides(args)), []
     for k, seed in enumerate(args.seeds):
         order = names[k % len(names):] + names[:k % len(names)]
-        rows = {name: sides[name](seed, args.max_steps) for name in order}
+        rows = {name: run_fresh(__file__, name, seed, argv) for name in order}
         results.append(rows)
         print(f"\nseed {seed} (ran {' then '.join(order)})")
         for name in names:

@@ -9,13 +9,14 @@ over preallocated buffers, so no numpy call's overhead remains (a numpy version 
 ~50 numpy calls, took 129 us in the e2e benchmark). tests/test_qlearn_kernel.py holds it to the
 PyTorch reference in pearl/algos/dqn.py.
 
-On two learner threads (Plan.learner_threads, when the runtime leaves a core free while the learner
-learns) the step runs its independent products in pairs on numba's thread pool: the online and
-the target forward side by side, and each hidden layer's weight gradient beside the gradient it
-passes down. Each product is the one-thread kernel's own BLAS call, so the result is the same to
-the bit; a pair only pays for products of PAIR_FROM_MACS multiply-adds or more (the pool's
-hand-off and end barrier cost a few microseconds: docs/BENCHMARKS.md issue 19, "The fused DQN
-step on two threads").
+On two learner threads (Plan.learner_threads) the step runs its independent products in pairs on
+numba's thread pool: the online and the target forward side by side, and each hidden layer's
+weight gradient beside the gradient it passes down. Each product is the one-thread kernel's own
+BLAS call, so the result is the same to the bit, and the pool's thread takes the caller's
+floating-point mode first (cpu_kernel_mode flushes denormals on the caller only; without it the
+update ran up to 3x slower in some processes). A pair pays only for products of PAIR_FROM_MACS
+multiply-adds or more (pearl.kernels.cpu.paired_products): below, the pool's hand-off and end
+barrier cost more than the half it saves (docs/BENCHMARKS.md issue 19, session 18).
 """
 from __future__ import annotations
 
