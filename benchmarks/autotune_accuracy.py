@@ -115,7 +115,8 @@ CONTINUOUS = {
 
 # The new plan choices of issue 19 (--new-choices): the learner's product precision and threads
 # on networks wide enough for them to matter (256x256, batch 128), each beside its float32 /
-# one-thread twin, profiled on a grid of one batch size; with the env-engine plans and their twins.
+# one-thread twin — in the sequential runtime and, since session 18, beside an actor process —
+# profiled on a grid of one batch size; with the env-engine plans and their twins.
 NEW_HIDDEN, NEW_BATCHES = [256, 256], (128,)
 NEW_CHOICES = {
     algo: [Candidate("uniform", "cpu", "cpu", "fused", 1, 128),
@@ -123,7 +124,9 @@ NEW_CHOICES = {
            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2),
            Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2),
            Candidate("uniform", "cpu", "cpu", "torch", 1, 128),
-           Candidate("uniform", "cpu", "cpu", "torch", 4, 128, threads=2)]
+           Candidate("uniform", "cpu", "cpu", "torch", 4, 128, threads=2),
+           Candidate("uniform", "cpu", "cpu", "fused", 1, 128, runtime="processes", precision="bf16"),
+           Candidate("uniform", "cpu", "cpu", "fused", 1, 128, runtime="processes", precision="bf16", threads=2)]
     for algo in ("ddpg", "td3", "sac")}
 
 
@@ -146,8 +149,11 @@ def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, lo
         config = continuous_config(algo, hidden)
         profile(config, envs=CONTINUOUS_ENVS, batches=batches, seconds=profile_seconds, log=log,
                 use_cache=False, runner=measure)
+        # every runtime a fixed plan names (the processes runtime with one actor process beside
+        # the learner: its threads may take the actor's idle core, session 18)
+        runtimes = tuple(dict.fromkeys(["sequential", *(c.runtime for c in fixed)]))
         result = autotune(config, platform="ci_2core", metric="throughput", envs=CONTINUOUS_ENVS,
-                          batches=batches, use_profile=True)
+                          batches=batches, use_profile=True, runtimes=runtimes, actors=(1,))
         by_cand = {p.candidate: p for p in result.ranking.predictions}
         pick = result.best.candidate
         cands = list(dict.fromkeys([pick, *(c for c in fixed if c in by_cand)]))  # bf16: where offered

@@ -10,7 +10,7 @@ multiplies by how often the runtime calls the task per env step and schedules th
 The schedule is the plan's runtime's model (pearl/schedule/models.py, `MODELS`): which tasks run
 on which thread, process or device, and how their times per env step combine into the step
 (sequential: the sum; threaded: max(actor, learner, c x their sum); processes: max(A / min(N, C),
-L, (A + L) / C) with its time-sharing factor; ray: actor nodes, node agents, replay servers and
+L, (A + L + (t - 1) x learn) / C) with its time-sharing factor; ray: actor nodes, node agents, replay servers and
 the learner over a cluster's nodes, pricing the wire with estimator/wire.py; overlapped: the
 paper's T_sample + max(...)). This module prices the tasks and the power; it has no
 runtime-specific branch. Power of a ray plan: the learner's node only.
