@@ -18,10 +18,9 @@ which between bursts means once per burst, as in SB3's per-env-step callback). E
 counts training only (construction and evaluations excluded). The time to solve is the training
 time at the first evaluation whose mean reaches the level; a run that does not reach it within
 `--max-steps` is reported unsolved. Each side of each seed runs in a fresh Python process, an
-untimed warm-up run of that side first (run in one process, a side after SB3 with 2 torch threads
-paid a core to a thread SB3's run left behind: PEARL's time to solve with 2 learner threads went
-8.0 s first, 11.5-13.4 s after SB3, docs/BENCHMARKS.md issue 19 session 18). Target (issue 19):
-PEARL's time <= 1/5 of SB3's (SB3 at its best torch thread count, 1 or 2).
+untimed warm-up run of that side first, so no side runs beside threads another side's library
+left behind (e2e_atari.py found one costing ~0.7 of a core after SB3 at 2 torch threads). Target
+(issue 19): PEARL's time <= 1/5 of SB3's (SB3 at its best torch thread count, 1 or 2).
 
     python benchmarks/time_to_solve.py                      # CartPole, 3 seeds
     python benchmarks/time_to_solve.py --env Acrobot-v1
