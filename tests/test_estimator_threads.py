@@ -1,8 +1,9 @@
 """The learner's threads as a plan choice (Plan.learner_threads, issue 19): the mapper offers more
-than one only onto cores the runtime leaves free and only to learners whose products are torch
-calls, the cost model prices each thread count from its own profile table (analytic: the FLOP
-time divided by product_thread_speedup), the profile's grid times them, and a ranked candidate
-becomes a Plan that sets torch's threads."""
+than one only onto cores the learner can have while it learns and only to learners whose products
+split (torch's threads; the fused DQN step's pairs, at 2), the cost model prices each thread count
+from its own profile table (analytic: the FLOP time divided by product_thread_speedup), the
+processes model charges the learn once per thread on the shared cores, the profile's grid times
+them, and a ranked candidate becomes a Plan that sets the learner's threads."""
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,7 @@ def test_learner_threads_go_only_onto_cores_the_learner_can_have():
     assert learner_threads(2, ddpg, "cpu", "fused", "sequential") == [1, 2]
     assert learner_threads(8, ddpg, "cpu", "torch", "sequential") == [1, 2, 3, 4, 6, 8]
     # the threaded runtime's actor thread keeps a core; actor processes wait once ahead, and the
-    # model charges a learner's threads on the shared cores (test_processes_charge_the_learners_threads)
+    # model charges a learner's threads on the shared cores (the test below on the processes model)
     assert learner_threads(2, ddpg, "cpu", "fused", "threaded") == [1]
     assert learner_threads(4, ddpg, "cpu", "fused", "threaded") == [1, 2, 3]
     assert learner_threads(2, ddpg, "cpu", "fused", "processes") == [1, 2]
@@ -138,7 +139,8 @@ def test_analytic_fused_dqn_gains_only_where_its_products_pair():
     fixed = CPUBackend().calls("learn", "fused", "dqn") * platform.device("cpu").call_overhead_us * 1e-6
 
     def flop_s(batch, threads):
-        return costs.task_seconds("learn", Candidate("uniform", "cpu", "cpu", "fused", 1, batch, threads=threads))[0] - fixed
+        cand = Candidate("uniform", "cpu", "cpu", "fused", 1, batch, threads=threads)
+        return costs.task_seconds("learn", cand)[0] - fixed
 
     # 256 x 256 pairs at batch 64 (4.2M multiply-adds), not at batch 8 (0.5M)
     assert flop_s(64, 1) / flop_s(64, 2) == pytest.approx(1 + costs_module.PAIRED_PRODUCT_GAIN)
