@@ -10,6 +10,7 @@ from frame_replay_reference import ReferenceFrameReplay
 from pearl.replay.frames import FrameReplay
 
 FRAME = (2, 3)
+WIDE = (9, 11)  # 99 bytes: windows of several cache lines and a tail, the gather's line copies
 
 
 def drive(table, reference, rng, steps: int, end_probability: float, batch_streams: int, frame_dtype,
@@ -19,7 +20,7 @@ def drive(table, reference, rng, steps: int, end_probability: float, batch_strea
     first step on its stream (written ~s), which begins an episode there, mid-episode or not."""
     streams = table.streams
     current = [None] * streams  # the newest frame of each stream's current obs
-    action_shape = table.action_shape
+    action_shape, frame_shape = table.action_shape, table.frame_shape
     for _ in range(steps):
         rows = rng.integers(streams, size=batch_streams)
         batch = {k: [] for k in ("obs", "next", "actions", "rewards", "term", "trunc")}
@@ -28,8 +29,8 @@ def drive(table, reference, rng, steps: int, end_probability: float, batch_strea
             if begins:
                 current[s], rows[i] = None, ~s
             if current[s] is None:  # reset
-                current[s] = rng.integers(0, 256, FRAME).astype(frame_dtype)
-            frame, next_frame = current[s], rng.integers(0, 256, FRAME).astype(frame_dtype)
+                current[s] = rng.integers(0, 256, frame_shape).astype(frame_dtype)
+            frame, next_frame = current[s], rng.integers(0, 256, frame_shape).astype(frame_dtype)
             action = (rng.integers(6) if action_shape == () else rng.uniform(-1, 1, action_shape)
                       ).astype(table.action_dtype)
             reward = np.float32(rng.normal())
@@ -59,13 +60,14 @@ def assert_matches(table, expected: dict, indices: np.ndarray, batch):
 @given(stack=st.integers(1, 4), n=st.integers(1, 4), streams=st.integers(1, 3), spare=st.integers(0, 9),
        steps=st.integers(1, 120), end=st.sampled_from([0.0, 0.05, 0.3]), batch_streams=st.integers(1, 4),
        kind=st.sampled_from(["uniform", "prioritized", "amper"]), float_frames=st.booleans(),
-       vector_actions=st.booleans(), takeover=st.sampled_from([0.0, 0.1]), seed=st.integers(0, 2**31))
+       vector_actions=st.booleans(), takeover=st.sampled_from([0.0, 0.1]), frame=st.sampled_from([FRAME, WIDE]),
+       seed=st.integers(0, 2**31))
 def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, streams, spare, steps, end,
                                                   batch_streams, kind, float_frames, vector_actions, takeover,
-                                                  seed):
+                                                  frame, seed):
     length, gamma = stack + n + spare, 0.9
     frame_dtype = np.float32 if float_frames else np.uint8
-    table = FrameReplay(length * streams, FRAME, stack, streams=streams, n_step=n, gamma=gamma, kind=kind,
+    table = FrameReplay(length * streams, frame, stack, streams=streams, n_step=n, gamma=gamma, kind=kind,
                         frame_dtype=frame_dtype, action_dtype=np.float32 if vector_actions else np.int64,
                         action_shape=(2,) if vector_actions else (), gather_threads=gather_threads)
     reference = ReferenceFrameReplay(length, streams, stack, n, gamma)
@@ -75,13 +77,16 @@ def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, stre
     expected = reference.valid()
     assert sorted(expected) == table.valid_indices().tolist()
     assert table.size == len(expected)
+    leaves = table.tree.get(np.arange(table.capacity))  # the selector holds exactly the valid transitions
+    assert np.flatnonzero(leaves).tolist() == sorted(expected)
+    assert table.tree.total == pytest.approx(leaves.sum())
     if not expected:
         with pytest.raises(ValueError):
             table.sample(8, rng)
         return
     slots = np.array(sorted(expected))
     batch = table.gather(slots)
-    assert batch.obs.shape == (len(slots), stack, *FRAME) and batch.obs.dtype == frame_dtype
+    assert batch.obs.shape == (len(slots), stack, *frame) and batch.obs.dtype == frame_dtype
     assert_matches(table, expected, slots, batch)
 
     batch = table.sample(16, rng)

@@ -46,20 +46,22 @@ def _prefetch_row(rows, index):
 
 def _word_copy(count):
     """An intrinsic copy(dst, dst_index, src, src_index): dst.flat[dst_index:dst_index + count] =
-    src.flat[src_index:src_index + count] for C-contiguous uint32 arrays, as one load and one
-    store (no bounds check; flat indices, so no per-access index arithmetic on 2-d rows)."""
+    src.flat[src_index:src_index + count] for C-contiguous uint32 or uint8 arrays of one dtype, as
+    one load and one store (no bounds check; flat indices, so no per-access index arithmetic on
+    2-d rows)."""
 
     def copy(typingctx, dst, dst_index, src, src_index):
         if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.layout == "C"
-                and src.layout == "C" and dst.dtype == types.uint32 and src.dtype == types.uint32):
+                and src.layout == "C" and dst.dtype == src.dtype and dst.dtype in (types.uint32, types.uint8)):
             return None
+        bits = dst.dtype.bitwidth
 
         def codegen(context, builder, signature, args):
-            lanes = (ir.VectorType(ir.IntType(32), count) if count > 1 else ir.IntType(32)).as_pointer()
+            lanes = (ir.VectorType(ir.IntType(bits), count) if count > 1 else ir.IntType(bits)).as_pointer()
             target = context.make_array(signature.args[0])(context, builder, args[0])
             source = context.make_array(signature.args[2])(context, builder, args[2])
-            value = builder.load(builder.bitcast(builder.gep(source.data, [args[3]]), lanes), align=4)
-            builder.store(value, builder.bitcast(builder.gep(target.data, [args[1]]), lanes), align=4)
+            value = builder.load(builder.bitcast(builder.gep(source.data, [args[3]]), lanes), align=bits // 8)
+            builder.store(value, builder.bitcast(builder.gep(target.data, [args[1]]), lanes), align=bits // 8)
             return context.get_dummy_value()
 
         return types.void(dst, dst_index, src, src_index), codegen

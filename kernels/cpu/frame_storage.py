@@ -11,7 +11,7 @@ transition is named by the slot of its first record.
 - `write_steps(...)`: appends one env step per row (the record of its next observation, FINAL
   where the episode ended; before it the episode's first observation where one begins), keeps
   `valid` (the transitions that may be sampled) and lists the slots whose validity changed,
-  each once.
+  each once; `write_steps_selected(...)` also writes their priorities into the compiled sum tree.
 - `gather_transitions(...)`: assembles obs and next obs stacks, actions, n-step returns and
   discounts of a batch of transitions, one frame copy at a time; `gather_windows(...)` the same
   for 1-step transitions as one window of stack + 1 frames each, of which obs and next obs are
@@ -30,12 +30,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from pearl.kernels.cpu.fast_storage import importance_weights
+from pearl.kernels.cpu.fast_storage import LINE, _word_copy, importance_weights
 from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
+from pearl.kernels.cpu.fast_sumtree import _write as _tree_write
 
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
 TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (measured)
+# windows copied a cache line of each in turn: one core keeps more of its reads in flight over 8
+# streams than over one (16: past what it tracks, slower; measured, docs/BENCHMARKS.md Pixel replay)
+WINDOWS_AT_ONCE = 8
+_copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
 
 
 @njit(inline="always")
@@ -148,6 +153,29 @@ def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_sta
     return count
 
 
+@njit(**_NJIT)
+def write_steps_selected(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
+                         marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
+                         terminated, truncated, changed, priority, priorities, sums, prefix, mins, offsets,
+                         depth, k, tree_marks, nodes):
+    """write_steps, then the changed slots' new priorities written into the compiled sum tree
+    (sums .. k: NumbaSumTree's arrays, tree_marks and nodes its scratch, nodes as long as
+    `changed`): an env step's insert as one call, not two (a dispatch of ~30 arguments and the
+    Python between them are most of an insert's ~10 us, docs/BENCHMARKS.md Pixel replay)."""
+    count = write_steps(frames, actions, rewards, ends, back, valid, counts, episode_start, starting, state,
+                        marks, length, stack, n, streams, obs_frames, step_actions, step_rewards, next_frames,
+                        terminated, truncated, changed, priority, priorities)
+    if count > 0:
+        ordered = True
+        for c in range(1, count):
+            if changed[c] < changed[c - 1]:
+                ordered = False
+                break
+        _tree_write(sums, prefix, mins, offsets, depth, k, changed[:count], ordered, priorities[:count],
+                    tree_marks, nodes)
+    return count
+
+
 @njit(inline="always")
 def _stack(frames, base, pos, back_of, length, stack, out):
     """out[f] = the frame f - (stack - 1) records before record `pos` of the ring at `base`,
@@ -203,28 +231,55 @@ def _transitions_range(frames, actions, rewards, ends, back, length, stack, n, p
         _copy(actions_out[i], actions[g])
 
 
+@njit(inline="always")
+def _copy_bytes(dst, dst_at, src, src_at, count):
+    """dst.flat[dst_at:dst_at + count] = src.flat[src_at:src_at + count] (uint8, C-contiguous)."""
+    tail = count - count % LINE
+    for o in range(0, tail, LINE):
+        _copy_line(dst, dst_at + o, src, src_at + o)
+    for o in range(tail, count):
+        dst[dst_at + o] = src[src_at + o]
+
+
 @njit(**_NJIT)
 def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
                    returns_out, discounts_out, lo, hi):
-    """gather_windows of positions lo .. hi - 1 (not inlined: see _transitions_range)."""
-    for i in range(lo, hi):
-        g = indices[i]
-        s = g // length
-        base = s * length
-        pos = g - base
-        end = ends[g]
-        returns_out[i] = rewards[g]
-        discounts_out[i] = 0.0 if end == TERMINATED else powers[1]
-        b = np.int64(back[g])
-        window = windows_out[i]
-        for f in range(stack + 1):
-            p = pos + max(f - (stack - 1), -b)
-            if p < 0:
-                p += length
-            elif p >= length:
-                p -= length
-            _copy(window[f], frames[base + p])
-        _copy(actions_out[i], actions[g])
+    """gather_windows of positions lo .. hi - 1 (not inlined: see _transitions_range). A window
+    whose stack + 1 records are stored one after another (all but those reaching before their
+    episode's first frame or across the ring's end) is one run of bytes; the runs of
+    WINDOWS_AT_ONCE transitions are copied a line of each in turn."""
+    width = frames.shape[1]
+    span = (stack + 1) * width
+    table, out = frames.reshape(-1), windows_out.reshape(-1)
+    run_from, run_row = np.empty(WINDOWS_AT_ONCE, np.int64), np.empty(WINDOWS_AT_ONCE, np.int64)
+    for first in range(lo, hi, WINDOWS_AT_ONCE):
+        runs = 0
+        for i in range(first, min(first + WINDOWS_AT_ONCE, hi)):
+            g = indices[i]
+            base = (g // length) * length
+            pos = g - base
+            returns_out[i] = rewards[g]
+            discounts_out[i] = 0.0 if ends[g] == TERMINATED else powers[1]
+            _copy(actions_out[i], actions[g])
+            b = np.int64(back[g])
+            if b >= stack - 1 and stack - 1 <= pos < length - 1:
+                run_from[runs], run_row[runs] = (g - (stack - 1)) * width, i * span
+                runs += 1
+                continue
+            for f in range(stack + 1):
+                p = pos + max(f - (stack - 1), -b)
+                if p < 0:
+                    p += length
+                elif p >= length:
+                    p -= length
+                _copy_bytes(out, i * span + f * width, table, (base + p) * width, width)
+        tail = span - span % LINE
+        for o in range(0, tail, LINE):
+            for r in range(runs):
+                _copy_line(out, run_row[r] + o, table, run_from[r] + o)
+        for r in range(runs):
+            for o in range(tail, span):
+                out[run_row[r] + o] = table[run_from[r] + o]
 
 
 @njit(parallel=True, **_NJIT)
