@@ -19,6 +19,9 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
                   masters' float32 ones, clipping, torch's fused Adam, the copy refreshed
   bf16_separate_relu  bf16 with each convolution and its ReLU as two torch ops (before session 14's
                   fused ConvReLU)
+  fp32_target_thread, bf16_target_thread  fp32 / bf16 with the target network's forward on a second
+                  thread beside the online forward (TorchLearner(target_thread=True)); at "1 thread"
+                  each of the two threads runs its ops on one
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
@@ -53,7 +56,7 @@ from pearl.runtime.learners import TorchLearner
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
 PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
-         "bf16_torch_step", "bf16_separate_relu")
+         "bf16_torch_step", "bf16_separate_relu", "fp32_target_thread", "bf16_target_thread")
 
 
 @contextlib.contextmanager
@@ -79,9 +82,9 @@ class TorchStepLearner(TorchLearner):
         super().__init__(algo, device, precision)
         algo.optimizer = torch.optim.Adam(algo.online.parameters(), **{**algo.optimizer.defaults, "fused": True})
 
-    def _update_bf16(self, *tensors):
+    def _update_bf16(self, *tensors, target):
         algo, low = self.algo, self._low["online"]
-        loss, abs_td = algo.loss(*tensors, online=low, target=self._low["target"])
+        loss, abs_td = algo.loss(*tensors, online=low, target=target)
         loss.backward()
         lows, masters = low._pairs
         for master in masters:
@@ -113,8 +116,9 @@ def make(net: str, path: str, batch: int, double: bool = True):
     if path == "compile":
         for module in algo.networks().values():
             module.forward = torch.compile(module.forward)
-    learner = (TorchStepLearner if path == "bf16_torch_step" else TorchLearner)(
-        algo, "cpu", "bf16" if path.startswith("bf16") else "fp32")
+    precision = "bf16" if path.startswith("bf16") else "fp32"
+    learner = (TorchStepLearner(algo, "cpu", precision) if path == "bf16_torch_step" else
+               TorchLearner(algo, "cpu", precision, target_thread=path.endswith("target_thread")))
     if path == "bf16_separate_relu":
         for low in learner._low.values():
             encoder = low.net.encoder

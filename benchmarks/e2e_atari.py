@@ -84,8 +84,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_pearl(seed: int, args, runtime: str) -> dict:
-    import torch
-
     import pearl
     from pearl.config import ExperimentConfig, apply_overrides
     from pearl.plan import Plan
@@ -98,7 +96,6 @@ def run_pearl(seed: int, args, runtime: str) -> dict:
         n_step=1, max_grad_norm=MAX_GRAD_NORM, exploration={"initial": 1.0, "final": EPS_FINAL, "fraction": EPS_FRACTION},
         replay="uniform", capacity=BUFFER, torch_threads=args.threads, learner_precision=args.precision,
         plan=Plan(batch_size=BATCH, runtime=runtime, actors=args.actors if runtime == "processes" else 1))
-    torch.set_num_threads(args.threads)
     _ = agent.actor  # the env is built before the clock starts
     started, cpu = time.perf_counter(), cpu_seconds()
     summary = agent.train(args.steps, time_tasks=True)  # the processes runtime joins its actors at the end

@@ -81,9 +81,23 @@ class Discrete:
             raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
                               f"(expected learner_precision fp32 there)")
 
+    def _target_thread(self, kernel: str, device: str, threads: int) -> bool:
+        """A CNN's torch learner on cpu threads runs the target's forward on a thread of its own
+        (TorchLearner(target_thread=True)): on the 2-core EPYC the Nature update at batch 32 took 15.1
+        ms so against 17.7 on torch's two intra-op threads and 19.2 on one (docs/BENCHMARKS.md, Pixels end to end)."""
+        return kernel == "torch" and self.image and kind_of(device) == "cpu" and threads > 1
+
+    def torch_threads(self, kernel: str, device: str, threads: int) -> int:
+        """torch's intra-op threads for a learner on `threads` threads: with a target thread each of
+        the two threads runs its ops on half."""
+        return max(1, threads // 2) if self._target_thread(kernel, device, threads) else threads
+
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
-        """`threads`: the fused learner's (torch's learners take torch.set_num_threads')."""
-        return FusedCPULearner(algo, threads) if kernel == "fused" else TorchLearner(algo, device, precision)
+        """`threads`: the fused learner's pairs, or a CNN's target thread (torch's other learners take
+        torch.set_num_threads')."""
+        if kernel == "fused":
+            return FusedCPULearner(algo, threads)
+        return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads))
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -144,6 +158,10 @@ class Continuous:
             raise ConfigError(f"runtime.learner_precision: {precision} products run in the fused cpu learner; "
                               f"this run's learner is {kernel} on {device} (expected learner_kernel fused or "
                               f"auto on the cpu, or learner_precision fp32)")
+
+    def torch_threads(self, kernel: str, device: str, threads: int) -> int:
+        """torch's intra-op threads for a learner on `threads` threads: all of them."""
+        return threads
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
         """`threads` unused: these learners' products are torch's, on torch.set_num_threads' threads."""
@@ -300,7 +318,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                                                          workload, kernel))
     family.check_precision(plan.learner_precision, kernel, plan.device_of("learn"), config)
 
-    torch.set_num_threads(config.runtime.torch_threads)
+    torch.set_num_threads(family.torch_threads(kernel, plan.device_of("learn"), config.runtime.torch_threads))
     algo = family.algorithm(config)
     learner = family.learner(algo, plan.device_of("learn"), kernel, plan.learner_precision,
                              config.runtime.torch_threads)

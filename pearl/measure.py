@@ -67,7 +67,8 @@ def _window(agent, seconds: float, time_tasks: bool) -> dict:
 
     # torch's intra-op threads are the process's, set when an agent is built (pearl/build.py): the
     # agents taking turns here may be built for different learner threads
-    torch.set_num_threads(agent.plan.learner_threads)
+    torch.set_num_threads(agent.parts.family.torch_threads(agent.learner.kernel, agent.plan.device_of("learn"),
+                                                           agent.plan.learner_threads))
     envs = agent.plan.envs_per_actor
     chunk = max(envs, 100 * envs)
     agent.task_timer = TaskTimer()

@@ -6,6 +6,7 @@ an MLP Q-network."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -138,6 +139,29 @@ def test_fused_conv_relu_equals_the_separate_layers(net):
     for got, want in zip(fused.net.parameters(), separate.net.parameters(), strict=True):
         assert got.grad is not None
         np.testing.assert_array_equal(got.grad.float().numpy(), want.grad.float().numpy())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("double", [False, True])
+def test_the_target_forward_on_its_own_thread_changes_no_bit(precision, double):
+    """TorchLearner(target_thread=True) runs the target network's forward on a worker thread beside
+    the online forward: losses, |TD| and weights bit for bit those of the one-thread update, over
+    updates with a target update between."""
+    learners = []
+    for target_thread in (False, True):
+        algo = algorithm("minatar", lr=1e-3)
+        algo.config = dataclasses.replace(algo.config, double=double)
+        learners.append(TorchLearner(algo, "cpu", precision, target_thread=target_thread))
+    for step in range(4):
+        (loss, td), (threaded_loss, threaded_td) = (learner.update(frames("minatar", step)) for learner in learners)
+        assert threaded_loss == loss
+        np.testing.assert_array_equal(threaded_td, td)
+        if step == 1:
+            for learner in learners:
+                learner.update_target()
+    assert learners[1]._pool is not None  # the forward did run ahead
+    for got, want in zip(learners[1].algo.online.parameters(), learners[0].algo.online.parameters(), strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
 
 
 def test_bf16_learner_fits_a_fixed_batch_like_float32():

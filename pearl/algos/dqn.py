@@ -115,9 +115,9 @@ class DQN:
             huber = huber * weights
         return huber.mean(), td.detach().abs()
 
-    def update(self, obs, actions, rewards, next_obs, discounts, weights=None):
-        """One Adam step. Returns (loss, |TD error| per sample) as (float, tensor)."""
-        loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights)
+    def update(self, obs, actions, rewards, next_obs, discounts, weights=None, target=None):
+        """One Adam step (`target` as in `loss`). Returns (loss, |TD error| per sample) as (float, tensor)."""
+        loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights, target=target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)

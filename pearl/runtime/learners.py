@@ -14,6 +14,8 @@ shares, so a checkpoint written by one learner loads into the other.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 
@@ -60,13 +62,19 @@ class FusedCPULearner:
 class TorchLearner:
     kernel = "torch"
 
-    def __init__(self, algo, device: str, precision: str = "fp32"):
+    def __init__(self, algo, device: str, precision: str = "fp32", target_thread: bool = False):
         """`precision` bf16: a CNN Q-network (the builder refuses it for an MLP or off the cpu) learns
         through bfloat16 copies of the online and target networks; the algorithm's float32 networks
         are the masters, stepped by the algorithm's Adam (its state and hyperparameters) in compiled
         passes that also refresh the copy (BF16Copy.adam_step: as torch ops the step was four passes
-        over the Nature network's 1.7M weights, ~5 ms of a ~17 ms update, benchmarks/cnn_paths.py)."""
+        over the Nature network's 1.7M weights, ~5 ms of a ~17 ms update, benchmarks/cnn_paths.py).
+        `target_thread` (a cpu learner): the target network's forward of each update runs on a
+        second thread beside the online network's forward (torch's ops release the GIL), one op
+        thread each; no barrier per op as with torch's two intra-op threads, so a second core that
+        an actor process also uses is taken only for that forward."""
         self.algo, self.precision = algo, precision
+        self._target_thread = target_thread and torch.device(device).type == "cpu"
+        self._pool = None
         self.device = torch.device(device)
         algo.online.to(self.device)
         algo.target.to(self.device)
@@ -96,16 +104,22 @@ class TorchLearner:
         weights = None if batch.weights is None else self._tensor(batch.weights)
         tensors = (self._tensor(batch.obs), self._tensor(batch.actions), self._tensor(batch.rewards),
                    self._tensor(batch.next_obs), self._tensor(batch.discounts), weights)
-        loss, abs_td = self.algo.update(*tensors) if self._low is None else self._update_bf16(*tensors)
+        target = self.algo.target if self._low is None else self._low["target"]
+        if self._target_thread:
+            if self._pool is None:  # made at the first update: no thread exists before the runtime's start
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target")
+            target = _ForwardAhead(self._pool, target, tensors[3])
+        loss, abs_td = (self.algo.update(*tensors, target=target) if self._low is None
+                        else self._update_bf16(*tensors, target=target))
         self._policy_stale = True
         # |TD| stays on the device for a device replay's priority update (no host round trip)
         return loss, abs_td if isinstance(batch.obs, torch.Tensor) else abs_td.cpu().numpy()
 
-    def _update_bf16(self, *tensors):
+    def _update_bf16(self, *tensors, target):
         """DQN.update's step with the loss taken through the bfloat16 copies (float32 outputs, so the
         loss and TD errors are float32) and the gradients handed to the float32 masters."""
         algo, low = self.algo, self._low
-        loss, abs_td = algo.loss(*tensors, online=low["online"], target=low["target"])
+        loss, abs_td = algo.loss(*tensors, online=low["online"], target=target)
         loss.backward()
         low["online"].adam_step(algo.optimizer, algo.config.max_grad_norm)
         return float(loss.detach()), abs_td
@@ -142,6 +156,24 @@ class TorchLearner:
         self._policy_stale = True
         load_optimizer_state(self.algo.optimizer, state)
         self._refresh_low("online", "target")
+
+
+class _ForwardAhead:
+    """A network whose forward of one input was started on a worker thread when this was made:
+    called with that input (DQN.td_target's `target(next_obs)`), it waits for the result."""
+
+    def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor):
+        self._x, self._result = x, pool.submit(_forward_without_grad, network, x)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self._x:
+            raise RuntimeError("a forward run ahead was asked for another input than the one it ran")
+        return self._result.result()
+
+
+def _forward_without_grad(network, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():  # grad mode is per thread: the worker's own
+        return network(x)
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
