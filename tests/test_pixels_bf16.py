@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import platform
 
 import numpy as np
 import pytest
@@ -162,6 +163,22 @@ def test_the_target_forward_on_its_own_thread_changes_no_bit(precision, double):
     assert learners[1]._pool is not None  # the forward did run ahead
     for got, want in zip(learners[1].algo.online.parameters(), learners[0].algo.online.parameters(), strict=True):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
+def test_the_target_thread_takes_the_callers_float_mode():
+    """The worker flushes denormals when the learner's thread does (pearl.kernels.cpu.cpu_kernel_mode
+    sets it on the calling thread only): a denormal product there costs ~100x."""
+    from pearl.kernels.cpu import cpu_kernel_mode
+    from pearl.kernels.cpu.qlearn import thread_float_mode
+
+    learner = TorchLearner(algorithm("minatar"), "cpu", "bf16", target_thread=True)
+    learner.update(frames("minatar", 0))  # the worker is made here, outside the mode
+    with cpu_kernel_mode():
+        caller = thread_float_mode()
+        learner.update(frames("minatar", 1))
+        worker = learner._pool.submit(thread_float_mode).result()
+    assert caller & 0x8040 == 0x8040 and worker == caller  # FTZ and DAZ, on the worker too
 
 
 def test_bf16_learner_fits_a_fixed_batch_like_float32():

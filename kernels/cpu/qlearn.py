@@ -69,6 +69,19 @@ def _set_float_mode(typingctx, mode):
 
 
 @njit(**_NJIT)
+def thread_float_mode() -> int:
+    """The calling thread's floating-point mode, for `set_thread_float_mode` on another thread."""
+    return _float_mode()
+
+
+@njit(**_NJIT)
+def set_thread_float_mode(mode: int) -> None:
+    """Gives the calling thread the mode `thread_float_mode` read (a worker thread made before or
+    outside `cpu_kernel_mode` takes its caller's denormal flushing so)."""
+    _set_float_mode(mode)
+
+
+@njit(**_NJIT)
 def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode):
     """One side of the forward pair (not inlined, so that the parallel compile of _forward_pair
     does not reach mlp_forward's loops)."""

@@ -21,6 +21,7 @@ import torch
 
 from pearl.contracts import Learner, implements
 from pearl.kernels.cpu import FusedQLearner
+from pearl.kernels.cpu.qlearn import set_thread_float_mode, thread_float_mode
 from pearl.nets import BF16Copy, as_views_of
 
 
@@ -163,7 +164,7 @@ class _ForwardAhead:
     called with that input (DQN.td_target's `target(next_obs)`), it waits for the result."""
 
     def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor):
-        self._x, self._result = x, pool.submit(_forward_without_grad, network, x)
+        self._x, self._result = x, pool.submit(_forward_without_grad, network, x, thread_float_mode())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x is not self._x:
@@ -171,8 +172,9 @@ class _ForwardAhead:
         return self._result.result()
 
 
-def _forward_without_grad(network, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():  # grad mode is per thread: the worker's own
+def _forward_without_grad(network, x: torch.Tensor, float_mode: int) -> torch.Tensor:
+    set_thread_float_mode(float_mode)  # the caller's denormal flushing (cpu_kernel_mode sets it per thread)
+    with torch.no_grad():  # grad mode is per thread too: the worker's own
         return network(x)
 
 
