@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import pearl
 from pearl.envs import env_stepper, make_env
@@ -49,6 +51,34 @@ def test_env_stepper_steps_as_the_wrappers_do(env_id):
     assert ends or env_id.startswith("ALE/")
     a.close()
     b.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 20), start=st.integers(-2**62, 2**62), offset=st.integers(-40, 40),
+       kind=st.sampled_from(["int", "int64", "int8", "uint8", "float", "array", "bool"]))
+def test_the_actors_discrete_space_answers_as_discrete(n, start, offset, kind):
+    """`env_stepper`'s action space (pearl.envs._IntDiscrete) says what gymnasium's Discrete says of
+    every value, Python ints near and far from the range and other types alike."""
+    from pearl.envs import _IntDiscrete
+
+    reference, fast = gym.spaces.Discrete(n, start=start), gym.spaces.Discrete(n, start=start)
+    fast.__class__ = _IntDiscrete
+    x = start + offset
+    value = {"int": x, "int64": np.int64(min(max(x, -2**63), 2**63 - 1)), "int8": np.int8(offset),
+             "uint8": np.uint8(abs(offset)), "float": float(x), "array": np.array([x]), "bool": True}[kind]
+    assert fast.contains(value) == reference.contains(value)
+
+
+def test_env_stepper_keeps_the_envs_action_check():
+    env = make_env("CartPole-v1", 0)
+    step = env_stepper(env)
+    assert type(env.unwrapped.action_space).__name__ == "_IntDiscrete"
+    env.reset(seed=0)
+    step(1)
+    with pytest.raises(AssertionError):
+        step(2)
+    with pytest.raises(AssertionError):
+        step(-1)
 
 
 def test_plan_refuses_an_unknown_engine():
