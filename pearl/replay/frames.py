@@ -59,11 +59,13 @@ _INT64, _FLOAT32, _BOOL = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.
 
 def _column(values, dtype: np.dtype, count: int) -> np.ndarray:
     """One value per row as a 1-d array of `dtype` (count -1: any length); an array that already
-    is one passes as it is (an actor's step batch: ~0.1 us, not the ~0.5 of a conversion)."""
-    if type(values) is np.ndarray and values.dtype is dtype and values.ndim == 1 and (
-            count < 0 or values.shape[0] == count):
+    is one passes as it is (an actor's step batch: ~0.1 us, not the ~0.5 of a conversion), and a
+    converted one is reshaped only if it must be (a reshape is ~0.25 us of an insert's ~9)."""
+    if type(values) is not np.ndarray or values.dtype is not dtype:
+        values = np.asarray(values, dtype=dtype)
+    if values.ndim == 1 and (count < 0 or values.shape[0] == count):
         return values
-    return np.asarray(values, dtype=dtype).reshape(count)
+    return values.reshape(count)
 
 
 @implements(ReplayTable)
