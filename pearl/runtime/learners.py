@@ -69,12 +69,12 @@ class TorchLearner:
         are the masters, stepped by the algorithm's Adam (its state and hyperparameters) in compiled
         passes that also refresh the copy (BF16Copy.adam_step: as torch ops the step was four passes
         over the Nature network's 1.7M weights, ~5 ms of a ~17 ms update, benchmarks/cnn_paths.py).
-        `target_thread` (a cpu learner): the target network's forward of each update runs on a
+        `target_thread` (cpu learners: the family decides, pearl/build.py): the target network's forward of each update runs on a
         second thread beside the online network's forward (torch's ops release the GIL), one op
         thread each; no barrier per op as with torch's two intra-op threads, so a second core that
         an actor process also uses is taken only for that forward."""
         self.algo, self.precision = algo, precision
-        self._target_thread = target_thread and torch.device(device).type == "cpu"
+        self._target_thread = target_thread
         self._pool = None
         self.device = torch.device(device)
         algo.online.to(self.device)
