@@ -9,6 +9,7 @@ flushes denormal floats to zero on the calling thread: Adam's second moments of 
 gradients fall into the denormal range, where x86 arithmetic is up to 100x slower (the fused
 step went from 237 us to 202 us with flushing on).
 """
+import functools
 from contextlib import contextmanager
 from importlib import import_module
 
@@ -42,6 +43,26 @@ def flush_denormals() -> bool:
     import torch
 
     return torch.set_flush_denormal(True)
+
+
+def torch_threads_kept(kernel):
+    """`kernel`, a function that may start a numba parallel region, called so that torch's thread
+    count on the calling thread is the same after it. Why: numba's `omp` threading layer sets the
+    calling thread's OpenMP thread count to its own when it starts its pool (the process's first
+    parallel region), and torch reads that count (numba's pool links the libgomp torch loaded): a
+    CNN learner on `runtime.torch_threads: 1` then ran its convolutions on two threads, in the
+    processes runtime on the actor's core (docs/BENCHMARKS.md, Pixels end to end, session 20).
+    Restoring after every call costs ~0.3 us and holds whenever numba sets it."""
+    @functools.wraps(kernel)
+    def kept(*args):
+        import torch  # (when called: wrapping loads nothing)
+
+        threads = torch.get_num_threads()
+        try:
+            return kernel(*args)
+        finally:
+            torch.set_num_threads(threads)
+    return kept
 
 
 @contextmanager

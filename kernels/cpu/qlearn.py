@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from pearl.kernels.cpu import PAIR_FROM_MACS
+from pearl.kernels.cpu import PAIR_FROM_MACS, torch_threads_kept
 from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
@@ -241,6 +241,9 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     return loss / batch
 
 
+_dqn_step_in_pairs = torch_threads_kept(_dqn_step)  # its pairs start numba parallel regions
+
+
 class FusedQLearner:
     """Owns online weights, target weights and Adam state as flat float32 vectors."""
 
@@ -301,12 +304,12 @@ class FusedQLearner:
         batch = obs.shape[0]
         x, acts, target_acts, act_offsets, abs_td = self._buffers(batch)
         self.steps += 1
-        loss = _dqn_step(self.online, self.target, self.grad, self.exp_avg, self.exp_avg_sq, self._shapes,
-                         self._offsets, _f32(obs), np.ascontiguousarray(actions, dtype=np.int64),
-                         _f32(rewards), _f32(next_obs), _f32(discounts),
-                         _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
-                         self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts,
-                         target_acts, act_offsets, abs_td, self.threads)
+        step = _dqn_step_in_pairs if self.threads > 1 else _dqn_step
+        loss = step(self.online, self.target, self.grad, self.exp_avg, self.exp_avg_sq, self._shapes, self._offsets,
+                    _f32(obs), np.ascontiguousarray(actions, dtype=np.int64), _f32(rewards), _f32(next_obs),
+                    _f32(discounts), _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
+                    self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts, target_acts,
+                    act_offsets, abs_td, self.threads)
         return float(loss), abs_td
 
 

@@ -44,14 +44,19 @@ from __future__ import annotations
 import numpy as np
 
 from pearl.contracts import ReplayTable, implements
+from pearl.kernels.cpu import frame_storage, torch_threads_kept
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import (gather_transitions, gather_windows, sample_windows, write_steps,
-                                             write_steps_selected)
+from pearl.kernels.cpu.frame_storage import write_steps, write_steps_selected
 from pearl.replay.base import Batch, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
+
+# the gathers on 2 threads (gather_threads) start a numba parallel region
+gather_transitions, gather_windows, sample_windows = (
+    torch_threads_kept(kernel) for kernel in (frame_storage.gather_transitions, frame_storage.gather_windows,
+                                              frame_storage.sample_windows))
 
 KINDS = ("uniform", "prioritized", "amper")
 _INT64, _FLOAT32, _BOOL = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.bool_)
