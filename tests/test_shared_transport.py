@@ -168,3 +168,21 @@ def test_read_latest_copies_whole_versions_and_gives_up_on_a_dead_writer():
         assert len(asked) == 1
     finally:
         board.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 31), st.integers(0, 200), st.integers(0, 7))
+def test_the_streamed_publish_is_a_copy_at_any_alignment(offset, length, source_offset):
+    """kernels/cpu/stream_store.py: whole 64-byte lines by non-temporal stores, the rest by
+    ordinary ones: the same as numpy's copy wherever the vector starts and however long it is,
+    nothing written outside it, the version two further on."""
+    from pearl.kernels.cpu.stream_store import publish_streamed
+
+    rng = np.random.default_rng(length)
+    memory = np.full(offset + length + 40, -1.0, np.float32)
+    source = rng.standard_normal(source_offset + length).astype(np.float32)[source_offset:]
+    version = np.array([6], np.int64)
+    publish_streamed(version, memory[offset:offset + length], source)
+    assert np.array_equal(memory[offset:offset + length], source)
+    assert (memory[:offset] == -1).all() and (memory[offset + length:] == -1).all()
+    assert version[0] == 8

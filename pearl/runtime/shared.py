@@ -281,9 +281,12 @@ class WeightBoard(_Block):
         return cls(_attach(name), n_weights)
 
     def publish(self, weights: np.ndarray) -> None:
-        self._version[0] += 1
-        self._weights[:] = weights
-        self._version[0] += 1
+        """The learner's side: whole lines by non-temporal stores (kernels/cpu/stream_store.py)."""
+        from pearl.kernels.cpu.stream_store import publish_streamed
+
+        if weights.dtype != np.float32 or not weights.flags.c_contiguous:
+            weights = np.ascontiguousarray(weights, dtype=np.float32)
+        publish_streamed(self._version, self._weights, weights)
 
     @property
     def epsilon(self) -> float:
