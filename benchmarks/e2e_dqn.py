@@ -7,10 +7,13 @@ Both agents train with the same hyperparameters (vanilla DQN, no double Q):
     hard target copy every 500 env steps (tau=1.0), gamma 0.99, Adam (same lr),
     epsilon 1.0 -> 0.05 over the first 10% of training, max_grad_norm 10, Huber loss.
 
-Fairness (benchmarks/side_by_side.py): one untimed warm-up run of every side first; then for each
-seed the wall time of `train()` / `learn()` alone (construction and evaluation excluded), the sides
-back to back in an order rotating per seed; SB3 at 1 and 2 torch threads, its best median the
-rival; every trained agent evaluated by the same function on the same 20 greedy initial states.
+Fairness (benchmarks/side_by_side.py): each side of each seed runs in a fresh Python process after
+an untimed warm-up run of its own, then the wall time of `train()` / `learn()` alone (construction
+and evaluation excluded); the sides back to back in an order rotating per seed; SB3 at 1 and 2
+torch threads, its best median the rival; every trained agent evaluated by the same function on the
+same 20 greedy initial states. (Run in one process, a side's speed depended on what ran before it:
+the processes runtime forked its actor from a process SB3 had grown, docs/BENCHMARKS.md issue 19,
+session 20.)
 With `--baseline-runtime sequential` PEARL's sequential runtime runs as another side, so a parallel
 runtime's gain over it comes from the same run. Targets (issue 19, `--runtime processes`): PEARL
 >= 20x SB3's env steps/s (median), every seed >= 15x, median final return no worse than SB3's,
@@ -32,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (add_common_arguments, best_rival, check_common_arguments,  # noqa: E402
                           load_average, machine_header, machine_info, median_of, print_seed_table,
-                          ratios_per_seed, run_alternating, sb3_name, time_pearl, time_sb3, versions,
-                          warm_up)  # (benchmarks/ is the script's own directory)
+                          ratios_per_seed, run_alternating, run_fresh, sb3_name, time_pearl, time_sb3,
+                          versions)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "CartPole-v1"
 HIDDEN = [64, 64]
@@ -66,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "parallel runtime's gain in the same run)")
     p.add_argument("--actors", type=int, default=1,
                    help="actor processes with --runtime processes, one env each (default: 1, SB3's one env)")
+    p.add_argument("--worker", metavar="SIDE", help=argparse.SUPPRESS)  # one side of one seed, in this process
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=5000)
     if args.actors < 1 or (args.actors > 1 and args.runtime != "processes"):
@@ -157,8 +161,36 @@ def print_summary(s: dict, n_seeds: int, steps: int, episodes: int, runtime: str
           f"{'ok' if s['return_ok'] else 'no'})")
 
 
+def sides(args) -> dict:
+    """{side name: run(seed, steps) -> row}: PEARL (and its baseline runtime) and SB3 at each thread count."""
+    def pearl_side(runtime):
+        return lambda seed, steps: run_pearl(seed, steps, args.lr, args.threads, args.learner_kernel, runtime,
+                                             args.actors if runtime == "processes" else 1, args.device,
+                                             args.eval_episodes)
+
+    runners = {"pearl": pearl_side(args.runtime)}
+    if args.baseline_runtime:
+        runners["pearl-baseline"] = pearl_side(args.baseline_runtime)
+    for threads in args.sb3_threads:
+        runners[sb3_name(threads)] = (lambda seed, steps, t=threads:
+                                      run_sb3(seed, steps, args.lr, t, args.device, args.eval_episodes))
+    return runners
+
+
+def worker(args) -> int:
+    """Side `args.worker` of seed `args.seeds[0]` after its untimed warm-up run, its row printed."""
+    run = sides(args)[args.worker]
+    if args.warmup_steps:
+        run(WARMUP_SEED, args.warmup_steps)
+    print("RESULT " + json.dumps(run(args.seeds[0], args.steps)), flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.worker:
+        return worker(args)
     found = versions("e2e_dqn")
     if found is None:
         return 2
@@ -166,20 +198,9 @@ def main(argv=None) -> int:
     print(machine_header())
     print(f"PEARL ({args.runtime}, {args.threads} torch thread(s)) vs SB3 {found['sb3']} (torch threads "
           f"{args.sb3_threads}) DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, lr {args.lr:g}, "
-          f"torch {found['torch']}, gymnasium {found['gymnasium']}")
-
-    def pearl_side(runtime):
-        return lambda seed, steps=args.steps: run_pearl(seed, steps, args.lr, args.threads, args.learner_kernel,
-                                                        runtime, args.actors if runtime == "processes" else 1,
-                                                        args.device, args.eval_episodes)
-
-    runners = {"pearl": pearl_side(args.runtime)}
-    if args.baseline_runtime:
-        runners["pearl-baseline"] = pearl_side(args.baseline_runtime)
-    for threads in args.sb3_threads:
-        runners[sb3_name(threads)] = (lambda seed, steps=args.steps, t=threads:
-                                      run_sb3(seed, steps, args.lr, t, args.device, args.eval_episodes))
-    warm_up(runners, WARMUP_SEED, args.warmup_steps)
+          f"torch {found['torch']}, gymnasium {found['gymnasium']}; each side of each seed in a fresh process "
+          f"after its own untimed warm-up of {args.warmup_steps} steps")
+    runners = {name: (lambda seed, name=name: run_fresh(__file__, name, seed, argv)) for name in sides(args)}
     results = run_alternating(args.seeds, runners, print_seed_table)
 
     summary = summarize(results, args.runtime)

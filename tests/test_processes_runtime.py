@@ -68,11 +68,12 @@ def test_replay_ratio_exact_at_the_end_and_actors_lead_bounded(ratio, actors, en
     # while running, over the actors' own steps: the updates trail the count due by at most the
     # actors' allowances (MAX_LAG updates, at least a round each), so within 2% of the configured
     # ratio once 50x that many updates are due
-    agent2 = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
-                       **{**FAST, "updates_per_step": ratio})
-    agent2.train(4000, on_round=watch)
     bound = int(np.ceil(actors * ahead * ratio))
     assert bound <= max(MAX_LAG["processes"], int(np.ceil(actors * envs * ratio)))
+    run = max(4000, 500 + int(75 * bound / ratio))  # 1.5x the steps it takes to settle
+    agent2 = pearl.DQN("CartPole-v1", plan=in_processes(actors=actors, envs_per_actor=envs), replay=replay,
+                       **{**FAST, "updates_per_step": ratio, "total_steps": run})
+    agent2.train(run, on_round=watch)
     lags = [int(max(0, produced - 500) * ratio) - updates for produced, updates in seen]
     assert 0 <= max(lags) <= bound
     settled = [updates / ((produced - 500) * ratio) for produced, updates in seen

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 # Updates a parallel runtime's learner may trail the count due (its lag bound), by runtime: a
 # runtime (a module of pearl/runtime) has its lag bound here and its schedule model in .models.
-MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 8}
+# The processes runtime's is the actors' buffer against the learner's hiccups: with an actor and a
+# learner of near-equal speed (CartPole DQN, ~11 and ~13 us a step), 8 updates (32 env steps) left
+# each waiting on the other ~150 times a 50k-step run (~0.2 ms a wait); 32 took its env steps/s
+# from 60.8-66.6k to 67.6-69.3k (docs/BENCHMARKS.md issue 19, session 20).
+MAX_LAG = {"sequential": 0, "threaded": 4, "processes": 32}
 RUNTIMES = tuple(MAX_LAG)
 MANY_ACTORS = ("processes",)  # runtimes that run a plan's `actors` actors (the others run one)
 # Runtimes beyond one machine (`ray`: pearl/runtime/ray.py; `actors` actor processes on each node):
