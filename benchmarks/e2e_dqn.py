@@ -1,4 +1,4 @@
-"""End-to-end DQN benchmark: PEARL vs Stable-Baselines3 on CartPole-v1, identical setup, one process.
+"""End-to-end DQN benchmark: PEARL vs Stable-Baselines3 on CartPole-v1, identical setup.
 
 Both agents train with the same hyperparameters (vanilla DQN, no double Q):
 

@@ -184,12 +184,15 @@ def test_a_small_credit_window_costs_a_credit_cycle_per_window():
     platform = load_platform("local_cluster")
     fast, slow = (Costs(platform, workload, {**TASKS, **wire_tables(scale)}) for scale in (1.0, 3.0))
     small, large = predict(on_ray("learner", chunk=32), fast), predict(on_ray("learner", chunk=256), fast)
-    # chunks of 32 rows leave the agents a window of 112 env steps (28 updates at 0.25), of 256 rows 560
-    from pearl.schedule import AGENT_NAP_S
+    # the agents' window: MAX_LAG plus the chunks' credit (20 updates for chunks of 32 rows, 132 for
+    # 256), in env steps at 0.25 updates a step
+    from pearl.schedule import AGENT_NAP_S, MAX_LAG
 
+    window_small, window_large = ((MAX_LAG["processes"] + credit) / 0.25 for credit in (20, 132))
     rtt = 150.0 + 0.1 * 8  # a chunk of one 8-env act round: the rows arriving per pass here
-    assert small.step_us["credit_wait"] == pytest.approx((AGENT_NAP_S * 1e6 + 2 * rtt) / 112, rel=0.05)
-    assert large.step_us["credit_wait"] == pytest.approx(small.step_us["credit_wait"] * 112 / 560, rel=0.05)
+    assert small.step_us["credit_wait"] == pytest.approx((AGENT_NAP_S * 1e6 + 2 * rtt) / window_small, rel=0.05)
+    assert large.step_us["credit_wait"] == pytest.approx(small.step_us["credit_wait"] * window_small / window_large,
+                                                         rel=0.05)
     assert small.steps_per_s < large.steps_per_s
     # a slower measured link makes each credit cycle longer
     assert predict(on_ray("learner", chunk=32), slow).step_us["credit_wait"] > small.step_us["credit_wait"]
