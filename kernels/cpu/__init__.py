@@ -10,8 +10,11 @@ gradients fall into the denormal range, where x86 arithmetic is up to 100x slowe
 step went from 237 us to 202 us with flushing on).
 """
 import functools
+import platform
 from contextlib import contextmanager
 from importlib import import_module
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")  # the kernels' x86 intrinsics (MXCSR, sfence)
 
 # imported on first use: an actor process needs the MLP, not the learner's BLAS (SciPy) or the tree
 _EXPORTS = {"MLPLayout": "pearl.kernels.cpu.mlp", "QPolicy": "pearl.kernels.cpu.mlp",

@@ -20,15 +20,13 @@ barrier cost more than the half it saves (docs/BENCHMARKS.md issue 19, session 1
 """
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so cpu_kernel_mode's BLAS limit covers it)
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from pearl.kernels.cpu import PAIR_FROM_MACS, torch_threads_kept
+from pearl.kernels.cpu import PAIR_FROM_MACS, X86, torch_threads_kept
 from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
@@ -36,7 +34,7 @@ from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
 _NJIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
-_MXCSR = platform.machine().lower() in ("x86_64", "amd64")  # SSE's control and status register
+_MXCSR = X86  # SSE's control and status register
 
 
 def _mxcsr_call(builder, name: str, slot) -> None:

@@ -15,14 +15,13 @@ and another before the even one. Elsewhere the stores are ordinary ones.
 """
 from __future__ import annotations
 
-import platform
-
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from pearl.kernels.cpu import X86
+
 LINE_FLOATS = 16  # float32 values in a 64-byte line
-_X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 @intrinsic
@@ -49,7 +48,7 @@ def _stream_line(typingctx, dst, dst_index, src, src_index):
 def _store_fence(typingctx):
     """x86's sfence: every earlier store is visible before any later one (a no-op elsewhere)."""
     def codegen(context, builder, signature, args):
-        if _X86:
+        if X86:
             fence = builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
             builder.call(fence, [])
         return context.get_dummy_value()

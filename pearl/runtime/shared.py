@@ -26,6 +26,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from pearl.kernels.cpu.stream_store import publish_streamed
 from pearl.schedule import RING_RECORDS
 
 LINE = 64  # bytes: one cache line
@@ -282,8 +283,6 @@ class WeightBoard(_Block):
 
     def publish(self, weights: np.ndarray) -> None:
         """The learner's side: whole lines by non-temporal stores (kernels/cpu/stream_store.py)."""
-        from pearl.kernels.cpu.stream_store import publish_streamed
-
         if weights.dtype != np.float32 or not weights.flags.c_contiguous:
             weights = np.ascontiguousarray(weights, dtype=np.float32)
         publish_streamed(self._version, self._weights, weights)
