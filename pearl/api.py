@@ -29,6 +29,7 @@ from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
+from pearl.runtime.adaptive_threads import AdaptiveThreads
 from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
 from pearl.schedule import MANY_ACTORS, crossed
 
@@ -208,6 +209,8 @@ class Agent:
             summary["task_us"] = counters.task_timer.mean_us()
         if self.plan.runtime in MANY_ACTORS:
             summary["actor_restarts"] = counters.actor_restarts
+        if isinstance(self.learner, AdaptiveThreads):  # the updates run on each thread count, so far
+            summary["learner_threads"] = dict(self.learner.updates_on)
         if fpga is not None:
             summary["fpga"] = (fpga.report(since=fpga_start) if fpga.simulated
                                else {"simulated": False, "label": fpga.label})

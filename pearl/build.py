@@ -31,6 +31,7 @@ from pearl.plan import Plan, reconcile
 from pearl.placement import check_device, check_placement, replay_device
 from pearl.replay import RateLimiter, make_replay
 from pearl.runtime.actor import ENGINES, device_policy
+from pearl.runtime.adaptive_threads import AdaptiveThreads
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner, FusedSACLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
@@ -98,6 +99,16 @@ class Discrete:
         if kernel == "fused":
             return FusedCPULearner(algo, threads)
         return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads))
+
+    def thread_setter(self, learner, device: str, threads: int):
+        """What sets `learner`'s thread count while it runs (AdaptiveThreads): the fused DQN step's
+        pairs, or torch's intra-op threads; None for a CNN's target thread (its two threads are
+        fixed at construction) and off the cpu."""
+        if kind_of(device) != "cpu" or self._target_thread(learner.kernel, device, threads):
+            return None
+        if learner.kernel == "fused":
+            return functools.partial(setattr, learner.kernel_impl, "threads")
+        return torch.set_num_threads if learner.kernel == "torch" else None
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -168,6 +179,11 @@ class Continuous:
         if kernel != "fused":
             return ContinuousLearner(algo, device)
         return (FusedSACLearner if algo.name == "sac" else FusedActorCriticLearner)(algo, precision)
+
+    def thread_setter(self, learner, device: str, threads: int):
+        """What sets `learner`'s thread count while it runs (AdaptiveThreads): torch's intra-op
+        threads on the cpu, where the fused and the torch learners' products run."""
+        return torch.set_num_threads if kind_of(device) == "cpu" and learner.kernel in ("fused", "torch") else None
 
     def policy_factory(self, config: ExperimentConfig, algo, act_device: str,
                        threads: int | None = None) -> functools.partial:
@@ -322,6 +338,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     algo = family.algorithm(config)
     learner = family.learner(algo, plan.device_of("learn"), kernel, plan.learner_precision,
                              config.runtime.torch_threads)
+    setter = family.thread_setter(learner, plan.device_of("learn"), config.runtime.torch_threads)
+    if config.runtime.adapt_threads and config.runtime.torch_threads > 1 and setter is not None:
+        learner = AdaptiveThreads(learner, config.runtime.torch_threads, setter)
     # an actor process's torch (a CNN policy) on one thread: the cores are the actors' and the learner's
     policy_factory = family.policy_factory(config, algo, plan.device_of("act"), threads=1)
     policy = family.policy_factory(config, algo, "cpu")()

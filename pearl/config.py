@@ -193,6 +193,9 @@ class RuntimeConfig:
     learner_precision: Literal["fp32", "bf16", "auto"] = "fp32"
     envs_per_actor: int = 1
     torch_threads: int = 1
+    # with torch_threads > 1, the learner's count while it runs: torch_threads or 1, whichever
+    # updates faster now (pearl/runtime/adaptive_threads.py); false: always torch_threads
+    adapt_threads: bool = True
 
     def check(self, at: str) -> None:
         from pearl.kernels.registry import parse_device
@@ -504,7 +507,8 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
             out["replay.capacity"] = value
         elif key in ("checkpoint_interval", "checkpoint_seconds"):
             out[f"log.{key}"] = value
-        elif key in ("device", "learner_kernel", "learner_precision", "envs_per_actor", "torch_threads"):
+        elif key in ("device", "learner_kernel", "learner_precision", "envs_per_actor", "torch_threads",
+                     "adapt_threads"):
             out[f"runtime.{key}"] = value
         else:
             raise ConfigError(f"{key}: unknown {algo.upper()} option")

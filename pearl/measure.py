@@ -45,7 +45,8 @@ def agent_for(config, cand, warmup_steps: int, total_steps: int):
     from pearl.config import apply_overrides
     from pearl.plan import replanned
 
-    overrides = {"total_steps": total_steps, "eval.interval": 0, "log.plot": False}
+    # a window times the plan's own thread count (the profile's tables are per count); a run adapts it
+    overrides = {"total_steps": total_steps, "eval.interval": 0, "log.plot": False, "runtime.adapt_threads": False}
     if config.algo == "dqn":
         overrides["dqn.exploration.fraction"] = min(1.0, warmup_steps / total_steps)
     # the candidate decides what the plan and the config both say (replay kind, batch size, ...):
