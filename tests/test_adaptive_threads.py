@@ -56,7 +56,7 @@ def run(inner: ClockedLearner, learner: AdaptiveThreads, seconds: float, start: 
 
 def adaptive(cost: dict, threads: int = 2, **kw) -> tuple[ClockedLearner, AdaptiveThreads]:
     inner = ClockedLearner(cost)
-    return inner, AdaptiveThreads(inner, threads, inner.set_threads, clock=inner.clock, probe_every_s=1.0, **kw)
+    return inner, AdaptiveThreads(inner, threads, inner.set_threads, clock=inner.clock, first_probe_s=0.5, probe_every_s=1.0, **kw)
 
 
 def test_stays_on_the_plans_threads_while_they_are_faster():

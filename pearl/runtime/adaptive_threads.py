@@ -8,7 +8,7 @@ against 4.6-4.9 on one; in the other the copy takes ~8 us and the two-thread upd
 no faster than one thread (the fused DQN step's pairs: 240 us in one state, 540-830 us in the
 other, against ~290 on one thread). A plan chosen before the run cannot know which state comes.
 
-How: every `PROBE_EVERY_S` seconds the learner runs `TRIAL_UPDATES` updates on the other count and
+How: `FIRST_PROBE_S` after its first update, then every `PROBE_EVERY_S` seconds, the learner runs `TRIAL_UPDATES` updates on the other count and
 keeps it if their median beats the median of the current count's last `TRIAL_UPDATES` by
 `MARGIN`. The updates themselves are the run's own (none is repeated or skipped); the counts give
 the same update to the bit where the kernel promises it (the fused DQN step), else within
@@ -25,6 +25,7 @@ from typing import Callable
 
 from pearl.contracts import Learner, implements
 
+FIRST_PROBE_S = 1.0  # early: a process can start in the slow state, and a short run is over in seconds
 PROBE_EVERY_S = 5.0  # the host's state holds for minutes; a trial every 5 s costs < 1% of a run
 TRIAL_UPDATES = 16
 MARGIN = 0.03  # the other count must be this much faster to take over (medians of 16 differ by ~1-2%)
@@ -36,13 +37,13 @@ class AdaptiveThreads:
     other attribute is the learner's. `updates_on` counts the updates run on each count."""
 
     def __init__(self, learner, threads: int, set_threads: Callable[[int], None],
-                 clock: Callable[[], float] = time.perf_counter, probe_every_s: float = PROBE_EVERY_S,
-                 trial_updates: int = TRIAL_UPDATES, margin: float = MARGIN):
+                 clock: Callable[[], float] = time.perf_counter, first_probe_s: float = FIRST_PROBE_S,
+                 probe_every_s: float = PROBE_EVERY_S, trial_updates: int = TRIAL_UPDATES, margin: float = MARGIN):
         if threads < 2:
             raise ValueError(f"AdaptiveThreads chooses between threads and 1; got threads {threads}")
         self.learner, self.kernel, self.plan_threads = learner, learner.kernel, threads
         self._set_threads, self._clock = set_threads, clock
-        self._probe_every_s, self._margin = probe_every_s, margin
+        self._first_probe_s, self._probe_every_s, self._margin = first_probe_s, probe_every_s, margin
         self.threads = threads  # the count the updates run on, between trials
         self.updates_on = {threads: 0, 1: 0}
         self.switches = 0
@@ -66,7 +67,7 @@ class AdaptiveThreads:
         if self._trying is None:
             self._recent.append(now - started)
             if self._next_probe is None:
-                self._next_probe = now + self._probe_every_s
+                self._next_probe = now + self._first_probe_s
             elif now >= self._next_probe and len(self._recent) == self._recent.maxlen:
                 self._trying, self._trial = self._other(), []
         else:
