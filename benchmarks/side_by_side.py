@@ -169,7 +169,10 @@ def print_seed_table(seed: int, order: list[str], rows: dict, decimals: int = 0)
     ratios = ", ".join(f"vs {n} {ours['steps_per_s'] / rows[n]['steps_per_s']:.2f}x" for n in names if n != "pearl")
     tasks = ", ".join(f"{t} {us:.0f}" for t, us in (ours.get("task_us") or {}).items())
     print(f"  pearl speedup (steps/s): {ratios}")
-    print(f"  pearl learner kernel: {ours['learner_kernel']}; us per task call: {tasks}")
+    # runtime.adapt_threads: the updates run on each learner thread count
+    counts = ", ".join(f"{n} thread(s) {u}" for n, u in (ours.get("learner_threads") or {}).items())
+    print(f"  pearl learner kernel: {ours['learner_kernel']}; us per task call: {tasks}"
+          + (f"; updates on {counts}" if counts else ""))
     sys.stdout.flush()
 
 
@@ -224,7 +227,7 @@ def time_pearl(agent, steps: int, threads: int, episodes: int) -> dict:
         "updates": summary["updates"], "wall_s": wall, "steps_per_s": summary["env_steps"] / wall,
         "updates_per_s": summary["updates"] / wall, **eval_row(returns),
         "train_mean_return_100": summary["mean_return_100"], "learner_kernel": summary["learner_kernel"],
-        "task_us": summary.get("task_us"), "threads": threads,
+        "task_us": summary.get("task_us"), "threads": threads, "learner_threads": summary.get("learner_threads"),
     }
 
 
