@@ -5,8 +5,10 @@ Why: a second learner thread pays only while the cores hand data to each other q
 2-core EPYC VM of docs/BENCHMARKS.md the host switches, minute to minute, between two states: in
 one an 18 KB cross-core copy takes ~2 us and the fused DDPG update 2.9-3.2 ms on two threads
 against 4.6-4.9 on one; in the other the copy takes ~8 us and the two-thread update 4.5-4.9 ms,
-no faster than one thread (the fused DQN step's pairs: 240 us in one state, 540-830 us in the
-other, against ~290 on one thread). A plan chosen before the run cannot know which state comes.
+no faster than one thread. The fused DQN step's pairs have regimes of their own, from one process
+to the next whatever the copy's state (the RL Zoo's 256x256 CartPole net at batch 64: 315-383 us
+an update in most processes, 869 in one of eight, against 450-481 on one thread). A plan chosen
+before the run cannot know which comes.
 
 How: `FIRST_PROBE_S` after its first update, then every `PROBE_EVERY_S` seconds, the learner runs `TRIAL_UPDATES` updates on the other count and
 keeps it if their median beats the median of the current count's last `TRIAL_UPDATES` by
