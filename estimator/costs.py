@@ -80,10 +80,10 @@ LEARN_SPEEDUP = {"fused/bf16": 2.25, "torch/bf16": 2.0}
 PRODUCT_THREAD_GAIN = 0.1
 # The fused DQN step's second thread (kernels/cpu/qlearn.py: the forwards and a layer's two backward
 # products in pairs, numba's pool; nothing beyond 2 threads) at the same FLOP-time division: on the
-# 2-core EPYC, 4-256-256-2 at batch 64, whole update 460 us on 1 thread and 330-400 on 2 (its
-# products alone 405 -> ~215 us), i.e. 460 = 55 + 405 and ~350 = 55 + 405 / 1.37 (docs/BENCHMARKS.md
-# issue 19, "The fused DQN step on two threads"). Below PAIR_FROM_MACS nothing pairs: no gain.
-PAIRED_PRODUCT_GAIN = 0.37
+# 2-core EPYC, 4-256-256-2 at batch 64, whole update 447-459 us on 1 thread and 285-300 on 2 in
+# seven fresh processes of eight (415 in one), i.e. 450 = 55 + 395 and ~293 = 55 + 395 / 1.66
+# (docs/BENCHMARKS.md issue 19, session 22). Below PAIR_FROM_MACS nothing pairs: no gain.
+PAIRED_PRODUCT_GAIN = 0.66
 # The n-step buffer's per-round work (pearl/replay/nstep.py NStepBuffer.step: ring writes and the
 # discounted sums, ~8.5 us of CPU time a round on the CI machine at 1 and at 16 envs), in
 # call-equivalents of the host's call_overhead_us, added to an analytic insert when n_step > 1.

@@ -10,8 +10,9 @@ over preallocated buffers, so no numpy call's overhead remains (a numpy version 
 PyTorch reference in pearl/algos/dqn.py.
 
 On two learner threads (Plan.learner_threads) the step runs its independent products in pairs on
-numba's thread pool: the online and the target forward side by side, and each hidden layer's
-weight gradient beside the gradient it passes down. Each product is the one-thread kernel's own
+numba's thread pool: the online forward on the caller beside the target forward on the pool's
+thread, and each hidden layer's gradient passed down on the caller beside its weight gradient on
+the pool's thread (so the online weights, which Adam writes on the caller, are read only there). Each product is the one-thread kernel's own
 BLAS call, so the result is the same to the bit, and the pool's thread takes the caller's
 floating-point mode first (cpu_kernel_mode flushes denormals on the caller only; without it the
 update ran up to 3x slower in some processes). A pair pays only for products of PAIR_FROM_MACS
@@ -101,15 +102,19 @@ def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_act
 def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode):
     _set_float_mode(mode)
     if side == 0:
-        np.dot(grad_z.T, inputs, grad_weight)
-    else:
         np.dot(grad_z, weight, grad_below)
+    else:
+        np.dot(grad_z.T, inputs, grad_weight)
 
 
 @njit(parallel=True, **_NJIT)
 def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode):
-    """A layer's weight gradient and the gradient it passes down, one per thread of numba's pool,
-    in the float mode `mode`."""
+    """A layer's weight gradient (on the pool's thread) and the gradient it passes down (on the
+    caller: side 0 of prange(2) is the calling thread), in the float mode `mode`. Why this way
+    round: the gradient passed down reads the online weights, which the caller's Adam wrote in the
+    previous update; read on the pool's thread they crossed between the cores every update, and
+    the step took 376-900 us instead of 278-411 at 4-256-256-2, batch 64 (docs/BENCHMARKS.md
+    issue 19, session 22)."""
     for side in prange(2):
         _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode)
 
