@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_ddpg  # noqa: E402  (benchmarks/ is the script's own directory)
-from side_by_side import machine_header, run_fresh  # noqa: E402
+from side_by_side import machine_header, print_result, run_fresh  # noqa: E402
 
 SIDES = ("pearl-fp32", "pearl-bf16", "sb3")
 
@@ -51,7 +51,7 @@ def worker(args) -> int:
         row = e2e_ddpg.run_sb3(seed, args.steps, 1, algo=args.algo)
     else:
         row = e2e_ddpg.run_pearl(seed, args.steps, 1, "auto", algo=args.algo, precision=args.worker.split("-")[1])
-    print("RESULT " + json.dumps(row, default=str), flush=True)
+    print_result(row)
     return 0
 
 

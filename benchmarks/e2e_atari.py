@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (best_rival, median_of, ratios_per_seed, run_alternating, run_fresh, sb3_name,  # noqa: E402
-                          versions)
+from side_by_side import (best_rival, median_of, print_result, ratios_per_seed, run_alternating, run_fresh,  # noqa: E402
+                          sb3_name, versions)
 
 ENV_ID = "BreakoutNoFrameskip-v4"
 BUFFER, BATCH, LR, GAMMA = 100_000, 32, 1e-4, 0.99
@@ -163,7 +163,7 @@ def sides(args) -> dict:
 
 def worker(args) -> int:
     """Runs side `args.worker` of seed `args.seeds[0]` and prints its row."""
-    print("RESULT " + json.dumps(sides(args)[args.worker](args.seeds[0])), flush=True)
+    print_result(sides(args)[args.worker](args.seeds[0]))
     return 0
 
 

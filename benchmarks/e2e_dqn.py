@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (add_common_arguments, best_rival, check_common_arguments,  # noqa: E402
                           load_average, machine_header, machine_info, median_of, print_seed_table,
-                          ratios_per_seed, run_alternating, run_fresh, sb3_name, time_pearl, time_sb3,
+                          print_result, ratios_per_seed, run_alternating, run_fresh, sb3_name, time_pearl, time_sb3,
                           versions)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "CartPole-v1"
@@ -182,7 +182,7 @@ def worker(args) -> int:
     run = sides(args)[args.worker]
     if args.warmup_steps:
         run(WARMUP_SEED, args.warmup_steps)
-    print("RESULT " + json.dumps(run(args.seeds[0], args.steps)), flush=True)
+    print_result(run(args.seeds[0], args.steps))
     return 0
 
 

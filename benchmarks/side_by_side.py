@@ -95,6 +95,16 @@ def sb3_name(threads: int) -> str:
     return f"sb3@{threads}t"
 
 
+RESULT_PREFIX = "RESULT "
+
+
+def print_result(row: dict) -> None:
+    """A worker's row, as `run_fresh` reads it back from the worker's output."""
+    import json
+
+    print(RESULT_PREFIX + json.dumps(row, default=str), flush=True)
+
+
 def run_fresh(script: str, side: str, seed: int, argv: list[str]) -> dict:
     """One side of one seed of `script` in a fresh Python process (the same arguments otherwise):
     the script runs `--worker SIDE` with `--seeds SEED` and prints its row as `RESULT <json>`. Run
@@ -106,8 +116,8 @@ def run_fresh(script: str, side: str, seed: int, argv: list[str]) -> dict:
     command = [sys.executable, script, *argv, "--seeds", str(seed), "--worker", side]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
     raise RuntimeError(f"{side} seed {seed}: no result (exit code {done.returncode})")
 
 

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (greedy_returns, load_average, machine_header, machine_info, run_fresh,  # noqa: E402
+from side_by_side import (greedy_returns, load_average, machine_header, machine_info, print_result, run_fresh,  # noqa: E402
                           sb3_act, sb3_name, versions)  # (benchmarks/ is the script's own directory)
 
 ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml
@@ -199,7 +199,7 @@ def worker(args) -> int:
     run = sides(args)[args.worker]
     if args.warmup_steps:
         run(WARMUP_SEED, args.warmup_steps)
-    print("RESULT " + json.dumps(run(args.seeds[0], args.max_steps), default=str), flush=True)
+    print_result(run(args.seeds[0], args.max_steps))
     return 0
 
 
