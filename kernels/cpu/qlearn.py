@@ -12,12 +12,13 @@ PyTorch reference in pearl/algos/dqn.py.
 On two learner threads (Plan.learner_threads) the step runs its independent products in pairs on
 numba's thread pool: the online forward on the caller beside the target forward on the pool's
 thread, and each hidden layer's gradient passed down on the caller beside its weight gradient on
-the pool's thread (so the online weights, which Adam writes on the caller, are read only there). Each product is the one-thread kernel's own
-BLAS call, so the result is the same to the bit, and the pool's thread takes the caller's
-floating-point mode first (cpu_kernel_mode flushes denormals on the caller only; without it the
-update ran up to 3x slower in some processes). A pair pays only for products of PAIR_FROM_MACS
-multiply-adds or more (pearl.kernels.cpu.paired_products): below, the pool's hand-off and end
-barrier cost more than the half it saves (docs/BENCHMARKS.md issue 19, session 18).
+the pool's thread (so the online weights, which Adam writes on the caller, are read only there).
+Each product is the one-thread kernel's own BLAS call, so the result is the same to the bit, and
+the pool's thread takes the caller's floating-point mode first (cpu_kernel_mode flushes denormals
+on the caller only; without it the update ran up to 3x slower in some processes). A pair pays
+only for products of PAIR_FROM_MACS multiply-adds or more (pearl.kernels.cpu.paired_products):
+below, the pool's hand-off and end barrier cost more than the half it saves (docs/BENCHMARKS.md
+issue 19, session 18).
 """
 from __future__ import annotations
 
