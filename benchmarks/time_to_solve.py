@@ -61,7 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation (default: 10)")
     p.add_argument("--runtime", choices=["sequential", "threaded", "processes"], default="sequential",
                    help="PEARL's runtime (default: sequential)")
-    p.add_argument("--threads", type=int, default=1, help="PEARL's torch threads (default: 1)")
+    p.add_argument("--threads", type=int, default=1, help="PEARL's learner threads (default: 1)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="PEARL's learner product precision (runtime.learner_precision; default: fp32)")
     p.add_argument("--sb3-threads", type=int, nargs="+", default=[1, 2],
                    help="SB3's torch thread counts; its best median time is the rival (default: 1 2)")
     p.add_argument("--warmup-steps", type=int, default=2000, help="untimed warm-up run of each side (default: 2000)")
@@ -115,7 +117,7 @@ def run_pearl(env_id: str, seed: int, args, max_steps: int) -> dict:
         tau=1.0, double=False, dueling=False, n_step=1, max_grad_norm=10.0,
         exploration={"initial": 1.0, "final": zoo["exploration_final_eps"], "fraction": zoo["exploration_fraction"]},
         replay="uniform", capacity=zoo["buffer"], envs_per_actor=1, torch_threads=args.threads,
-        plan=Plan(batch_size=zoo["batch"], runtime=args.runtime, actors=1))
+        plan=Plan(batch_size=zoo["batch"], runtime=args.runtime, actors=1, learner_precision=args.precision))
     torch.set_num_threads(args.threads)
     _ = agent.actor
     row = {"impl": "pearl", "seed": seed, "solved_s": None, "solved_steps": None, "curve": []}

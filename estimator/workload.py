@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pearl.algos import algorithm_class
 from pearl.config import BF16_ALGOS, CONTINUOUS_ALGOS
 from pearl.estimator.signatures import FLOAT_BYTES, Cost, mlp_parameter_count
+from pearl.kernels.cpu.mlp import MLPLayout, bf16_layers
 
 REPLAY_KINDS = ("uniform", "prioritized", "amper")
 
@@ -91,8 +92,14 @@ class Workload:
 
     @property
     def fused_precisions(self) -> tuple[str, ...]:
-        """The product precisions the algorithm's fused learner has (runtime.learner_precision)."""
-        return ("fp32", "bf16") if self.algo in BF16_ALGOS else ("fp32",)
+        """The product precisions the algorithm's fused learner has (runtime.learner_precision):
+        DQN's runs bfloat16 products in its inner hidden layers (pearl.kernels.cpu.mlp.bf16_layers),
+        so only a Q-network with one of them has a bf16 to offer."""
+        if self.algo not in BF16_ALGOS:
+            return ("fp32",)
+        if self.algo == "dqn" and not bf16_layers(MLPLayout(self.sizes).shapes, self.batch_size).any():
+            return ("fp32",)
+        return ("fp32", "bf16")
 
     @property
     def replay_kinds(self) -> tuple[str, ...]:

@@ -73,11 +73,12 @@ class Discrete:
                                             config.total_steps, config.seed, **image)
 
     def check_precision(self, precision: str, kernel: str, device: str, config: ExperimentConfig) -> None:
-        """A reduced precision runs in DQN's torch learner for a CNN Q-network on the cpu only."""
-        if precision != "fp32" and not (kernel == "torch" and self.image):
-            raise ConfigError(f"runtime.learner_precision: {precision} products run in DQN's torch learner for "
-                              f"a CNN Q-network; {config.env}'s observations are flat (expected image "
-                              f"observations, or learner_precision fp32)")
+        """A reduced precision runs in the fused learner (an MLP) or in the torch learner for a CNN
+        Q-network, on the cpu only."""
+        if precision != "fp32" and kernel == "torch" and not self.image:
+            raise ConfigError(f"runtime.learner_precision: {precision} products run in DQN's fused learner, or in "
+                              f"its torch learner for a CNN Q-network; {config.env}'s observations are flat "
+                              f"(expected runtime.learner_kernel fused or auto, or learner_precision fp32)")
         if precision != "fp32" and kind_of(device) != "cpu":  # its Adam step is a compiled cpu kernel
             raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
                               f"(expected learner_precision fp32 there)")
@@ -97,7 +98,7 @@ class Discrete:
         """`threads`: the fused learner's pairs, or a CNN's target thread (torch's other learners take
         torch.set_num_threads')."""
         if kernel == "fused":
-            return FusedCPULearner(algo, threads)
+            return FusedCPULearner(algo, threads, precision)
         return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads))
 
     def thread_setter(self, learner, device: str, threads: int):

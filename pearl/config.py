@@ -148,7 +148,8 @@ class SACConfig(ContinuousConfig):
 
 
 CONTINUOUS_ALGOS = ("ddpg", "td3", "sac")
-BF16_ALGOS = ("ddpg", "td3", "sac")  # whose fused learner runs bfloat16 products (pearl/runtime/fused_actor_critic.py)
+# whose fused learner runs bfloat16 products (pearl/runtime/fused_actor_critic.py, kernels/cpu/qlearn.py)
+BF16_ALGOS = ("dqn", "ddpg", "td3", "sac")
 
 
 @dataclass
@@ -187,8 +188,8 @@ class RuntimeConfig:
     device: str = "cpu"  # where the learner runs: cpu, cuda, cuda:N (a Plan's devices.learn)
     learner_kernel: Literal["auto", "fused", "torch"] = "auto"
     # the learner's matrix products: float32, or bfloat16 operands accumulated in float32 with
-    # float32 master weights, Adam state and losses (the fused DDPG / TD3 / SAC learners, and DQN's
-    # torch learner for a CNN Q-network; pearl/build.py refuses the rest; a Plan's learner_precision);
+    # float32 master weights, Adam state and losses (the fused DQN / DDPG / TD3 / SAC learners, and
+    # DQN's torch learner for a CNN Q-network; pearl/build.py refuses the rest; a Plan's learner_precision);
     # auto: bf16 where the learn device has bfloat16 units and the learner runs bf16, else fp32
     learner_precision: Literal["fp32", "bf16", "auto"] = "fp32"
     envs_per_actor: int = 1

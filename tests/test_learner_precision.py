@@ -136,6 +136,19 @@ def test_bf16_learner_trains_and_reloads(tmp_path):
     restored.train(50)
 
 
+def test_bf16_dqn_fused_learner_trains_and_reloads(tmp_path):
+    agent = pearl.DQN("CartPole-v1", total_steps=2000, learning_starts=64, hidden=[64, 64], batch_size=32,
+                      learner_precision="bf16")
+    assert agent.learner.kernel == "fused" and agent.learner.precision == "bf16"
+    agent.train(300)
+    assert agent.updates == (300 - 64) // 4
+    agent.save(tmp_path / "bf16.npz")
+    restored = pearl.load(tmp_path / "bf16.npz")
+    assert restored.learner.precision == restored.plan.learner_precision == "bf16"
+    np.testing.assert_array_equal(restored.learner.policy_weights(), agent.learner.policy_weights())
+    restored.train(50)
+
+
 def test_precision_errors():
     with pytest.raises(ConfigError, match=r"^runtime.learner_precision: expected one of 'fp32', 'bf16'"):
         parse_config({"algo": "ddpg", "env": "Pendulum-v1", "runtime": {"learner_precision": "fp16"}})

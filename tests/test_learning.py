@@ -8,14 +8,16 @@ from pearl.config import default_config_path, load_config
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["sequential", "processes"])
-def test_default_config_solves_cartpole(runtime, tmp_path):
+@pytest.mark.parametrize("runtime, precision", [("sequential", "fp32"), ("processes", "fp32"), ("sequential", "bf16")])
+def test_default_config_solves_cartpole(runtime, precision, tmp_path):
     """Every seed reaches the solved level (a periodic greedy eval >= 475, the level
-    benchmarks/time_to_solve.py times); the sequential runtime also ends there on 2 of 3 seeds."""
+    benchmarks/time_to_solve.py times); the sequential runtime also ends there on 2 of 3 seeds.
+    bf16: the fused learner's inner hidden layer (64 x 64) in bfloat16 products."""
     config = load_config(default_config_path())
     reached, ended = [], []
     for seed in (0, 1, 2):
-        agent = pearl.DQN(config=config, seed=seed, plan=pearl.Plan(runtime=runtime))
+        agent = pearl.DQN(config=config, seed=seed, plan=pearl.Plan(runtime=runtime, learner_precision=precision))
+        assert agent.learner.precision == precision
         agent.train(run_dir=tmp_path / str(seed))
         with open(tmp_path / str(seed) / "metrics.csv", newline="") as f:
             evals = [float(row["eval_return"]) for row in csv.DictReader(f) if row["eval_return"]]

@@ -208,22 +208,27 @@ def test_minatar_trains_with_bf16_and_reloads(tmp_path):
     restored.train(50)
 
 
-def test_bf16_for_an_mlp_q_network_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 products run in DQN's torch learner "
-                                          r"for a CNN Q-network; CartPole-v1's observations are flat"):
-        pearl.DQN("CartPole-v1", learner_precision="bf16", hidden=[8])
+def test_bf16_for_an_mlp_q_network_in_the_torch_learner_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 products run in DQN's fused learner, "
+                                          r"or in its torch learner for a CNN Q-network; CartPole-v1's observations "
+                                          r"are flat \(expected runtime.learner_kernel fused or auto"):
+        pearl.DQN("CartPole-v1", learner_precision="bf16", learner_kernel="torch", hidden=[8])
 
 
 @pytest.mark.parametrize("flags, want", [({"avx512f", "amx_bf16", "amx_tile"}, "bf16"), ({"avx512f"}, "fp32")])
 def test_auto_precision_is_bf16_where_the_cpu_has_bfloat16_units(monkeypatch, flags, want):
     """learner_precision auto (configs/breakout_dqn.yaml's): bf16 for a CNN Q-network on a cpu with
-    bfloat16 units, float32 without them, and float32 for an MLP Q-network (no refusal)."""
+    bfloat16 units, float32 without them; for an MLP Q-network the fused learner's bf16 where it has
+    an inner hidden layer to run in it, float32 where it has none (no refusal)."""
     from pearl.kernels.cpu import backend as cpu_backend
 
     monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset(flags))
     agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="auto", **MINATAR)
     assert agent.learner.precision == want and agent.plan.learner_precision == want
     assert pearl.DQN("CartPole-v1", learner_precision="auto", hidden=[8]).plan.learner_precision == "fp32"
+    mlp = pearl.DQN("CartPole-v1", learner_precision="auto", hidden=[64, 64])
+    assert mlp.learner.kernel == "fused" and mlp.plan.learner_precision == want
+    assert mlp.learner.kernel_impl.precision == want
 
 
 def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):

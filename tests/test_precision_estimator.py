@@ -37,7 +37,7 @@ def test_bf16_units_are_read_from_the_cpu_flags(tmp_path):
     assert flags == frozenset(line.split(":", 1)[1].split())
 
 
-def test_mapper_offers_bf16_to_the_fused_continuous_learners_on_a_bf16_cpu(bf16_cpu):
+def test_mapper_offers_bf16_to_the_fused_learners_on_a_bf16_cpu(bf16_cpu):
     platform = load_platform("ci_2core")
     for algo in ("ddpg", "td3", "sac"):
         cands, _ = candidates(platform, Workload(**PENDULUM, algo=algo), envs=(1,), batches=(256,))
@@ -48,7 +48,11 @@ def test_mapper_offers_bf16_to_the_fused_continuous_learners_on_a_bf16_cpu(bf16_
         assert plan.learner_precision == "bf16" and plan.learner_kernel == "fused" and "bf16" in bf16.label()
     dqn, _ = candidates(platform, Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 1000, 16, 0.25, 100),
                         envs=(1,), batches=(64,))
-    assert {c.precision for c in dqn} == {"fp32"}
+    assert {(c.learner_kernel, c.precision) for c in dqn} == {("fused", "fp32"), ("fused", "bf16"), ("torch", "fp32")}
+    # DQN's fused learner runs bf16 in its inner hidden layers: a Q-network with none offers float32 only
+    shallow, _ = candidates(platform, Workload("CartPole-v1", 4, 2, (64,), "uniform", 1000, 16, 0.25, 100),
+                            envs=(1,), batches=(64,))
+    assert {c.precision for c in shallow} == {"fp32"}
 
 
 def test_mapper_offers_float32_only_without_bf16_units(plain_cpu):

@@ -19,6 +19,8 @@ from threadpoolctl import threadpool_limits
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.kernels.cpu import FusedQLearner, cpu_kernel_mode, paired_products
+from pearl.kernels.cpu.bf16_gemm import to_bf16
+from pearl.kernels.cpu.mlp import bf16_layers
 from pearl.replay import Batch
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
 
@@ -358,3 +360,142 @@ def test_the_pool_thread_takes_the_callers_float_mode():
     assert flushing != plain  # FTZ and DAZ (x86's MXCSR bits 15 and 6) on under cpu_kernel_mode
     for mode in (flushing, plain):
         np.testing.assert_array_equal(modes_seen(mode), [mode, mode])
+
+
+# -- precision bf16: the inner hidden layers' products in bfloat16 -----------------------------------
+# 64 x 48 and 48 x 32 are inner layers that fit the bf16 tiles (multiples of 16); 6 -> 64 and 32 -> 3 stay float32
+BF16_SIZES = [6, 64, 48, 32, 3]
+
+
+def rounded(x) -> np.ndarray:
+    """float32 values rounded to bfloat16, widened to float64 for the reference's sums."""
+    return to_bf16(np.asarray(x, np.float32)).astype(np.float64)
+
+
+def bf16_reference_step(kernel, obs, actions, rewards, next_obs, discounts, weights):
+    """(loss, |TD|, gradient) of one step as the bf16 kernel defines it, in float64 with every
+    bfloat16 rounding where the kernel has one: a bf16 layer's inputs and weights in the forwards,
+    the gradient reaching it and its inputs in its weight gradient, that gradient and its weights
+    in the gradient it passes down; every layer's output rounded to float32 as the kernel stores it."""
+    batch = obs.shape[0]
+    low = bf16_layers(np.array(kernel.layout.shapes), batch)
+
+    def forward(flat, x):
+        outputs = [np.asarray(x, np.float64)]
+        views = kernel.layout.views(flat)
+        for layer, (weight, bias) in enumerate(views):
+            inputs = outputs[-1]
+            z = (rounded(inputs) @ rounded(weight).T if low[layer] else inputs @ weight.astype(np.float64).T) + bias
+            z = z.astype(np.float32).astype(np.float64)
+            outputs.append(np.maximum(z, 0.0) if layer < len(views) - 1 else z)
+        return outputs
+
+    online = forward(kernel.online, np.concatenate([obs, next_obs]) if kernel.double else obs)
+    target_q = forward(kernel.target, next_obs)[-1]
+    rows = np.arange(batch)
+    q = online[-1][:batch]
+    next_q = target_q[rows, online[-1][batch:].argmax(1)] if kernel.double else target_q.max(1)
+    td = q[rows, actions] - (rewards + discounts * next_q)
+    w = np.ones(batch) if weights is None else weights.astype(np.float64)
+    huber = np.where(np.abs(td) <= 1.0, 0.5 * td * td, np.abs(td) - 0.5)
+    grad_z = np.zeros_like(q)
+    grad_z[rows, actions] = np.clip(td, -1.0, 1.0) * w / batch
+    gradient = np.zeros(kernel.layout.size)
+    for layer in range(len(kernel.layout.shapes) - 1, -1, -1):
+        (n_out, n_in), start = kernel.layout.shapes[layer], kernel.layout.offsets[layer]
+        weight = kernel.layout.views(kernel.online)[layer][0].astype(np.float64)
+        inputs = online[layer][:batch]
+        grad_z = grad_z.astype(np.float32).astype(np.float64)
+        gradient[start:start + n_out * n_in] = (rounded(grad_z).T @ rounded(inputs) if low[layer]
+                                                else grad_z.T @ inputs).ravel()
+        gradient[start + n_out * n_in:start + n_out * n_in + n_out] = grad_z.sum(0)
+        if layer:
+            grad_z = (rounded(grad_z) @ rounded(weight) if low[layer] else grad_z @ weight) * (inputs > 0)
+    return float(np.mean(huber * w)), np.abs(td), gradient
+
+
+def bf16_kernel(sizes, double, threads=1, seed=0):
+    kernel = FusedQLearner(sizes, 1e-3, double, 1e9, threads=threads, precision="bf16")  # clipping never: grad is the gradient
+    rng = np.random.default_rng(seed)
+    kernel.online[:] = (rng.standard_normal(kernel.layout.size) * 0.2).astype(np.float32)
+    kernel.target[:] = kernel.online + (rng.standard_normal(kernel.layout.size) * 0.02).astype(np.float32)
+    return kernel
+
+
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_bf16_step_equals_its_reference(double, weighted):
+    """Over several steps (weights moving, the target copied once): loss, |TD| and gradient equal
+    the reference's to float32 summation order; a layer missed, run in the wrong precision or on
+    stale packed weights would be off by bfloat16's 2^-9 or more."""
+    kernel = bf16_kernel(BF16_SIZES, double)
+    assert list(bf16_layers(np.array(kernel.layout.shapes), 32)) == [0, 1, 1, 0]
+    rng = np.random.default_rng(11)
+    with cpu_kernel_mode():
+        for step in range(6):
+            batch = random_batch(rng, 32, BF16_SIZES[0], BF16_SIZES[-1], weighted)
+            want_loss, want_td, want_gradient = bf16_reference_step(kernel, *batch)
+            loss, td = kernel.update(*batch)
+            assert abs(loss - want_loss) <= 1e-5 * abs(want_loss), step
+            assert_close(td, want_td, what=f"|TD| at step {step}")
+            assert_close(kernel.grad, want_gradient, what=f"gradient at step {step}")
+            if step == 2:
+                kernel.update_target(1.0)
+
+
+def test_bf16_differs_from_float32_only_by_its_rounding():
+    """The same step in float32 and in bf16: close (bfloat16's rounding through two layers), not equal."""
+    rng = np.random.default_rng(2)
+    batch = random_batch(rng, 32, BF16_SIZES[0], BF16_SIZES[-1], weighted=False)
+    kernels = [bf16_kernel(BF16_SIZES, double=True) for _ in range(2)]
+    kernels[0].precision = "fp32"
+    for kernel in kernels:
+        kernel.update(*batch)
+    exact, low = (kernel.grad.astype(np.float64) for kernel in kernels)
+    error = np.linalg.norm(low - exact) / np.linalg.norm(exact)
+    assert 1e-4 < error < 0.05, error
+
+
+@pytest.mark.parametrize("double", [True, False], ids=["double", "vanilla"])
+def test_bf16_two_threads_match_one_thread_bit_for_bit(double):
+    kernels = [bf16_kernel(PAIRED_SIZES, double, threads=threads, seed=4) for threads in (1, 2)]
+    assert list(bf16_layers(np.array(kernels[0].layout.shapes), 128)) == [0, 1, 0]
+    rng = np.random.default_rng(9)
+    with cpu_kernel_mode():
+        for step in range(8):
+            batch = random_batch(rng, 128, PAIRED_SIZES[0], PAIRED_SIZES[-1], weighted=step % 2 == 1)
+            (loss_1, td_1), (loss_2, td_2) = (kernel.update(*batch) for kernel in kernels)
+            assert loss_1 == loss_2, step
+            np.testing.assert_array_equal(td_1, td_2)
+    for name in ("online", "exp_avg", "exp_avg_sq", "grad"):
+        np.testing.assert_array_equal(getattr(kernels[0], name), getattr(kernels[1], name), err_msg=name)
+
+
+def test_bf16_target_packs_follow_the_target_and_checkpoints():
+    """The target's packed copy is refreshed after update_target and load_state_dict: a kernel
+    restored mid-run steps exactly as the one it was saved from."""
+    kernel = bf16_kernel(BF16_SIZES, double=False)
+    rng = np.random.default_rng(6)
+    batches = [random_batch(rng, 32, BF16_SIZES[0], BF16_SIZES[-1], weighted=False) for _ in range(6)]
+    for batch in batches[:3]:
+        kernel.update(*batch)
+    kernel.update_target(0.5)
+    restored = bf16_kernel(BF16_SIZES, double=False, seed=99)
+    restored.update(*batches[0])  # packs made for other weights, to be replaced by the load
+    restored.load_state_dict(kernel.state_dict())
+    for batch in batches[3:]:
+        assert kernel.update(*batch)[0] == restored.update(*batch)[0]
+    np.testing.assert_array_equal(kernel.online, restored.online)
+
+
+def test_bf16_for_layers_the_tiles_do_not_take_is_float32():
+    """An inner layer of 40 units (not a multiple of 16) or an odd batch runs in float32: bit for
+    bit the float32 step."""
+    for sizes, batch in (([4, 40, 40, 2], 32), ([4, 64, 64, 2], 30)):
+        kernels = [FusedQLearner(sizes, 1e-3, True, 10.0, precision=precision) for precision in ("fp32", "bf16")]
+        assert not bf16_layers(np.array(kernels[1].layout.shapes), batch).any()
+        for kernel in kernels:
+            kernel.online[:] = np.random.default_rng(1).standard_normal(kernel.layout.size).astype(np.float32) * 0.1
+        data = random_batch(np.random.default_rng(0), batch, sizes[0], sizes[-1], weighted=False)
+        assert kernels[0].update(*data)[0] == kernels[1].update(*data)[0]
+        np.testing.assert_array_equal(kernels[0].online, kernels[1].online)

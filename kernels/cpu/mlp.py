@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pearl.kernels.cpu.bf16_gemm import LANES, ROWS, bf16_product, pack_row_pairs, pack_rows, pack_transposed
+
 _NJIT = dict(cache=True, nogil=True)
 
 
@@ -43,9 +45,11 @@ class MLPLayout:
 
 
 @njit(**_NJIT)
-def mlp_forward(params, shapes, offsets, x, acts, act_offsets):
+def mlp_forward(params, shapes, offsets, x, acts, act_offsets, bf16_layers=None, packed=None, scratch=None):
     """Runs the MLP on x (rows, in): layer l's output (after ReLU except the last) goes to
-    acts[act_offsets[l]:...] as a (rows, out_l) block. Returns the last block."""
+    acts[act_offsets[l]:...] as a (rows, out_l) block. Returns the last block.
+    `bf16_layers` (a learner's): where nonzero, layer l's product runs in bfloat16 on its weight
+    packed by `pack_forward_weights` into `packed`, the inputs packed into `scratch` (uint32)."""
     rows = x.shape[0]
     layers = shapes.shape[0]
     inputs = x
@@ -56,14 +60,58 @@ def mlp_forward(params, shapes, offsets, x, acts, act_offsets):
         weight = params[start:start + n_out * n_in].reshape((n_out, n_in))
         bias = params[start + n_out * n_in:start + n_out * n_in + n_out]
         out = acts[act_offsets[layer]:act_offsets[layer] + rows * n_out].reshape((rows, n_out))
-        np.dot(inputs, weight.T, out)
-        relu = layer < layers - 1
-        for i in range(rows):
-            for j in range(n_out):
-                v = out[i, j] + bias[j]
-                out[i, j] = v if (not relu or v > 0) else np.float32(0.0)
+        if bf16_layers is not None and bf16_layers[layer]:
+            packed_inputs = scratch[:rows * (n_in // 2)].reshape((rows, n_in // 2))
+            pack_rows(inputs, packed_inputs)
+            bf16_product(out, packed_inputs, packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_in // 2, n_out)),
+                         False)
+        else:
+            np.dot(inputs, weight.T, out)
+        add_bias(out, bias, layer < layers - 1)
         inputs = out
     return out
+
+
+@njit(inline="always")
+def add_bias(out, bias, relu):
+    """out += bias row by row, then ReLU where `relu`."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            v = out[i, j] + bias[j]
+            out[i, j] = v if (not relu or v > 0) else np.float32(0.0)
+
+
+def bf16_layers(shapes: np.ndarray, batch: int) -> np.ndarray:
+    """Per layer, 1 where a learner at `batch` runs its products in bfloat16: the inner layers (the
+    input's and the output's layers are small and stay float32) whose forward, weight gradient and
+    gradient passed down all fit bf16_product's tiles."""
+    layers = len(shapes)
+    return np.array([0 < layer < layers - 1 and batch % ROWS == 0 and n_out % LANES == 0 and n_in % LANES == 0
+                     for layer, (n_out, n_in) in enumerate(shapes)], dtype=np.uint8)
+
+
+@njit(**_NJIT)
+def pack_forward_weights(params, shapes, offsets, bf16_layers, packed):
+    """The bf16 layers' weights as their forward products take them (pack_transposed), each at
+    half its offset in `packed` (uint32, half the parameter vector's length)."""
+    for layer in range(shapes.shape[0]):
+        if bf16_layers[layer]:
+            n_out, n_in = shapes[layer, 0], shapes[layer, 1]
+            start = offsets[layer]
+            pack_transposed(params[start:start + n_out * n_in].reshape((n_out, n_in)),
+                            packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_in // 2, n_out)))
+
+
+@njit(**_NJIT)
+def pack_backward_weights(params, shapes, offsets, bf16_layers, packed):
+    """The bf16 layers' weights as the gradients they pass down take them (pack_row_pairs), each
+    at half its offset in `packed`."""
+    for layer in range(shapes.shape[0]):
+        if bf16_layers[layer]:
+            n_out, n_in = shapes[layer, 0], shapes[layer, 1]
+            start = offsets[layer]
+            pack_row_pairs(params[start:start + n_out * n_in].reshape((n_out, n_in)),
+                           packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_out // 2, n_in)))
 
 
 def activation_offsets(shapes: np.ndarray, rows: int) -> tuple[np.ndarray, int]:

@@ -29,7 +29,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from pearl.kernels.cpu import PAIR_FROM_MACS, X86, torch_threads_kept
-from pearl.kernels.cpu.mlp import MLPLayout, mlp_forward, activation_offsets
+from pearl.kernels.cpu.bf16_gemm import bf16_product, pack_columns, pack_row_pairs, pack_rows
+from pearl.kernels.cpu.mlp import (MLPLayout, activation_offsets, bf16_layers, mlp_forward, pack_backward_weights,
+                                   pack_forward_weights)
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
 # check per division and LLVM vectorizes the Adam loop (16 -> 4 us for 4-64-64-2; the same bits)
@@ -82,34 +84,50 @@ def set_thread_float_mode(mode: int) -> None:
 
 
 @njit(**_NJIT)
-def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode):
+def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs):
     """One side of the forward pair (not inlined, so that the parallel compile of _forward_pair
     does not reach mlp_forward's loops)."""
     _set_float_mode(mode)
+    low, packed, packed_target, _, scratch, scratch_target = packs
     if side == 0:
-        mlp_forward(online, shapes, offsets, x, acts, act_offsets)
+        mlp_forward(online, shapes, offsets, x, acts, act_offsets, low, packed, scratch)
     else:
-        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
+        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets, low, packed_target, scratch_target)
 
 
 @njit(parallel=True, **_NJIT)
-def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode):
+def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs):
     """The online and the target forward, one per thread of numba's pool, in the float mode `mode`."""
     for side in prange(2):
-        _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode)
+        _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs)
 
 
 @njit(**_NJIT)
-def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode):
+def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode, low, packed_down, scratch):
+    """Side 0: the gradient passed down; side 1: the weight gradient; in bfloat16 where `low`
+    (`packed_down`: the weight as pack_backward_weights packs it; `scratch`: this side's own)."""
     _set_float_mode(mode)
+    batch, n_out = grad_z.shape
     if side == 0:
-        np.dot(grad_z, weight, grad_below)
+        if low:
+            packed_grad = scratch[:batch * n_out // 2].reshape((batch, n_out // 2))
+            pack_rows(grad_z, packed_grad)
+            bf16_product(grad_below, packed_grad, packed_down, False)
+        else:
+            np.dot(grad_z, weight, grad_below)
+    elif low:
+        n_in = inputs.shape[1]
+        packed_grad = scratch[:n_out * batch // 2].reshape((n_out, batch // 2))
+        packed_inputs = scratch[n_out * batch // 2:(n_out + n_in) * batch // 2].reshape((batch // 2, n_in))
+        pack_columns(grad_z, packed_grad)
+        pack_row_pairs(inputs, packed_inputs)
+        bf16_product(grad_weight, packed_grad, packed_inputs, False)
     else:
         np.dot(grad_z.T, inputs, grad_weight)
 
 
 @njit(parallel=True, **_NJIT)
-def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode):
+def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode, low, packed_down, scratch, scratch_pool):
     """A layer's weight gradient (on the pool's thread) and the gradient it passes down (on the
     caller: side 0 of prange(2) is the calling thread), in the float mode `mode`. Why this way
     round: the gradient passed down reads the online weights, which the caller's Adam wrote in the
@@ -117,7 +135,8 @@ def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode):
     the step took 376-900 us instead of 278-411 at 4-256-256-2, batch 64 (docs/BENCHMARKS.md
     issue 19, session 22)."""
     for side in prange(2):
-        _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode)
+        _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode, low, packed_down,
+                       scratch if side == 0 else scratch_pool)
 
 
 @njit(**_NJIT)
@@ -153,10 +172,13 @@ def _sum_of_squares(grad):
 @njit(**_NJIT)
 def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, actions, rewards,
               next_obs, discounts, weights, double, lr, beta1, beta2, adam_eps, max_grad_norm, step,
-              x, acts, target_acts, act_offsets, abs_td, threads):
+              x, acts, target_acts, act_offsets, abs_td, threads, packs):
     """One gradient step; returns the loss. `weights` empty: unweighted. `x` holds the online
     net's input rows (obs, then next_obs for double DQN); `acts`/`target_acts` the activations;
-    `threads` 2: products of PAIR_FROM_MACS or more in pairs."""
+    `threads` 2: products of PAIR_FROM_MACS or more in pairs. `packs` (FusedQLearner._packs): the
+    layers that run in bfloat16, the online weights packed for their forward (written here), the
+    target's (written when the target changes), for their gradients passed down (written here), two
+    scratch buffers."""
     batch = obs.shape[0]
     rows = x.shape[0]
     x[:batch] = obs
@@ -166,12 +188,15 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     widest = 0
     for layer in range(layers):
         widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
+    low, packed, packed_target, packed_down, scratch, scratch_target = packs
+    pack_forward_weights(online, shapes, offsets, low, packed)
+    pack_backward_weights(online, shapes, offsets, low, packed_down)
     mode = _float_mode()
     if threads > 1 and batch * widest >= PAIR_FROM_MACS:
-        _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode)
+        _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs)
     else:
-        mlp_forward(online, shapes, offsets, x, acts, act_offsets)
-        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets)
+        mlp_forward(online, shapes, offsets, x, acts, act_offsets, low, packed, scratch)
+        mlp_forward(target, shapes, offsets, next_obs, target_acts, act_offsets, low, packed_target, scratch_target)
     n_actions = shapes[layers - 1, 0]
     out = _block(acts, act_offsets, layers - 1, rows, n_actions)
     target_out = _block(target_acts, act_offsets, layers - 1, batch, n_actions)
@@ -214,12 +239,17 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
         grad_weight = grad[start:start + n_out * n_in].reshape((n_out, n_in))
         weight = online[start:start + n_out * n_in].reshape((n_out, n_in))
         grad_below = np.empty((batch, n_in), np.float32)
-        if layer and threads > 1 and batch * n_out * n_in >= PAIR_FROM_MACS:
-            _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode)
+        if low[layer]:
+            down = packed_down[start // 2:start // 2 + n_out * n_in // 2].reshape((n_out // 2, n_in))
         else:
-            np.dot(grad_z.T, inputs, grad_weight)
+            down = packed_down[:0].reshape((0, 0))
+        if layer and threads > 1 and batch * n_out * n_in >= PAIR_FROM_MACS:
+            _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode, low[layer], down, scratch,
+                           scratch_target)
+        else:
+            _backward_side(1, grad_z, inputs, weight, grad_weight, grad_below, mode, low[layer], down, scratch)
             if layer:
-                np.dot(grad_z, weight, grad_below)
+                _backward_side(0, grad_z, inputs, weight, grad_weight, grad_below, mode, low[layer], down, scratch)
         grad_bias = grad[start + n_out * n_in:start + n_out * n_in + n_out]
         # row by row (each bias's sum in the same order): the inner loop runs along a row and vectorizes
         grad_bias[:] = 0.0
@@ -252,10 +282,16 @@ class FusedQLearner:
     """Owns online weights, target weights and Adam state as flat float32 vectors."""
 
     def __init__(self, sizes: list[int], lr: float, double: bool, max_grad_norm: float,
-                 betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, threads: int = 1):
-        """`threads` 2: products run in pairs where they pay (paired_products); the same result."""
+                 betas: tuple[float, float] = (0.9, 0.999), adam_eps: float = 1e-8, threads: int = 1,
+                 precision: str = "fp32"):
+        """`threads` 2: products run in pairs where they pay (paired_products); the same result.
+        `precision` bf16: the inner hidden layers' products in bfloat16 (mlp.bf16_layers), on
+        bfloat16 copies of the float32 weights, activations and gradients, accumulated in float32;
+        the weights, the loss, Adam and everything else stay float32."""
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision: expected fp32 or bf16, got {precision!r}")
         self.layout = MLPLayout(sizes)
-        self.threads = threads
+        self.threads, self.precision = threads, precision
         self.lr, self.double, self.max_grad_norm = lr, double, max_grad_norm
         self.beta1, self.beta2 = betas
         self.adam_eps = adam_eps
@@ -269,6 +305,8 @@ class FusedQLearner:
         self._shapes = np.array(self.layout.shapes, dtype=np.int64)
         self._offsets = np.array(self.layout.offsets, dtype=np.int64)
         self._step_buffers: dict[int, tuple] = {}
+        self._packs: dict[int, tuple] = {}  # batch -> packs (_dqn_step's), and whether the target's is current
+        self._target_packed: set[int] = set()
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -280,8 +318,10 @@ class FusedQLearner:
         for name in ("online", "target", "exp_avg", "exp_avg_sq"):
             np.copyto(getattr(self, name), state[name])
         self.steps = int(state["steps"])
+        self._target_packed.clear()
 
     def update_target(self, tau: float) -> None:
+        self._target_packed.clear()
         if tau >= 1.0:
             np.copyto(self.target, self.online)
         else:
@@ -302,6 +342,22 @@ class FusedQLearner:
             self._step_buffers[batch] = buffers
         return buffers
 
+    def _packs_for(self, batch: int) -> tuple:
+        """_dqn_step's `packs` at a batch size: float32 everywhere unless precision bf16 (empty
+        buffers then); the target's packed weights refreshed after it changed."""
+        packs = self._packs.get(batch)
+        if packs is None:
+            low = bf16_layers(self._shapes, batch) if self.precision == "bf16" else np.zeros(len(self._shapes), np.uint8)
+            halves = (self.layout.size + 1) // 2 if low.any() else 0
+            widest = max((batch * (n_out + n_in) for (n_out, n_in), bf16 in zip(self.layout.shapes, low) if bf16),
+                         default=0)
+            packs = (low, *(np.zeros(halves, np.uint32) for _ in range(3)), *(np.zeros(widest, np.uint32) for _ in range(2)))
+            self._packs[batch] = packs
+        if batch not in self._target_packed:
+            pack_forward_weights(self.target, self._shapes, self._offsets, packs[0], packs[2])
+            self._target_packed.add(batch)
+        return packs
+
     def update(self, obs, actions, rewards, next_obs, discounts, weights=None):
         """One gradient step on a batch. Returns (loss, |TD error| per sample); the |TD| array is
         reused by the next update of the same batch size."""
@@ -313,7 +369,7 @@ class FusedQLearner:
                     _f32(obs), np.ascontiguousarray(actions, dtype=np.int64), _f32(rewards), _f32(next_obs),
                     _f32(discounts), _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
                     self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts, target_acts,
-                    act_offsets, abs_td, self.threads)
+                    act_offsets, abs_td, self.threads, self._packs_for(batch))
         return float(loss), abs_td
 
 

@@ -4,7 +4,7 @@ Both learners expose the same narrow interface (update, update_target, policy_we
 the runtime never cares which one runs:
 - `FusedCPULearner`: the numpy fused Q-learning step (pearl.kernels.cpu), for plain MLP Q-nets on
   the CPU, where framework overhead dominates small networks; on 2 threads its big products run in
-  pairs (kernels/cpu/qlearn.py).
+  pairs, and precision bf16 runs its inner hidden layers' products in bfloat16 (kernels/cpu/qlearn.py).
 - `TorchLearner`: the algorithm's own PyTorch update on any torch device (cpu, cuda:N); runs any
   network, e.g. the dueling head; precision bf16 runs a CNN Q-network's forwards and backward on
   bfloat16 copies (pearl.nets.BF16Copy) with float32 master weights, Adam and loss (the Adam step
@@ -29,10 +29,11 @@ from pearl.nets import BF16Copy, as_views_of
 class FusedCPULearner:
     kernel = "fused"
 
-    def __init__(self, algo, threads: int = 1):
-        self.algo = algo
+    def __init__(self, algo, threads: int = 1, precision: str = "fp32"):
+        self.algo, self.precision = algo, precision
         cfg = algo.config
-        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm, threads=threads)
+        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm, threads=threads,
+                                         precision=precision)
         self.kernel_impl.online[:] = algo.flat_weights(algo.online)
         self.kernel_impl.target[:] = algo.flat_weights(algo.target)
 

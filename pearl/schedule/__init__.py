@@ -98,6 +98,14 @@ def sync_due(updates: int, sync_interval: int) -> bool:
     return updates % sync_interval == 0
 
 
+def last_sync(updates: int, due: int, sync_interval: int) -> int | None:
+    """Of the updates that take the count from `updates` to `due` back to back, the last that
+    publishes the weights (sync_due), or None: the actors act on none of the earlier ones, so a
+    runtime that runs them without an act round between publishes only it."""
+    last = due - due % sync_interval
+    return last if last > updates else None
+
+
 def allowance(updates_per_step: float, actors: int, envs: int) -> int:
     """Env steps a processes-runtime actor may run ahead of what the learner took in from it: the
     actors together at most MAX_LAG['processes'] updates ahead, at least one act round each, at

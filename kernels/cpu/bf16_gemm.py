@@ -1,0 +1,197 @@
+"""bfloat16 matrix products with float32 accumulation, compiled with numba (AVX-512 BF16).
+
+`bf16_product(c, a, b, accumulate)` computes c (M x N, float32) = [c +] a . b where both operands
+hold bfloat16 values in pairs along the product's inner dimension K, one pair per uint32 (the
+layout of the `vdpbf16ps` instruction: each 32-bit lane of the result takes two products and their
+sum): `a` is M x K/2 (row m's pairs), `b` is K/2 x N (row kp holds the pairs (b[2kp, n], b[2kp+1, n])
+for every n). The pack_* functions below write those layouts from float32 arrays, rounding to the
+nearest even bfloat16 as torch's conversion does. `bf16_product_reference` is the numpy reference
+the kernel is tested against (tests/test_bf16_gemm.py).
+
+Why this exists: the fused DQN step's products (4-256-256-2 at batch 64: 64 x 256 x 256) run at
+~95 GFLOP/s in one core's float32 BLAS; this kernel runs them at ~200-225 GFLOP/s on the same core
+(docs/BENCHMARKS.md, issue 19, session 23), and torch's own bfloat16 products lose that gain to
+their per-call cost at this size (session 22). The kernel tiles c in blocks of 4 rows x 64 columns
+(16 zmm accumulators) and walks K once per block. On a CPU without AVX-512 BF16 the same code
+compiles to float32 fused multiply-adds of the unpacked values, in the instruction's order (the odd
+element of each pair first), so the results are the same there and only the speed differs; the
+planner offers bf16 only where the hardware has it (kernels/cpu/backend.py bf16_products).
+Shapes: M a multiple of 4, N of 16 (`fits`); callers run other shapes in float32.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_NJIT = dict(cache=True, nogil=True, error_model="numpy")
+
+ROWS, LANES, WIDE = 4, 16, 4  # a tile: ROWS rows x WIDE vectors of LANES float32 columns
+_HARDWARE = bool(llvm.get_host_cpu_features().get("avx512bf16", False))
+_F32X16 = ir.VectorType(ir.FloatType(), LANES)
+_I32X16 = ir.VectorType(ir.IntType(32), LANES)
+
+
+def fits(m: int, n: int, k: int) -> bool:
+    """Whether an m x k by k x n product runs here (else the caller's float32 path)."""
+    return m % ROWS == 0 and n % LANES == 0 and k % 2 == 0 and min(m, n, k) > 0
+
+
+def _pair_products(builder, acc, a, b):
+    """acc + a.b pairwise, lane by lane (vdpbf16ps)."""
+    if _HARDWARE:
+        # LLVM upgrades this i32-vector form of the declaration to its bfloat form when it parses the module
+        fn = builder.module.declare_intrinsic("llvm.x86.avx512bf16.dpbf16ps.512",
+                                              fnty=ir.FunctionType(_F32X16, [_F32X16, _I32X16, _I32X16]))
+        return builder.call(fn, [acc, a, b])
+    fma = builder.module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_F32X16, [_F32X16] * 3))
+    high = ir.Constant(_I32X16, [0xFFFF0000] * LANES)
+    sixteen = ir.Constant(_I32X16, [16] * LANES)
+    odd = [builder.bitcast(builder.and_(v, high), _F32X16) for v in (a, b)]
+    even = [builder.bitcast(builder.shl(v, sixteen), _F32X16) for v in (a, b)]
+    acc = builder.call(fma, [odd[0], odd[1], acc])
+    return builder.call(fma, [even[0], even[1], acc])
+
+
+def _tile(wide: int, accumulate: bool):
+    """An intrinsic: c[m0:m0+ROWS, n0:n0+wide*LANES] (+)= a[m0:m0+ROWS] . b[:, n0:...], its
+    accumulators held in registers across the whole K loop."""
+    @intrinsic
+    def tile(typingctx, c, a, b, m0, n0):
+        def codegen(context, builder, sig, args):
+            arrays = [context.make_array(ty)(context, builder, value) for ty, value in zip(sig.args[:3], args[:3])]
+            c_arr, a_arr, b_arr = arrays
+            row0, col0 = args[3], args[4]
+            i64 = ir.IntType(64)
+            ldc = cgutils.unpack_tuple(builder, c_arr.shape)[1]
+            pairs = cgutils.unpack_tuple(builder, a_arr.shape)[1]
+            ldb = cgutils.unpack_tuple(builder, b_arr.shape)[1]
+            slots = []
+            for r in range(ROWS):
+                row = []
+                for v in range(wide):
+                    at = builder.add(builder.mul(builder.add(row0, i64(r)), ldc), builder.add(col0, i64(LANES * v)))
+                    pointer = builder.bitcast(builder.gep(c_arr.data, [at]), _F32X16.as_pointer())
+                    slot = cgutils.alloca_once(builder, _F32X16)
+                    builder.store(builder.load(pointer, align=4) if accumulate else ir.Constant(_F32X16, [0.0] * LANES),
+                                  slot)
+                    row.append((slot, pointer))
+                slots.append(row)
+            with cgutils.for_range(builder, pairs) as loop:
+                kp = loop.index
+                b_vectors = []
+                for v in range(wide):
+                    at = builder.add(builder.mul(kp, ldb), builder.add(col0, i64(LANES * v)))
+                    b_vectors.append(builder.load(builder.bitcast(builder.gep(b_arr.data, [at]), _I32X16.as_pointer()),
+                                                  align=4))
+                for r in range(ROWS):
+                    at = builder.add(builder.mul(builder.add(row0, i64(r)), pairs), kp)
+                    pair = builder.load(builder.gep(a_arr.data, [at]))
+                    undefined = ir.Constant(_I32X16, ir.Undefined)
+                    splat = builder.shuffle_vector(builder.insert_element(undefined, pair, i64(0)), undefined,
+                                                   ir.Constant(_I32X16, [0] * LANES))
+                    for v in range(wide):
+                        slot = slots[r][v][0]
+                        builder.store(_pair_products(builder, builder.load(slot), splat, b_vectors[v]), slot)
+            for row in slots:
+                for slot, pointer in row:
+                    builder.store(builder.load(slot), pointer, align=4)
+            return context.get_dummy_value()
+        return types.void(c, a, b, m0, n0), codegen
+    return tile
+
+
+_TILE_SET, _TILE_ADD = _tile(WIDE, False), _tile(WIDE, True)
+_STRIP_SET, _STRIP_ADD = _tile(1, False), _tile(1, True)
+
+
+@njit(**_NJIT)
+def bf16_product(c, a, b, accumulate):
+    """c = a . b (accumulate: c += a . b); c float32 M x N, a uint32 M x K/2, b uint32 K/2 x N,
+    all C-contiguous; M a multiple of ROWS, N of LANES."""
+    m, n = c.shape
+    for m0 in range(0, m, ROWS):
+        n0 = 0
+        while n0 + WIDE * LANES <= n:
+            if accumulate:
+                _TILE_ADD(c, a, b, m0, n0)
+            else:
+                _TILE_SET(c, a, b, m0, n0)
+            n0 += WIDE * LANES
+        while n0 < n:
+            if accumulate:
+                _STRIP_ADD(c, a, b, m0, n0)
+            else:
+                _STRIP_SET(c, a, b, m0, n0)
+            n0 += LANES
+
+
+@njit(inline="always")
+def _bf16_bits(bits):
+    """A float32's bits -> the nearest-even bfloat16's (in the low 16 bits); NaN stays a quiet NaN.
+    Each step cast back to uint32: numba widens integer arithmetic to 64 bits, which halves the
+    lanes of the vectorized packs (14 -> 6.7 us for a 256 x 256 weight)."""
+    u = np.uint32(bits)
+    nan = np.uint32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+    rounded = np.uint32(np.uint32(u + np.uint32(0x7FFF)) + ((u >> np.uint32(16)) & np.uint32(1)))
+    return nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else np.uint32(rounded >> np.uint32(16))
+
+
+@njit(inline="always")
+def _pair(low, high):
+    return np.uint32(_bf16_bits(low) | np.uint32(_bf16_bits(high) << np.uint32(16)))
+
+
+@njit(**_NJIT)
+def pack_rows(x, out):
+    """x (M x K float32) -> out (M x K/2): pairs along each row (an operand `a`)."""
+    bits = x.view(np.uint32)
+    for m in range(out.shape[0]):
+        for kp in range(out.shape[1]):
+            out[m, kp] = _pair(bits[m, 2 * kp], bits[m, 2 * kp + 1])
+
+
+@njit(**_NJIT)
+def pack_row_pairs(x, out):
+    """x (K x N float32) -> out (K/2 x N): rows 2kp and 2kp+1 interleaved (an operand `b`)."""
+    bits = x.view(np.uint32)
+    for kp in range(out.shape[0]):
+        for n in range(out.shape[1]):
+            out[kp, n] = _pair(bits[2 * kp, n], bits[2 * kp + 1, n])
+
+
+@njit(**_NJIT)
+def pack_transposed(x, out):
+    """x (N x K float32) -> out (K/2 x N): operand `b` of a product with x's transpose
+    (y = inputs . W.T with W stored out x in, as a Linear layer's weight)."""
+    bits = x.view(np.uint32)
+    for n in range(out.shape[1]):
+        for kp in range(out.shape[0]):
+            out[kp, n] = _pair(bits[n, 2 * kp], bits[n, 2 * kp + 1])
+
+
+@njit(**_NJIT)
+def pack_columns(x, out):
+    """x (K x M float32) -> out (M x K/2): operand `a` of a product with x's transpose
+    (a weight gradient grad_z.T . inputs, K the batch)."""
+    bits = x.view(np.uint32)
+    for kp in range(out.shape[1]):
+        for m in range(out.shape[0]):
+            out[m, kp] = _pair(bits[2 * kp, m], bits[2 * kp + 1, m])
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest-even bfloat16, as float32 (the reference's rounding)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    rounded[nan] = ((bits[nan] >> 16) & 0x8000 | 0x7FC0) << 16
+    return rounded.astype(np.uint32).view(np.float32).reshape(np.shape(x))
+
+
+def bf16_product_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (M x K) . b (K x N) of float32 arrays with both rounded to bfloat16, summed in float64."""
+    return (to_bf16(a).astype(np.float64) @ to_bf16(b).astype(np.float64)).astype(np.float32)
