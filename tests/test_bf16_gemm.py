@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pearl.kernels.cpu import bf16_gemm
 from pearl.kernels.cpu.bf16_gemm import (LANES, ROWS, bf16_product, bf16_product_reference, fits, pack_columns,
-                                         pack_row_pairs, pack_rows, pack_transposed, to_bf16)
+                                         pack_row_pairs, pack_rows, pack_transposed, to_bf16, transpose)
 
 SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -3e-39, 3.4e38, -3.4e38, 1.0 + 2 ** -8,
                      1.0 + 3 * 2 ** -8, 65504.0, 1.0000001], np.float32)
@@ -55,11 +55,12 @@ def test_packs_round_as_torch_does_and_lay_pairs_out_as_documented():
     out = np.empty((6, 32), np.uint32)
     pack_row_pairs(x, out)
     np.testing.assert_array_equal(out, pairs_of(bits.T).T)
+    scratch = np.empty(12 * 16, np.uint32)
     out = np.empty((16, 12), np.uint32)
-    pack_transposed(x, out)
+    pack_transposed(x, out, scratch)
     np.testing.assert_array_equal(out, pairs_of(bits).T)
     out = np.empty((32, 6), np.uint32)
-    pack_columns(x, out)
+    pack_columns(x, out, scratch)
     np.testing.assert_array_equal(out, pairs_of(bits.T))
     np.testing.assert_array_equal(to_bf16(x).view(np.uint32) >> 16, bits)
 
@@ -80,6 +81,16 @@ def test_product_equals_the_reference(m, n, k, accumulate, seed):
     # float32 accumulation over k terms (and the start) against float64: k+1 roundings of 2^-24 of the terms' sizes
     bound = (np.abs(to_bf16(a)).astype(np.float64) @ np.abs(to_bf16(b)) + np.abs(start)) * (k + 1) * 2.0 ** -24
     assert np.all(np.abs(c - want) <= bound + 1e-30)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 50), cols=st.integers(1, 50), seed=st.integers(0, 99))
+def test_transpose_equals_numpys(rows, cols, seed):
+    """16 x 16 blocks in registers and the edges element by element, any shape."""
+    src = np.random.default_rng(seed).integers(0, 2 ** 32, (rows, cols), dtype=np.uint64).astype(np.uint32)
+    dst = np.zeros((cols, rows), np.uint32)
+    transpose(src, dst)
+    np.testing.assert_array_equal(dst, src.T)
 
 
 def test_the_shapes_the_tiles_take():

@@ -163,24 +163,68 @@ def pack_row_pairs(x, out):
             out[kp, n] = _pair(bits[2 * kp, n], bits[2 * kp + 1, n])
 
 
+@intrinsic
+def _transpose_block(typingctx, src, dst, row0, col0):
+    """dst[col0:col0+16, row0:row0+16] = src[row0:row0+16, col0:col0+16].T for 2D uint32 arrays:
+    16 vector loads, four rounds of pairwise lane shuffles (each swaps the off-diagonal blocks of
+    side 8, 4, 2, 1), 16 vector stores."""
+    def codegen(context, builder, sig, args):
+        source, target = (context.make_array(ty)(context, builder, value) for ty, value in zip(sig.args[:2], args[:2]))
+        first_row, first_col = args[2], args[3]
+        i64 = ir.IntType(64)
+        source_width = cgutils.unpack_tuple(builder, source.shape)[1]
+        target_width = cgutils.unpack_tuple(builder, target.shape)[1]
+        rows = []
+        for r in range(LANES):
+            at = builder.add(builder.mul(builder.add(first_row, i64(r)), source_width), first_col)
+            rows.append(builder.load(builder.bitcast(builder.gep(source.data, [at]), _I32X16.as_pointer()), align=4))
+        for side in (8, 4, 2, 1):
+            for r in range(LANES):
+                if r & side:
+                    continue
+                upper = [j if not j & side else LANES + j - side for j in range(LANES)]
+                lower = [j + side if not j & side else LANES + j for j in range(LANES)]
+                rows[r], rows[r + side] = (builder.shuffle_vector(rows[r], rows[r + side], ir.Constant(_I32X16, mask))
+                                           for mask in (upper, lower))
+        for c in range(LANES):
+            at = builder.add(builder.mul(builder.add(first_col, i64(c)), target_width), first_row)
+            builder.store(rows[c], builder.bitcast(builder.gep(target.data, [at]), _I32X16.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(src, dst, row0, col0), codegen
+
+
 @njit(**_NJIT)
-def pack_transposed(x, out):
+def transpose(src, dst):
+    """dst = src.T for 2D uint32 arrays (dst C-contiguous): 16 x 16 blocks in registers, the edges
+    element by element."""
+    rows, cols = src.shape
+    whole_rows, whole_cols = rows - rows % LANES, cols - cols % LANES
+    for r0 in range(0, whole_rows, LANES):
+        for c0 in range(0, whole_cols, LANES):
+            _transpose_block(src, dst, r0, c0)
+    for r in range(rows):
+        for c in range(whole_cols if r < whole_rows else 0, cols):
+            dst[c, r] = src[r, c]
+
+
+@njit(**_NJIT)
+def pack_transposed(x, out, scratch):
     """x (N x K float32) -> out (K/2 x N): operand `b` of a product with x's transpose
-    (y = inputs . W.T with W stored out x in, as a Linear layer's weight)."""
-    bits = x.view(np.uint32)
-    for n in range(out.shape[1]):
-        for kp in range(out.shape[0]):
-            out[kp, n] = _pair(bits[n, 2 * kp], bits[n, 2 * kp + 1])
+    (y = inputs . W.T with W stored out x in, as a Linear layer's weight); `scratch` uint32 of at
+    least N x K/2 (x packed by rows, then transposed: 60 -> 15 us for 256 x 256 against one pass
+    that writes across out's rows)."""
+    rows = scratch[:out.size].reshape((out.shape[1], out.shape[0]))
+    pack_rows(x, rows)
+    transpose(rows, out)
 
 
 @njit(**_NJIT)
-def pack_columns(x, out):
-    """x (K x M float32) -> out (M x K/2): operand `a` of a product with x's transpose
-    (a weight gradient grad_z.T . inputs, K the batch)."""
-    bits = x.view(np.uint32)
-    for kp in range(out.shape[1]):
-        for m in range(out.shape[0]):
-            out[m, kp] = _pair(bits[2 * kp, m], bits[2 * kp + 1, m])
+def pack_columns(x, out, scratch):
+    """x (K x M float32) -> out (M x K/2): operand `a` of a product with x's transpose (a weight
+    gradient grad_z.T . inputs, K the batch); `scratch` uint32 of at least K/2 x M."""
+    pairs = scratch[:out.size].reshape((out.shape[1], out.shape[0]))
+    pack_row_pairs(x, pairs)
+    transpose(pairs, out)
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:

@@ -91,15 +91,15 @@ def bf16_layers(shapes: np.ndarray, batch: int) -> np.ndarray:
 
 
 @njit(**_NJIT)
-def pack_forward_weights(params, shapes, offsets, bf16_layers, packed):
-    """The bf16 layers' weights as their forward products take them (pack_transposed), each at
-    half its offset in `packed` (uint32, half the parameter vector's length)."""
+def pack_forward_weights(params, shapes, offsets, bf16_layers, packed, scratch):
+    """The bf16 layers' weights as their forward products take them (pack_transposed, in
+    `scratch`'s room), each at half its offset in `packed` (uint32, half the parameter vector's length)."""
     for layer in range(shapes.shape[0]):
         if bf16_layers[layer]:
             n_out, n_in = shapes[layer, 0], shapes[layer, 1]
             start = offsets[layer]
             pack_transposed(params[start:start + n_out * n_in].reshape((n_out, n_in)),
-                            packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_in // 2, n_out)))
+                            packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_in // 2, n_out)), scratch)
 
 
 @njit(**_NJIT)

@@ -119,7 +119,7 @@ def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode, 
         n_in = inputs.shape[1]
         packed_grad = scratch[:n_out * batch // 2].reshape((n_out, batch // 2))
         packed_inputs = scratch[n_out * batch // 2:(n_out + n_in) * batch // 2].reshape((batch // 2, n_in))
-        pack_columns(grad_z, packed_grad)
+        pack_columns(grad_z, packed_grad, scratch[(n_out + n_in) * batch // 2:])
         pack_row_pairs(inputs, packed_inputs)
         bf16_product(grad_weight, packed_grad, packed_inputs, False)
     else:
@@ -189,7 +189,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     for layer in range(layers):
         widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
     low, packed, packed_target, packed_down, scratch, scratch_target = packs
-    pack_forward_weights(online, shapes, offsets, low, packed)
+    pack_forward_weights(online, shapes, offsets, low, packed, scratch)
     pack_backward_weights(online, shapes, offsets, low, packed_down)
     mode = _float_mode()
     if threads > 1 and batch * widest >= PAIR_FROM_MACS:
@@ -349,12 +349,12 @@ class FusedQLearner:
         if packs is None:
             low = bf16_layers(self._shapes, batch) if self.precision == "bf16" else np.zeros(len(self._shapes), np.uint8)
             halves = (self.layout.size + 1) // 2 if low.any() else 0
-            widest = max((batch * (n_out + n_in) for (n_out, n_in), bf16 in zip(self.layout.shapes, low) if bf16),
-                         default=0)
+            widest = max((max(batch * (n_out + n_in), n_out * n_in // 2)
+                          for (n_out, n_in), bf16 in zip(self.layout.shapes, low) if bf16), default=0)
             packs = (low, *(np.zeros(halves, np.uint32) for _ in range(3)), *(np.zeros(widest, np.uint32) for _ in range(2)))
             self._packs[batch] = packs
         if batch not in self._target_packed:
-            pack_forward_weights(self.target, self._shapes, self._offsets, packs[0], packs[2])
+            pack_forward_weights(self.target, self._shapes, self._offsets, packs[0], packs[2], packs[4])
             self._target_packed.add(batch)
         return packs
 
