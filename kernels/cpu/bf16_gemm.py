@@ -208,6 +208,20 @@ def transpose(src, dst):
 
 
 @njit(**_NJIT)
+def interleave_rows(rows, out):
+    """rows (K x N uint16, bfloat16 bits) -> out (K/2 x N): pack_row_pairs of values already rounded."""
+    for kp in range(out.shape[0]):
+        for n in range(out.shape[1]):
+            out[kp, n] = np.uint32(rows[2 * kp, n]) | np.uint32(np.uint32(rows[2 * kp + 1, n]) << np.uint32(16))
+
+
+@njit(inline="always")
+def bf16_bits(bits):
+    """A float32's bits (as uint32) -> its nearest-even bfloat16's, as uint16."""
+    return np.uint16(_bf16_bits(bits))
+
+
+@njit(**_NJIT)
 def pack_transposed(x, out, scratch):
     """x (N x K float32) -> out (K/2 x N): operand `b` of a product with x's transpose
     (y = inputs . W.T with W stored out x in, as a Linear layer's weight); `scratch` uint32 of at

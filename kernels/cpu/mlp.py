@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pearl.kernels.cpu.bf16_gemm import LANES, ROWS, bf16_product, pack_row_pairs, pack_rows, pack_transposed
+from pearl.kernels.cpu.bf16_gemm import LANES, ROWS, bf16_product, pack_rows, pack_transposed
 
 _NJIT = dict(cache=True, nogil=True)
 
@@ -100,18 +100,6 @@ def pack_forward_weights(params, shapes, offsets, bf16_layers, packed, scratch):
             start = offsets[layer]
             pack_transposed(params[start:start + n_out * n_in].reshape((n_out, n_in)),
                             packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_in // 2, n_out)), scratch)
-
-
-@njit(**_NJIT)
-def pack_backward_weights(params, shapes, offsets, bf16_layers, packed):
-    """The bf16 layers' weights as the gradients they pass down take them (pack_row_pairs), each
-    at half its offset in `packed`."""
-    for layer in range(shapes.shape[0]):
-        if bf16_layers[layer]:
-            n_out, n_in = shapes[layer, 0], shapes[layer, 1]
-            start = offsets[layer]
-            pack_row_pairs(params[start:start + n_out * n_in].reshape((n_out, n_in)),
-                           packed[start // 2:start // 2 + n_out * n_in // 2].reshape((n_out // 2, n_in)))
 
 
 def activation_offsets(shapes: np.ndarray, rows: int) -> tuple[np.ndarray, int]:

@@ -29,9 +29,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from pearl.kernels.cpu import PAIR_FROM_MACS, X86, torch_threads_kept
-from pearl.kernels.cpu.bf16_gemm import bf16_product, pack_columns, pack_row_pairs, pack_rows
-from pearl.kernels.cpu.mlp import (MLPLayout, activation_offsets, bf16_layers, mlp_forward, pack_backward_weights,
-                                   pack_forward_weights)
+from pearl.kernels.cpu.bf16_gemm import (bf16_bits, bf16_product, interleave_rows, pack_columns, pack_row_pairs,
+                                         pack_rows, transpose)
+from pearl.kernels.cpu.mlp import MLPLayout, activation_offsets, bf16_layers, mlp_forward, pack_forward_weights
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
 # check per division and LLVM vectorizes the Adam loop (16 -> 4 us for 4-64-64-2; the same bits)
@@ -88,7 +88,7 @@ def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, targ
     """One side of the forward pair (not inlined, so that the parallel compile of _forward_pair
     does not reach mlp_forward's loops)."""
     _set_float_mode(mode)
-    low, packed, packed_target, _, scratch, scratch_target = packs
+    low, packed, packed_target, _, scratch, scratch_target, _ = packs
     if side == 0:
         mlp_forward(online, shapes, offsets, x, acts, act_offsets, low, packed, scratch)
     else:
@@ -105,7 +105,7 @@ def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_act
 @njit(**_NJIT)
 def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode, low, packed_down, scratch):
     """Side 0: the gradient passed down; side 1: the weight gradient; in bfloat16 where `low`
-    (`packed_down`: the weight as pack_backward_weights packs it; `scratch`: this side's own)."""
+    (`packed_down`: the weight as _pack_online packs it; `scratch`: this side's own)."""
     _set_float_mode(mode)
     batch, n_out = grad_z.shape
     if side == 0:
@@ -140,9 +140,12 @@ def _backward_pair(grad_z, inputs, weight, grad_weight, grad_below, mode, low, p
 
 
 @njit(**_NJIT)
-def _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size):
+def _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low):
     """Clipping's scale and torch.optim.Adam's step, parameter by parameter (on the caller's thread:
-    split between two threads it ran slower, the halves' moments moving between the cores)."""
+    split between two threads it ran slower, the halves' moments moving between the cores). `low`
+    not empty: each new weight's bfloat16 bits too (uint16, as long as `online`), so that the bf16
+    layers' packs need no pass of their own over the weights."""
+    bits = online.view(np.uint32)
     for p in range(grad.shape[0]):
         g = grad[p] * scale
         grad[p] = g
@@ -151,6 +154,28 @@ def _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, o
         exp_avg[p] = m
         exp_avg_sq[p] = v
         online[p] -= (m / (np.sqrt(v) / c2 + eps)) * step_size
+        if low.shape[0]:
+            low[p] = bf16_bits(bits[p])
+
+
+@njit(**_NJIT)
+def _pack_online(online, shapes, offsets, low, rows, packed, packed_down, rows_current):
+    """The bf16 layers' online weights packed for their forward (`packed`) and the gradient they
+    pass down (`packed_down`), from their bfloat16 bits in `rows` (uint16, each layer's at the even
+    offset 2 * (offset // 2)), which the previous step's Adam wrote: unless `rows_current`, they are
+    first rounded from `online` here."""
+    for layer in range(shapes.shape[0]):
+        if low[layer]:
+            n_out, n_in = shapes[layer, 0], shapes[layer, 1]
+            start, half = offsets[layer], offsets[layer] // 2
+            layer_rows = rows[2 * half:2 * half + n_out * n_in]
+            if not rows_current:
+                pack_rows(online[start:start + n_out * n_in].reshape((n_out, n_in)),
+                          layer_rows.view(np.uint32).reshape((n_out, n_in // 2)))
+            transpose(layer_rows.view(np.uint32).reshape((n_out, n_in // 2)),
+                      packed[half:half + n_out * n_in // 2].reshape((n_in // 2, n_out)))
+            interleave_rows(layer_rows.reshape((n_out, n_in)),
+                            packed_down[half:half + n_out * n_in // 2].reshape((n_out // 2, n_in)))
 
 
 @njit(inline="always")
@@ -172,13 +197,14 @@ def _sum_of_squares(grad):
 @njit(**_NJIT)
 def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, actions, rewards,
               next_obs, discounts, weights, double, lr, beta1, beta2, adam_eps, max_grad_norm, step,
-              x, acts, target_acts, act_offsets, abs_td, threads, packs):
+              x, acts, target_acts, act_offsets, abs_td, threads, packs, rows_current):
     """One gradient step; returns the loss. `weights` empty: unweighted. `x` holds the online
     net's input rows (obs, then next_obs for double DQN); `acts`/`target_acts` the activations;
     `threads` 2: products of PAIR_FROM_MACS or more in pairs. `packs` (FusedQLearner._packs): the
     layers that run in bfloat16, the online weights packed for their forward (written here), the
     target's (written when the target changes), for their gradients passed down (written here), two
-    scratch buffers."""
+    scratch buffers, the online weights' bfloat16 bits (written by Adam; `rows_current`: by the
+    previous step's, for the weights `online` holds now)."""
     batch = obs.shape[0]
     rows = x.shape[0]
     x[:batch] = obs
@@ -188,9 +214,8 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     widest = 0
     for layer in range(layers):
         widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
-    low, packed, packed_target, packed_down, scratch, scratch_target = packs
-    pack_forward_weights(online, shapes, offsets, low, packed, scratch)
-    pack_backward_weights(online, shapes, offsets, low, packed_down)
+    low, packed, packed_target, packed_down, scratch, scratch_target, low_bits = packs
+    _pack_online(online, shapes, offsets, low, low_bits, packed, packed_down, rows_current)
     mode = _float_mode()
     if threads > 1 and batch * widest >= PAIR_FROM_MACS:
         _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs)
@@ -271,7 +296,18 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     b1, b2 = np.float32(beta1), np.float32(beta2)
     one_minus_b1, one_minus_b2 = np.float32(1.0 - beta1), np.float32(1.0 - beta2)
     c2, eps, step_size = np.float32(bias_correction2_sqrt), np.float32(adam_eps), np.float32(lr / bias_correction1)
-    _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size)
+    start = 0
+    for layer in range(layers):  # the bf16 layers' weights with their bits, the rest without
+        if low[layer]:
+            weights, half = offsets[layer], offsets[layer] // 2
+            end = weights + shapes[layer, 0] * shapes[layer, 1]
+            _adam_step(online[start:weights], grad[start:weights], exp_avg[start:weights], exp_avg_sq[start:weights],
+                       scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low_bits[:0])
+            _adam_step(online[weights:end], grad[weights:end], exp_avg[weights:end], exp_avg_sq[weights:end], scale,
+                       b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low_bits[2 * half:2 * half + end - weights])
+            start = end
+    _adam_step(online[start:], grad[start:], exp_avg[start:], exp_avg_sq[start:], scale, b1, b2, one_minus_b1,
+               one_minus_b2, c2, eps, step_size, low_bits[:0])
     return loss / batch
 
 
@@ -307,6 +343,7 @@ class FusedQLearner:
         self._step_buffers: dict[int, tuple] = {}
         self._packs: dict[int, tuple] = {}  # batch -> packs (_dqn_step's), and whether the target's is current
         self._target_packed: set[int] = set()
+        self._rows_at: tuple[int, int] | None = None  # (steps, batch) of the step whose Adam wrote the bf16 bits
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -319,6 +356,7 @@ class FusedQLearner:
             np.copyto(getattr(self, name), state[name])
         self.steps = int(state["steps"])
         self._target_packed.clear()
+        self._rows_at = None
 
     def update_target(self, tau: float) -> None:
         self._target_packed.clear()
@@ -351,7 +389,8 @@ class FusedQLearner:
             halves = (self.layout.size + 1) // 2 if low.any() else 0
             widest = max((max(batch * (n_out + n_in), n_out * n_in // 2)
                           for (n_out, n_in), bf16 in zip(self.layout.shapes, low) if bf16), default=0)
-            packs = (low, *(np.zeros(halves, np.uint32) for _ in range(3)), *(np.zeros(widest, np.uint32) for _ in range(2)))
+            packs = (low, *(np.zeros(halves, np.uint32) for _ in range(3)), *(np.zeros(widest, np.uint32) for _ in range(2)),
+                     np.zeros(2 * halves, np.uint16))
             self._packs[batch] = packs
         if batch not in self._target_packed:
             pack_forward_weights(self.target, self._shapes, self._offsets, packs[0], packs[2], packs[4])
@@ -363,13 +402,15 @@ class FusedQLearner:
         reused by the next update of the same batch size."""
         batch = obs.shape[0]
         x, acts, target_acts, act_offsets, abs_td = self._buffers(batch)
+        rows_current = self._rows_at == (self.steps, batch)
         self.steps += 1
         step = _dqn_step_in_pairs if self.threads > 1 else _dqn_step
         loss = step(self.online, self.target, self.grad, self.exp_avg, self.exp_avg_sq, self._shapes, self._offsets,
                     _f32(obs), np.ascontiguousarray(actions, dtype=np.int64), _f32(rewards), _f32(next_obs),
                     _f32(discounts), _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
                     self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts, target_acts,
-                    act_offsets, abs_td, self.threads, self._packs_for(batch))
+                    act_offsets, abs_td, self.threads, self._packs_for(batch), rows_current)
+        self._rows_at = (self.steps, batch)
         return float(loss), abs_td
 
 
