@@ -232,8 +232,9 @@ def test_auto_precision_is_bf16_where_the_cpu_has_bfloat16_units(monkeypatch, fl
 
 
 def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
-    """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (not for an MLP
-    Q-network), and its analytic learn divides the FLOP time by the measured CNN speedup."""
+    """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (an MLP
+    Q-network's bf16 is its fused learner's), and its analytic learn divides the FLOP time by the
+    measured CNN speedup."""
     from pearl.config import parse_config
     from pearl.estimator.costs import LEARN_SPEEDUP, Costs
     from pearl.estimator.mapper import candidates
@@ -251,7 +252,7 @@ def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     assert next(c for c in cands if c.precision == "bf16").to_plan().learner_precision == "bf16"
     mlp, _ = candidates(platform, Workload("CartPole-v1", 4, 2, (64, 64), "uniform", 1000, 16, 0.25, 100),
                         envs=(1,), batches=(64,))
-    assert {c.precision for c in mlp} == {"fp32"}
+    assert {(c.learner_kernel, c.precision) for c in mlp} == {("fused", "fp32"), ("fused", "bf16"), ("torch", "fp32")}
     # the Nature CNN's update is FLOP-bound (MinAtar's is bytes- and call-bound)
     costs = Costs(platform, workload_from_config(parse_config({"env": "BreakoutNoFrameskip-v4",
                                                                "dqn": {"hidden": [512]}})))
