@@ -144,11 +144,11 @@ def _adam_step(online, grad, exp_avg, exp_avg_sq, scale, b1, b2, one_minus_b1, o
     """Clipping's scale and torch.optim.Adam's step, parameter by parameter (on the caller's thread:
     split between two threads it ran slower, the halves' moments moving between the cores). `low`
     not empty: each new weight's bfloat16 bits too (uint16, as long as `online`), so that the bf16
-    layers' packs need no pass of their own over the weights."""
+    layers' packs need no pass of their own over the weights. `grad` keeps the gradient before
+    clipping (written back scaled, it cost a fifth of the step's time: 38 -> 30 us at 67.6k parameters)."""
     bits = online.view(np.uint32)
     for p in range(grad.shape[0]):
         g = grad[p] * scale
-        grad[p] = g
         m = exp_avg[p] * b1 + one_minus_b1 * g
         v = exp_avg_sq[p] * b2 + (g * g) * one_minus_b2
         exp_avg[p] = m
@@ -334,7 +334,7 @@ class FusedQLearner:
         n = self.layout.size
         self.online = np.zeros(n, dtype=np.float32)
         self.target = np.zeros(n, dtype=np.float32)
-        self.grad = np.zeros(n, dtype=np.float32)
+        self.grad = np.zeros(n, dtype=np.float32)  # the last step's gradient, before clipping
         self.exp_avg = np.zeros(n, dtype=np.float32)
         self.exp_avg_sq = np.zeros(n, dtype=np.float32)
         self.steps = 0
