@@ -116,10 +116,17 @@ CONTINUOUS = {
 # The new plan choices of issue 19 (--new-choices): the learner's product precision and threads
 # on networks wide enough for them to matter (256x256, batch 128), each beside its float32 /
 # one-thread twin — in the sequential runtime and, since session 18, beside an actor process —
-# profiled on a grid of one batch size; with the env-engine plans and their twins.
+# profiled on a grid of one batch size; with the env-engine plans and their twins. DQN's fused
+# learner takes bf16 since session 23 (CartPole, the default config at 256x256).
 NEW_HIDDEN, NEW_BATCHES = [256, 256], (128,)
 NEW_CHOICES = {
-    algo: [Candidate("uniform", "cpu", "cpu", "fused", 1, 128),
+    "dqn": [Candidate("uniform", "cpu", "cpu", "fused", 1, 128),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2),
+            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16", threads=2),
+            Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2),
+            Candidate("uniform", "cpu", "cpu", "torch", 1, 128)],
+    **{algo: [Candidate("uniform", "cpu", "cpu", "fused", 1, 128),
            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, precision="bf16"),
            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, threads=2),
            Candidate("uniform", "cpu", "cpu", "fused", 4, 128, precision="bf16", threads=2),
@@ -127,7 +134,7 @@ NEW_CHOICES = {
            Candidate("uniform", "cpu", "cpu", "torch", 4, 128, threads=2),
            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, runtime="processes", precision="bf16"),
            Candidate("uniform", "cpu", "cpu", "fused", 1, 128, runtime="processes", precision="bf16", threads=2)]
-    for algo in ("ddpg", "td3", "sac")}
+       for algo in ("ddpg", "td3", "sac")}}
 
 
 def acceptance_config():
@@ -135,9 +142,10 @@ def acceptance_config():
 
 
 def continuous_config(algo: str, hidden=(64, 64)):
-    """The shipped Pendulum config of `algo`, small enough to measure in seconds on 2 cores."""
-    path = default_config_path().with_name(f"pendulum_{algo}.yaml")
-    return apply_overrides(load_config(path), {f"{algo}.hidden": list(hidden), f"{algo}.learning_starts": 500})
+    """The shipped Pendulum config of `algo` (DQN: the acceptance CartPole config), small enough to
+    measure in seconds on 2 cores."""
+    config = acceptance_config() if algo == "dqn" else load_config(default_config_path().with_name(f"pendulum_{algo}.yaml"))
+    return apply_overrides(config, {f"{algo}.hidden": list(hidden), f"{algo}.learning_starts": 500})
 
 
 def continuous_rows(seconds: float, profile_seconds: float, plans=CONTINUOUS, log=None, hidden=(64, 64),
@@ -519,10 +527,10 @@ def main() -> int:
                         help="only the env-engine plans and their Gymnasium twins (uniform replay, fused learner, "
                              "sequential; needs envpool)")
     parser.add_argument("--new-choices", action="store_true",
-                        help="only issue 19's new plan choices: DDPG, TD3 and SAC at 256x256 with bf16 products and "
-                             "2 learner threads beside their twins, and the env-engine plans with theirs (where "
+                        help="only issue 19's new plan choices: DQN, DDPG, TD3 and SAC at 256x256 with bf16 products "
+                             "and 2 learner threads beside their twins, and the env-engine plans with theirs (where "
                              "envpool is installed)")
-    parser.add_argument("--algos", help="with --new-choices: a comma-separated subset of ddpg,td3,sac")
+    parser.add_argument("--algos", help="with --new-choices: a comma-separated subset of dqn,ddpg,td3,sac")
     parser.add_argument("--plots", help="folder for autotune_predicted_vs_measured.png and autotune_gantt_ci_pick.png")
     parser.add_argument("--heldout", action="store_true", help="the held-out set instead (issue 17)")
     parser.add_argument("--workloads", help="with --heldout: a comma-separated subset of the held-out workloads' "

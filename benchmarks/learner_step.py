@@ -3,7 +3,8 @@
 One double-DQN gradient step (TD target, Huber loss, backward, grad-norm clip, Adam) of a
 4-64-64-2 ReLU MLP at batch 64 — the CartPole setup of CONTEXT.md — by
   fused   kernels/cpu/qlearn.py (one numba call; BLAS for the products), on each of `--threads`
-          (2: its big products in pairs on numba's pool, the same bits)
+          (2: its big products in pairs on numba's pool, the same bits) in each of `--precision`
+          (bf16: the inner hidden layers' products in bfloat16, kernels/cpu/bf16_gemm.py)
   torch   pearl/algos/dqn.py, the PyTorch reference the fused step is tested against (what
           Stable-Baselines3 and most libraries run), torch threads 1
 Both run inside `cpu_kernel_mode()` (one BLAS thread, denormals flushed), on the same batches: a
@@ -14,6 +15,7 @@ Issue target: the fused step <= 100 us on the 2-core CPU machine.
     python benchmarks/learner_step.py
     python benchmarks/learner_step.py --batch 256 --hidden 256 256
     python benchmarks/learner_step.py --hidden 256 256 --vanilla --threads 1 2   # the RL Zoo's CartPole DQN
+    python benchmarks/learner_step.py --hidden 256 256 --vanilla --threads 1 2 --precision fp32 bf16
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--threads", type=int, nargs="+", default=[1], help="the fused step's threads (1 or 2)")
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32"],
+                        help="the fused step's product precisions (default: fp32)")
     parser.add_argument("--vanilla", action="store_true", help="vanilla DQN targets (default: double DQN)")
     args = parser.parse_args(argv)
     if not set(args.threads) <= {1, 2}:
@@ -50,11 +54,12 @@ def main(argv=None) -> int:
     config = DQNConfig(hidden=list(args.hidden), lr=1e-3, double=not args.vanilla, max_grad_norm=10.0)
     algo = DQN(args.obs_dim, args.actions, config, total_steps=1000, seed=0)
     fused = {}
-    for threads in args.threads:
-        fused[threads] = FusedQLearner(algo.policy_sizes(), config.lr, config.double, config.max_grad_norm,
-                                       threads=threads)
-        fused[threads].online[:] = DQN.flat_weights(algo.online)
-        fused[threads].target[:] = DQN.flat_weights(algo.target)
+    for precision in args.precision:
+        for threads in args.threads:
+            kernel = fused[threads, precision] = FusedQLearner(algo.policy_sizes(), config.lr, config.double,
+                                                               config.max_grad_norm, threads=threads, precision=precision)
+            kernel.online[:] = DQN.flat_weights(algo.online)
+            kernel.target[:] = DQN.flat_weights(algo.target)
     rng = np.random.default_rng(0)
     pool = [(rng.standard_normal((args.batch, args.obs_dim)).astype(np.float32),
              rng.integers(0, args.actions, args.batch),
@@ -76,13 +81,17 @@ def main(argv=None) -> int:
         torch_us = median_us(lambda: step("torch"), max(100, args.repeats // 10))
     print(f"DQN learner step ({'vanilla' if args.vanilla else 'double'}), MLP {sizes}, batch {args.batch}, "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}: median us per update")
-    for threads, us in fused_us.items():
-        print(f"  fused (PEARL), {threads} thread{'s' if threads > 1 else ' '} {us:9.1f}   "
+    for (threads, precision), us in fused_us.items():
+        print(f"  fused (PEARL) {precision}, {threads} thread{'s' if threads > 1 else ' '} {us:9.1f}   "
               f"{torch_us / us:.1f}x faster than torch")
-    print(f"  torch (reference)          {torch_us:9.1f}")
-    if len(fused_us) == 2:
-        print(f"  fused 1 thread / 2 threads {fused_us[1] / fused_us[2]:9.2f}x")
-    fused_us = fused_us[args.threads[0]]
+    print(f"  torch (reference)               {torch_us:9.1f}")
+    for precision in args.precision:
+        if len(args.threads) == 2:
+            print(f"  fused {precision} 1 thread / 2 threads {fused_us[1, precision] / fused_us[2, precision]:9.2f}x")
+    if len(args.precision) == 2:
+        for threads in args.threads:
+            print(f"  fused {threads} thread(s) fp32 / bf16 {fused_us[threads, 'fp32'] / fused_us[threads, 'bf16']:9.2f}x")
+    fused_us = fused_us[args.threads[0], args.precision[0]]
     if (args.obs_dim, args.hidden, args.actions, args.batch, args.vanilla) == (4, [64, 64], 2, 64, False):
         verdict = "ok" if fused_us <= 100 else "NOT met"
         print(f"target fused step <= 100 us at 4-64-64-2, batch 64: {verdict}")

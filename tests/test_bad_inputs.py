@@ -95,8 +95,9 @@ CONFIGS = [
     ("log: {checkpoint_seconds: -1}", "log.checkpoint_seconds: expected a number in"),
     ("log: {run_dir: ''}", "log.run_dir: expected a directory path"),
     ("algo: td3\nreplay: {kind: prioritized}", "replay.kind: td3 samples its replay uniformly"),
-    ("algo: dqn\nruntime: {learner_precision: bf16}", "runtime.learner_precision: bf16 products run in DQN's "
-                                                      "torch learner for a CNN Q-network; CartPole-v1's observations"),
+    ("algo: dqn\nruntime: {learner_precision: bf16, learner_kernel: torch}",
+     "runtime.learner_precision: bf16 products run in DQN's fused learner, or in its torch learner for a CNN "
+     "Q-network; CartPole-v1's observations"),
     ("algo: td3\ntd3: {policy_delay: 0}", "td3.policy_delay: expected an integer >= 1"),
     ("algo: td3\nenv: CartPole-v1", "TD3 needs Box actions"),
     ("[1, 2, 3]", "expected a mapping of config sections"),
