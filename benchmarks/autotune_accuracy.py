@@ -315,12 +315,13 @@ def continuous_summary(report: dict) -> str:
     """The continuous plans' part of the summary line, or nothing when the run had none."""
     if "continuous_median_abs_error" not in report:
         return ""
-    n = sum(1 for r in report["rows"] if r.get("algo", "dqn") != "dqn")
-    both = sum(1 for r in report["rows"] if r["runtime"] == "sequential")  # the continuous plans are sequential
+    n = sum(1 for r in report["rows"] if "algo" in r)  # continuous_rows' rows name their algorithm
+    both = sum(1 for r in report["rows"] if r["runtime"] == "sequential")
+    algos = ", ".join(a.upper() for a in report["continuous_pick_vs_best"])
     picks = ", ".join(f"{algo} {100 * ratio:.1f}%" for algo, ratio in report["continuous_pick_vs_best"].items())
-    return (f"continuous plans (DDPG, TD3, SAC): median |error| {100 * report['continuous_median_abs_error']:.1f}% "
+    return (f"per-algorithm plans ({algos}): median |error| {100 * report['continuous_median_abs_error']:.1f}% "
             f"over {n}, each algorithm's pick measures of its best measured plan: {picks}; "
-            f"DQN sequential + continuous: median |error| {100 * report['all_median_abs_error']:.1f}% "
+            f"every sequential plan: median |error| {100 * report['all_median_abs_error']:.1f}% "
             f"over {both} plans; ")
 
 

@@ -59,7 +59,9 @@ CPU_KERNEL_EFFICIENCY = 0.4
 # the mapper offers them. Each figure stays with what it measured, on this project's Xeon (AMX):
 # - fused/bf16, the fused DDPG / TD3 / SAC learners' bfloat16 products: the 28 products of a DDPG
 #   update at 400x300 / batch 256 replayed alone in each precision, 5.11 vs 2.27 ms
-#   (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md);
+#   (benchmarks/ddpg_precision.py, docs/BENCHMARKS.md); the fused DQN step's (kernels/cpu/bf16_gemm.py)
+#   agree on the 2-core EPYC: 64 x 256 x 256 in 37 vs 87 us (2.3x), the whole 4-256-256-2 update at
+#   batch 64 1.9x on one thread (docs/BENCHMARKS.md, issue 19, session 23);
 # - torch/bf16, DQN's torch learner with a CNN Q-network (the only one the builder lets run bf16;
 #   pearl/nets.py BF16Copy: channels-last bfloat16 copies on oneDNN's AMX kernels, float32 masters,
 #   fused Adam then; since session 13 an Adam step compiled with the copy's refresh, kernels/cpu/bf16_adam.py):
