@@ -19,6 +19,12 @@ on the caller only; without it the update ran up to 3x slower in some processes)
 only for products of PAIR_FROM_MACS multiply-adds or more (pearl.kernels.cpu.paired_products):
 below, the pool's hand-off and end barrier cost more than the half it saves (docs/BENCHMARKS.md
 issue 19, session 18).
+
+Precision bf16 (FusedQLearner(precision="bf16")) runs the inner hidden layers' three products in
+bfloat16 with float32 accumulation (kernels/cpu/bf16_gemm.py: 64 x 256 x 256 in 37 us against
+sgemm's 87 on one Zen 4 core), on operands packed each step and on the online weights' bfloat16
+bits, which Adam writes beside them; the step is held to a float64 reference with the same
+roundings in tests/test_qlearn_kernel.py.
 """
 from __future__ import annotations
 
@@ -299,12 +305,12 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     start = 0
     for layer in range(layers):  # the bf16 layers' weights with their bits, the rest without
         if low[layer]:
-            weights, half = offsets[layer], offsets[layer] // 2
-            end = weights + shapes[layer, 0] * shapes[layer, 1]
-            _adam_step(online[start:weights], grad[start:weights], exp_avg[start:weights], exp_avg_sq[start:weights],
+            first, half = offsets[layer], offsets[layer] // 2
+            end = first + shapes[layer, 0] * shapes[layer, 1]
+            _adam_step(online[start:first], grad[start:first], exp_avg[start:first], exp_avg_sq[start:first],
                        scale, b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low_bits[:0])
-            _adam_step(online[weights:end], grad[weights:end], exp_avg[weights:end], exp_avg_sq[weights:end], scale,
-                       b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low_bits[2 * half:2 * half + end - weights])
+            _adam_step(online[first:end], grad[first:end], exp_avg[first:end], exp_avg_sq[first:end], scale,
+                       b1, b2, one_minus_b1, one_minus_b2, c2, eps, step_size, low_bits[2 * half:2 * half + end - first])
             start = end
     _adam_step(online[start:], grad[start:], exp_avg[start:], exp_avg_sq[start:], scale, b1, b2, one_minus_b1,
                one_minus_b2, c2, eps, step_size, low_bits[:0])
