@@ -203,10 +203,12 @@ def _sum_of_squares(grad):
 @njit(**_NJIT)
 def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, actions, rewards,
               next_obs, discounts, weights, double, lr, beta1, beta2, adam_eps, max_grad_norm, step,
-              x, acts, target_acts, act_offsets, abs_td, threads, packs, rows_current):
+              x, acts, target_acts, act_offsets, abs_td, threads, low, packed, packed_target, packed_down, scratch,
+              scratch_target, low_bits, rows_current):
     """One gradient step; returns the loss. `weights` empty: unweighted. `x` holds the online
     net's input rows (obs, then next_obs for double DQN); `acts`/`target_acts` the activations;
-    `threads` 2: products of PAIR_FROM_MACS or more in pairs. `packs` (FusedQLearner._packs): the
+    `threads` 2: products of PAIR_FROM_MACS or more in pairs. `low` .. `low_bits`
+    (FusedQLearner._packs_for; arrays one by one, as a tuple the dispatcher took ~2 us longer): the
     layers that run in bfloat16, the online weights packed for their forward (written here), the
     target's (written when the target changes), for their gradients passed down (written here), two
     scratch buffers, the online weights' bfloat16 bits (written by Adam; `rows_current`: by the
@@ -220,7 +222,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
     widest = 0
     for layer in range(layers):
         widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
-    low, packed, packed_target, packed_down, scratch, scratch_target, low_bits = packs
+    packs = (low, packed, packed_target, packed_down, scratch, scratch_target, low_bits)
     _pack_online(online, shapes, offsets, low, low_bits, packed, packed_down, rows_current)
     mode = _float_mode()
     if threads > 1 and batch * widest >= PAIR_FROM_MACS:
@@ -415,7 +417,7 @@ class FusedQLearner:
                     _f32(obs), np.ascontiguousarray(actions, dtype=np.int64), _f32(rewards), _f32(next_obs),
                     _f32(discounts), _NO_WEIGHTS if weights is None else _f32(weights), self.double, self.lr,
                     self.beta1, self.beta2, self.adam_eps, self.max_grad_norm, self.steps, x, acts, target_acts,
-                    act_offsets, abs_td, self.threads, self._packs_for(batch), rows_current)
+                    act_offsets, abs_td, self.threads, *self._packs_for(batch), rows_current)
         self._rows_at = (self.steps, batch)
         return float(loss), abs_td
 
