@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pearl.kernels.cpu.bf16_gemm import LANES, ROWS, bf16_product, pack_rows, pack_transposed
+from pearl.kernels.cpu.bf16_gemm import bf16_product, fits, pack_rows, pack_transposed
 
 _NJIT = dict(cache=True, nogil=True)
 
@@ -86,8 +86,8 @@ def bf16_layers(shapes: np.ndarray, batch: int) -> np.ndarray:
     input's and the output's layers are small and stay float32) whose forward, weight gradient and
     gradient passed down all fit bf16_product's tiles."""
     layers = len(shapes)
-    return np.array([0 < layer < layers - 1 and batch % ROWS == 0 and n_out % LANES == 0 and n_in % LANES == 0
-                     for layer, (n_out, n_in) in enumerate(shapes)], dtype=np.uint8)
+    return np.array([0 < layer < layers - 1 and fits(batch, n_out, n_in) and fits(batch, n_in, n_out)
+                     and fits(n_out, n_in, batch) for layer, (n_out, n_in) in enumerate(shapes)], dtype=np.uint8)
 
 
 @njit(**_NJIT)
