@@ -104,6 +104,15 @@ class Plan:
     # not wait for them; it hands over to them once every one has committed its first round.
     # ray runtime (replay: learner): the same while the node agents start, until an agent's steps arrive
     act_while_actors_start: bool = True
+    # processes runtime: None = each actor acts on the newest weights the learner has published (the
+    # fastest; a run's result depends on timing). An integer D >= 0 = deterministic: the actor of
+    # global act round g (actor g % actors) acts at env step t with the epsilon of step t and the
+    # weights after the updates due at step t - D, and the learner takes rounds in and learns in a
+    # fixed order, so a seeded run gives the same transitions, updates and weights whatever the
+    # timing (and with D = 0 and one actor, the sequential runtime's run bit for bit). The actors
+    # may run D env steps ahead of the learner; the learner keeps ~D x updates_per_step /
+    # sync_interval weight versions in shared memory for them, and does not act while they start
+    deterministic_lag: int | None = None
     # what steps an actor's envs: real Gymnasium envs in a plain loop, or one EnvPool (C++ envs,
     # `pip install 'pearl-rl[envpool]'`: pays from ~16 envs per actor, costs more at one)
     env_engine: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -134,6 +143,14 @@ class Plan:
                               f"{self.actors} (runtime: {' or '.join(many)} runs several)")
         if self.runtime == "ray":
             self.ray.check()
+        if self.deterministic_lag is not None:
+            if self.runtime != "processes":
+                raise ConfigError(f"plan.deterministic_lag: an option of the processes runtime (the "
+                                  f"sequential runtime is deterministic already); got runtime {self.runtime}")
+            if (not isinstance(self.deterministic_lag, int) or isinstance(self.deterministic_lag, bool)
+                    or self.deterministic_lag < 0):
+                raise ConfigError(f"plan.deterministic_lag: expected an integer >= 0 (env steps) or null, "
+                                  f"got {self.deterministic_lag!r}")
         if self.prefetch and self.runtime != "processes":
             raise ConfigError(f"plan.prefetch: the processes runtime prefetches batches; the {self.runtime} "
                               f"runtime keeps the reference order (sample, learn, update_priorities)")

@@ -3,6 +3,7 @@ the exact replay ratio at the end and a bounded lead of the actors during the ru
 transition inserted once, target updates and weight syncs; a killed actor is restarted and the run
 goes on; an actor's exception stops the run with its message; continuous-action agents run too."""
 import os
+import threading
 import signal
 
 import numpy as np
@@ -459,3 +460,66 @@ def test_the_fork_warning_filter_matches_cpython_312s_text():
             warnings.filterwarnings("ignore", message=processes.FORK_WARNING, category=DeprecationWarning)
             warnings.warn(message, DeprecationWarning)
         assert (not seen) is hidden, message
+
+
+# -- deterministic runs (Plan.deterministic_lag) ------------------------------------------------
+
+def dqn_weights(runtime: str, seed: int = 3, **plan) -> tuple[np.ndarray, dict]:
+    agent = pearl.DQN(env="CartPole-v1", seed=seed, updates_per_step=0.5, batch_size=32, capacity=10000,
+                      learner_kernel="fused", envs_per_actor=plan.pop("envs", 1), n_step=plan.pop("n_step", 1),
+                      replay=plan.pop("replay", "uniform"), plan=Plan(runtime=runtime, **plan), **FAST)
+    summary = agent.train()
+    return agent.parts.learner.policy_weights().copy(), summary
+
+
+@pytest.mark.parametrize("setup", [dict(), dict(envs=3, sync_interval=4), dict(replay="prioritized", n_step=3)])
+def test_lag_zero_is_the_sequential_run_bit_for_bit(setup, start):
+    """At lag 0 with one actor, each round acts with the weights and epsilon the sequential runtime's
+    actor would, and the learner inserts and learns in its order: the same weights at the end."""
+    sequential, counts = dqn_weights("sequential", **setup)
+    together, counted = dqn_weights("processes", deterministic_lag=0, **setup)
+    np.testing.assert_array_equal(together, sequential)
+    assert (counted["env_steps"], counted["updates"], counted["episodes"]) == \
+        (counts["env_steps"], counts["updates"], counts["episodes"])
+
+
+def test_a_lagged_run_is_reproducible_whatever_the_timing(monkeypatch):
+    """Two actors 40 env steps ahead: the same seed gives the same weights and episodes, with the
+    actors forked and with them started as fresh interpreters while a busy thread in the learner's
+    process slows it down (other interleavings of the same rounds)."""
+    first, counts = dqn_weights("processes", seed=7, actors=2, envs=2, deterministic_lag=40)
+    busy = threading.Event()
+
+    def spin():
+        while not busy.is_set():
+            sum(range(1000))
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()  # (another Python thread: the actors start as fresh interpreters, `_ActorProcesses.start`)
+    try:
+        second, counted = dqn_weights("processes", seed=7, actors=2, envs=2, deterministic_lag=40)
+    finally:
+        busy.set()
+        spinner.join()
+    np.testing.assert_array_equal(second, first)
+    assert counted["episodes"] == counts["episodes"] and counted["updates"] == counts["updates"]
+    other, _ = dqn_weights("processes", seed=7, actors=2, envs=2, deterministic_lag=0)
+    assert not np.array_equal(other, first)  # the lag is part of the run's definition
+
+
+def test_continuous_lag_zero_is_the_sequential_run():
+    def run(runtime, **plan):
+        agent = pearl.DDPG(env="Pendulum-v1", seed=2, total_steps=600, learning_starts=200, hidden=[32, 32],
+                           batch_size=32, plan=Plan(runtime=runtime, **plan))
+        agent.train()
+        return agent.parts.learner.policy_weights().copy()
+    np.testing.assert_array_equal(run("processes", deterministic_lag=0), run("sequential"))
+
+
+@pytest.mark.parametrize("plan,expected", [
+    (dict(runtime="sequential", deterministic_lag=0), "plan.deterministic_lag: an option of the processes runtime"),
+    (dict(runtime="processes", deterministic_lag=-1), "plan.deterministic_lag: expected an integer >= 0"),
+    (dict(runtime="processes", deterministic_lag=True), "plan.deterministic_lag: expected an integer >= 0"),
+])
+def test_deterministic_lag_is_checked(plan, expected):
+    with pytest.raises(ConfigError, match=expected):
+        Plan(**plan).check()

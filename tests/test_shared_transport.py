@@ -2,6 +2,7 @@
 models: a ring delivers every transition and episode once and in order across wrap-arounds; a
 weight board never hands out a half-written vector."""
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,3 +187,25 @@ def test_the_streamed_publish_is_a_copy_at_any_alignment(offset, length, source_
     assert np.array_equal(memory[offset:offset + length], source)
     assert (memory[:offset] == -1).all() and (memory[offset + length:] == -1).all()
     assert version[0] == 8
+
+
+def test_version_board_hands_out_exactly_the_version_asked_for():
+    from pearl.runtime.shared import VersionBoard
+
+    board = VersionBoard.create(n_weights=37, slots=3, rounds=8, actors=2)
+    try:
+        out = np.zeros(37, dtype=np.float32)
+        assert not board.try_read(out, 5, 1)  # not published yet
+        for version in (4, 5, 6):
+            board.publish(version % 3, version, np.full(37, version, dtype=np.float32))
+        assert board.try_read(out, 5, 2) and (out == 5).all()
+        assert not board.try_read(out, 7, 1)  # slot 1 holds 4: an older version
+        board.publish(1, 7, np.full(37, 7, dtype=np.float32))
+        with pytest.raises(RuntimeError, match="version 4 was overwritten in slot 1"):
+            board.try_read(out, 4, 1)
+        board.set_round(11, 0.25, 6, 0)
+        assert board.round(11) == (0.25, 6, 0) and board.round(3) == (0.25, 6, 0)  # row 11 % 8
+        view = board.view()
+        assert view.try_read(out, 7, 1) and (out == 7).all() and not view.owner
+    finally:
+        board.close()

@@ -69,11 +69,11 @@ def _address(typingctx, array):
     return types.uint64(array), codegen
 
 
-@njit(cache=True, nogil=True)
-def publish_streamed(version, dst, src):
-    """version[0] odd, dst[:] = src (float32, C-contiguous), version[0] even. The elements before
-    dst's first 64-byte boundary and after its last whole line are written by ordinary stores."""
-    version[0] += 1
+@njit(cache=True, nogil=True, inline="always")
+def _stream(dst, src):
+    """dst[:] = src (float32, C-contiguous) by non-temporal stores, fenced on both sides. The
+    elements before dst's first 64-byte boundary and after its last whole line are written by
+    ordinary stores."""
     _store_fence()
     n = dst.shape[0]
     head = min(n, ((LINE_FLOATS * 4 - _address(dst) % (LINE_FLOATS * 4)) % (LINE_FLOATS * 4)) // 4)
@@ -85,4 +85,21 @@ def publish_streamed(version, dst, src):
     for i in range(end, n):
         dst[i] = src[i]
     _store_fence()
+
+
+@njit(cache=True, nogil=True)
+def publish_streamed(version, dst, src):
+    """version[0] odd, dst[:] = src (float32, C-contiguous), version[0] even."""
     version[0] += 1
+    _stream(dst, src)
+    version[0] += 1
+
+
+@njit(cache=True, nogil=True)
+def publish_numbered(sequence, dst, src, number):
+    """The same under a sequence word that names what it holds: 2 x number + 1 while dst is
+    written, 2 x number + 2 once dst holds `number`'s values (a slot of the processes runtime's
+    deterministic board, pearl/runtime/shared.py VersionBoard)."""
+    sequence[0] = 2 * number + 1
+    _stream(dst, src)
+    sequence[0] = 2 * number + 2

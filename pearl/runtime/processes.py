@@ -16,9 +16,11 @@ What it keeps of the sequential runtime's semantics (docs/ARCHITECTURE.md):
   learner inserts each committed slot once (`ActorChannel.take`/`release`);
 - target-network updates after the updates due at each crossing of target_update_interval;
 - weights reach the actors as complete snapshots (a sequence lock), never half-written.
-What it does not keep: determinism (the interleaving of the actors' steps depends on timing),
-and the exact epsilon at each step: an actor reads the epsilon of the env steps the learner has
-taken in, at most `allowance` steps behind its own.
+What it does not keep by default: determinism (the interleaving of the actors' steps depends on
+timing), and the exact epsilon at each step: an actor reads the epsilon of the env steps the learner
+has taken in, at most `allowance` steps behind its own. With `plan.deterministic_lag` it keeps both
+(`_Lockstep`): a fixed order of rounds, each acting with its own step's epsilon and the weights of a
+fixed number of env steps before it; at lag 0 with one actor, the sequential runtime's run exactly.
 
 An actor process that a signal kills (kill -9, a segfault, the OOM killer) is restarted with the
 same ring: what it committed is kept, the n-step transitions it was still assembling and its
@@ -51,14 +53,14 @@ from typing import Callable
 import numpy as np
 
 from pearl.contracts import Batch, Runtime, implements
-from pearl.errors import PearlError
+from pearl.errors import ConfigError, PearlError
 from pearl.io import interrupts_deferred
 from pearl.kernels.cpu import flush_denormals
 from pearl.runtime.counters import Counters, Hooks
 from pearl.runtime.sequential import learn_one
 from pearl.runtime.shared import (ACT_CPU_NS, ACT_NS, ALLOWED, BOOT_CPU_NS, CPU_SAMPLE, ROUNDS, STOP, WAIT_NS,
-                                  ActorChannel, WeightBoard)
-from pearl.schedule import MAX_LAG, allowance, crossings, sync_due
+                                  ActorChannel, VersionBoard, WeightBoard)
+from pearl.schedule import MAX_LAG, allowance, crossed, crossings, sync_due
 
 RING_ROUNDS = 1024  # act rounds of transitions each ring holds
 MAX_RESTARTS = 10  # per run: beyond that an actor that keeps dying is an error, not bad luck
@@ -200,22 +202,27 @@ def actor_main() -> None:
     """An actor process started as a fresh interpreter (`_ActorProcesses.start`, ACTOR_BOOT): its
     arguments arrive pickled on stdin."""
     load_blas_bindings_alone()  # before anything loads a compiled kernel
-    index, recipe, seed, channel_spec, board_spec, learner_pid = pickle.load(sys.stdin.buffer)
-    run_actor(index, recipe, seed, ActorChannel.attach(*channel_spec), WeightBoard.attach(*board_spec), learner_pid)
+    index, recipe, seed, channel_spec, (board_class, board_spec), learner_pid = pickle.load(sys.stdin.buffer)
+    run_actor(index, recipe, seed, ActorChannel.attach(*channel_spec), board_class.attach(*board_spec), learner_pid)
 
 
-def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel, board: WeightBoard,
+def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel, board: WeightBoard | VersionBoard,
               learner_pid: int) -> None:
     """An actor process's life, however it started: step, write, wait for the allowance, until the
-    learner says stop or goes away; then os._exit (never returns)."""
+    learner says stop or goes away; then os._exit (never returns). On a VersionBoard (a
+    deterministic run) each round acts with the epsilon and the weights version the board's table
+    names for it, waiting for that version if the learner has not published it yet."""
     global IN_ACTOR
     IN_ACTOR = True
     try:
         recipe.env_here()
         actor = recipe.build(seed, index=index)
         # the first call of the policy's compiled kernels loads them (numba's first in a process
-        # builds its CPU target: ~0.2 s): here, before the first commit tells the learner this actor is up
+        # builds its CPU target: ~0.2 s): here, before the first commit tells the learner this actor
+        # is up; its random draws are put back (the actor's stream is the sequential runtime's)
+        drawn = actor.rng.bit_generator.state
         actor.choose(0.0)
+        actor.rng.bit_generator.state = drawn
         counters = channel.counters
         counters[BOOT_CPU_NS] = time.process_time_ns()  # (a restarted actor's replaces the first's)
         n_envs = actor.n_envs
@@ -224,6 +231,8 @@ def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel,
         from pearl.kernels.cpu import QPolicy
 
         direct = type(actor.policy) is QPolicy
+        numbered = isinstance(board, VersionBoard)
+        target = actor.policy.flat if direct else weights
 
         def learner_alive() -> bool:
             return os.getppid() == learner_pid
@@ -251,22 +260,41 @@ def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel,
                     break
             if counters[STOP] or orphaned:
                 break
+            if numbered:
+                epsilon, wanted, slot = board.round(channel.rounds * board.actors + index)
+                spins = 0
+                while wanted != version and not board.try_read(target, wanted, slot):
+                    if counters[STOP]:
+                        break
+                    spins = _wait(spins)
+                    if spins % 1000 == 0 and os.getppid() != learner_pid:
+                        orphaned = True
+                        break
+                if counters[STOP] or orphaned:
+                    break
+                if wanted != version and not direct:
+                    actor.policy.load(weights)
+                version = wanted
             sampled = rounds % CPU_SAMPLE == 1  # (not round 0: a first round pays one-off costs)
             if sampled:
                 cpu_started = cpu_clock()
             started = clock()
-            if direct:
+            if numbered:  # (its weights were read before the round, as a wait)
+                epsilon_now = epsilon
+            elif direct:
+                epsilon_now = board.epsilon
                 fresh = board.read_latest(actor.policy.flat, version, learner_alive)
                 if fresh is None:  # the learner was killed while it published
                     orphaned = True
                     break
                 version = fresh
             else:
+                epsilon_now = board.epsilon
                 fresh = board.read(weights, version)
                 if fresh != version:
                     actor.policy.load(weights)
                     version = fresh
-            transitions, finished = actor.step(board.epsilon)
+            transitions, finished = actor.step(epsilon_now)
             channel.put(transitions, finished, n_envs)
             act_ns += clock() - started
             wait_ns += started - waited
@@ -342,7 +370,10 @@ class _ActorProcesses:
     through the learner, which stops them; a fork also drops the learner's other signal handlers.
     """
 
-    def __init__(self, parts, start_steps: int, n_weights: int, quota: int, fork: bool = False):
+    def __init__(self, parts, start_steps: int, n_weights: int, quota: int, fork: bool = False,
+                 board: VersionBoard | None = None):
+        """`board`: a deterministic run's (its actor 0 then starts with the run's seed, as the
+        sequential runtime's actor does); None: a WeightBoard for `n_weights` weights."""
         plan = parts.plan
         if "__main__" in parts.actor_recipe.modules:
             raise PearlError(f"env: {parts.config.env} was registered by the main script; actor processes "
@@ -358,19 +389,23 @@ class _ActorProcesses:
         fields = parts.transition_fields
         capacity = RING_ROUNDS * self.envs * max(1, parts.n_step)
         self.channels = [ActorChannel.create(fields, capacity) for _ in range(self.n)]
-        self.board = WeightBoard.create(n_weights)
+        self.board = board if board is not None else WeightBoard.create(n_weights)
+        self.deterministic = board is not None
         self.processes: list = [None] * self.n
         self.generations = [0] * self.n
         self.restarts = 0
         self.fork = fork
 
     def start(self, index: int) -> None:
-        seed = actor_seed(self.seed, self.start_steps, index, self.generations[index])
+        if self.deterministic and index == 0 and self.generations[0] == 0:
+            seed = self.seed
+        else:
+            seed = actor_seed(self.seed, self.start_steps, index, self.generations[index])
         # another Python thread (the prefetcher's, a user's) could hold a lock the child needs
         if self.fork and threading.active_count() == 1:
             self.processes[index] = self._fork(index, seed)
             return
-        args = (index, self.recipe, seed, self.channels[index].spec(), self.board.spec(), os.getpid())
+        args = (index, self.recipe, seed, self.channels[index].spec(), (type(self.board), self.board.spec()), os.getpid())
         process = subprocess.Popen([sys.executable, "-I", "-c", ACTOR_BOOT], stdin=subprocess.PIPE,
                                    env={**os.environ, **ONE_BLAS_THREAD})
         try:
@@ -424,8 +459,7 @@ class _ActorProcesses:
             threadpool_limits(limits=1, user_api="blas")
             channel, board = self.channels[index], self.board
             # the child's own views of the mapped blocks, as an attach makes them (never their owner)
-            run_actor(index, self.recipe, seed, ActorChannel(channel.memory, channel.layout),
-                      WeightBoard(board.memory, board.n_weights), learner)
+            run_actor(index, self.recipe, seed, ActorChannel(channel.memory, channel.layout), board.view(), learner)
         except BaseException:  # before run_actor could report it: the learner says "its output is above"
             traceback.print_exc()
             sys.stderr.flush()
@@ -547,6 +581,77 @@ class Prefetcher:
         self.thread.join()
 
 
+MAX_BOARD_BYTES = 1 << 30  # a deterministic run's weight versions in shared memory
+
+
+class _Lockstep:
+    """A deterministic run's order (Plan.deterministic_lag): global act round g is actor g % n's
+    round g // n and begins at env step t = start + g x envs; it acts with epsilon(t) and the
+    weights after the updates due at t - lag (rounded down to a publish, never older than the
+    run's first weights); the learner takes rounds in in that order, in chunks that end with the
+    first round after which an update is due or the target is copied, and then learns as the
+    sequential runtime does after that round. Its VersionBoard keeps every published version until
+    no actor can still need it: the learner is at most `lag` env steps' updates (plus one burst) past
+    the oldest version an actor's next round reads, because an actor's next round is never one the
+    learner has taken in."""
+
+    def __init__(self, parts, start: int, updates: int, n_weights: int, window: int):
+        """`start`, `updates`: the run's first env step and update count; `window`: global rounds
+        past those taken in that an actor may reach (the allowances)."""
+        plan, schedule = parts.plan, parts.schedule
+        self.lag, self.sync, self.start = plan.deterministic_lag, schedule.sync_interval, start
+        self.n, self.envs, self.window = plan.actors, plan.envs_per_actor, window
+        self.due, self.epsilon, self.target_interval = schedule.due, parts.algo.epsilon, schedule.target_interval or 0
+        self.first_version = updates
+        span = self.lag * schedule.updates_per_step + schedule.gradient_steps + 1
+        slots = math.ceil(span / self.sync) + 3
+        need = slots * (-(-4 * n_weights // 64) * 64)
+        if need > MAX_BOARD_BYTES:
+            raise ConfigError(f"plan.deterministic_lag: {self.lag} env steps keep {slots} weight versions of "
+                             f"{4 * n_weights / 2**20:.1f} MiB in shared memory ({need / 2**30:.1f} GiB; at most "
+                             f"{MAX_BOARD_BYTES / 2**30:.0f} GiB): expected a smaller lag or a larger plan.sync_interval")
+        self.board = VersionBoard.create(n_weights, slots, 2 * window + self.n, self.n)
+        self.planned = 0  # global rounds whose row the board's table holds
+
+    def version(self, round_index: int) -> int:
+        """The weights version global round `round_index` acts with."""
+        behind = max(0, self.start + round_index * self.envs - self.lag)
+        return max(self.first_version, self.due(behind) // self.sync * self.sync)
+
+    def slot(self, version: int) -> int:
+        """The board slot of a published version: publishes go round the slots in turn."""
+        first = self.first_version
+        return (0 if version == first else version // self.sync - first // self.sync) % self.board.slots
+
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        self.board.publish(self.slot(version), version, weights)
+
+    def plan_rounds(self, taken_rounds: int, total_rounds: int) -> None:
+        """Writes the table rows an actor may reach next (before its allowance lets it)."""
+        end = min(taken_rounds + self.window, total_rounds)
+        for g in range(self.planned, end):
+            version = self.version(g)
+            self.board.set_round(g, self.epsilon(self.start + g * self.envs), version, self.slot(version))
+        self.planned = max(self.planned, end)
+
+    def chunk(self, taken_rounds: int, limit: int) -> int:
+        """Global rounds to take in before learning next: through the first round after which an
+        update is due or the target is copied, at most `limit`."""
+        t, rounds = self.start + taken_rounds * self.envs, 0
+        while rounds < limit:
+            rounds += 1
+            after = t + self.envs
+            if self.due(after) > self.due(t) or crossed(t, after, self.target_interval):
+                break
+            t = after
+        return rounds
+
+    def rounds_of(self, actor: int, global_rounds: int) -> int:
+        """How many of the first `global_rounds` global rounds are actor `actor`'s."""
+        return max(0, (global_rounds - actor + self.n - 1) // self.n)
+
+
+
 @implements(Runtime)
 class Processes:
     name = "processes"
@@ -575,16 +680,24 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     due = schedule.due
 
     weights = learner.policy_weights()
-    actors = _ActorProcesses(parts, start, weights.size, quota, fork=fork_actors(parts))
+    lockstep = None
+    if plan.deterministic_lag is not None:
+        lockstep = _Lockstep(parts, start, counters.updates, weights.size, n * (ahead // envs + 2))
+        lockstep.publish(counters.updates, weights)
+        lockstep.plan_rounds(0, n * quota // envs)
+    actors = _ActorProcesses(parts, start, weights.size, quota, fork=fork_actors(parts),
+                             board=lockstep.board if lockstep else None)
     board, channels = actors.board, actors.channels
-    board.publish(weights)
-    board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
+    if lockstep is None:
+        board.publish(weights)
+        board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
     # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
     # it hands over at a multiple of n x envs steps, so the run ends where it would without it.
     # Meanwhile each actor may commit one round only (its sign that it is up): a later, smaller
     # quota (the learner's own steps count against it) is never below what an actor committed.
-    local = parts.actor if plan.act_while_actors_start else None
+    # Not in a deterministic run: when the hand-over comes depends on timing.
+    local = parts.actor if plan.act_while_actors_start and lockstep is None else None
     local_steps = 0
     # on a frame table the learner's own actor writes actor 0's env streams: actor 0's rounds wait
     # in its ring until the hand-over (its first step begins new episodes there), and the learner's
@@ -605,7 +718,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         if sync_due(counters.updates, schedule.sync_interval):
             t0 = clock()
             weights = learner.policy_weights()
-            board.publish(weights)
+            if lockstep is not None:
+                lockstep.publish(counters.updates, weights)
+            else:
+                board.publish(weights)
             if local is not None:
                 local.policy.load(weights)
             if timer:
@@ -650,10 +766,11 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         if timer:
             timer.add("act_in_learner", clock() - t0)
 
-    def take_in(index: int) -> int:
-        """Inserts what actor `index` committed; returns how many env steps it had been ahead."""
+    def take_in(index: int, rounds: int | None = None) -> int:
+        """Inserts what actor `index` committed (up to its round `rounds`); returns how many env
+        steps it had been ahead."""
         channel = channels[index]
-        actor_steps, runs, finished = channel.take()
+        actor_steps, runs, finished = channel.take(rounds)
         for run_fields in runs:
             replay.add(*run_fields)
         channel.release()
@@ -663,6 +780,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         return ahead_by
 
     learn = learn_until_prefetching if plan.prefetch else learn_until
+    total_rounds = n * quota // envs
+    # a deterministic chunk waits for every round in it: each actor's share stays within its
+    # allowance and half its ring
+    chunk_limit = n * max(1, min(ahead // envs, RING_ROUNDS // 2))
     last_check, spins = clock(), 0
     try:
         for index in range(n):
@@ -682,21 +803,37 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
                 else:
                     act_here()
             t0 = clock()
-            # the actors' lead: how far their committed steps were past what the learner had taken
-            # in, read as it takes them in (the commit records it loads anyway)
-            first = 1 if shared_streams and local is not None else 0
-            lead = max(lead, sum(take_in(index) for index in range(first, n)))
-            counters.env_steps = start + local_steps + sum(taken)
-            replay.progress = counters.env_steps
-            if timer and counters.env_steps > previous:
-                timer.add("insert", clock() - t0)
-            for point in crossings(previous, counters.env_steps, schedule.target_interval):
-                learn(due(point))
-                learner.update_target()
-            learn(due(counters.env_steps))
-            epsilon = parts.algo.epsilon(counters.env_steps)
-            if epsilon != published_epsilon:  # a store to the line every actor reads each round
-                board.epsilon = published_epsilon = epsilon
+            if lockstep is not None:
+                taken_rounds = (counters.env_steps - start) // envs
+                chunk = lockstep.chunk(taken_rounds, min(total_rounds - taken_rounds, chunk_limit))
+                wanted = [lockstep.rounds_of(index, taken_rounds + chunk) for index in range(n)]
+                if chunk and all(int(c.counters[ROUNDS]) >= w for c, w in zip(channels, wanted)):
+                    lead = max(lead, sum(take_in(index, wanted[index]) for index in range(n)))
+                    counters.env_steps = start + sum(taken)
+                    replay.progress = counters.env_steps
+                    if timer:
+                        timer.add("insert", clock() - t0)
+                    # after the chunk's last round, as the sequential runtime after each round
+                    learn(due(counters.env_steps))
+                    if crossed(counters.env_steps - envs, counters.env_steps, schedule.target_interval or 0):
+                        learner.update_target()
+                    lockstep.plan_rounds(taken_rounds + chunk, total_rounds)
+            else:
+                # the actors' lead: how far their committed steps were past what the learner had taken
+                # in, read as it takes them in (the commit records it loads anyway)
+                first = 1 if shared_streams and local is not None else 0
+                lead = max(lead, sum(take_in(index) for index in range(first, n)))
+                counters.env_steps = start + local_steps + sum(taken)
+                replay.progress = counters.env_steps
+                if timer and counters.env_steps > previous:
+                    timer.add("insert", clock() - t0)
+                for point in crossings(previous, counters.env_steps, schedule.target_interval):
+                    learn(due(point))
+                    learner.update_target()
+                learn(due(counters.env_steps))
+                epsilon = parts.algo.epsilon(counters.env_steps)
+                if epsilon != published_epsilon:  # a store to the line every actor reads each round
+                    board.epsilon = published_epsilon = epsilon
             if local is not None:
                 quota = quota_left(local_steps)
             for index, channel in enumerate(channels):

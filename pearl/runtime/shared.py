@@ -3,7 +3,9 @@
 `ActorChannel` is one actor's single-producer / single-consumer ring of transitions and finished
 episodes, plus the counters the two sides exchange (what the actor committed, the env-step allowance
 the learner grants, the actor's task times). `WeightBoard` carries the policy weights and the
-exploration epsilon from the learner to every actor under a sequence lock.
+exploration epsilon from the learner to every actor under a sequence lock; `VersionBoard` is its
+counterpart for a deterministic run (Plan.deterministic_lag): numbered weight versions, and what
+each act round acts with.
 
 Memory is POSIX shared memory (`multiprocessing.shared_memory`) that the learner creates and
 unlinks; actor processes attach by name (a restarted actor attaches to the same block and continues
@@ -26,7 +28,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from pearl.kernels.cpu.stream_store import publish_streamed
+from pearl.kernels.cpu.stream_store import publish_numbered, publish_streamed
 from pearl.schedule import RING_RECORDS
 
 LINE = 64  # bytes: one cache line
@@ -230,10 +232,20 @@ class ActorChannel(_Block):
         return self._error[:length].tobytes().decode(errors="replace") if length else None
 
     # -- the learner's side -----------------------------------------------------------------------
-    def take(self) -> tuple[int, list[tuple], list[tuple[float, int]]]:
+    @property
+    def rounds(self) -> int:
+        """Act rounds this actor has committed (its side)."""
+        return self._rounds
+
+    def take(self, rounds: int | None = None) -> tuple[int, list[tuple], list[tuple[float, int]]]:
         """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
-        episodes). The arrays are views of the ring: consume them before calling `release`."""
-        committed, written, steps = self.totals()
+        episodes); with `rounds`, only up to the end of the actor's round `rounds` (committed, at
+        most RECORDS - 1 rounds back). The arrays are views of the ring: consume them before
+        calling `release`."""
+        if rounds is None:
+            committed, written, steps = self.totals()
+        else:
+            committed, written, steps = self.records[(rounds - 1) % RECORDS].tolist() if rounds else (0, 0, 0)
         consumed, rings = self._taken, self._rings
         runs = []
         if committed > consumed:
@@ -281,6 +293,10 @@ class WeightBoard(_Block):
     def attach(cls, name: str, n_weights: int) -> WeightBoard:
         return cls(_attach(name), n_weights)
 
+    def view(self) -> WeightBoard:
+        """Another view of the mapped block, as an attach makes it (a forked actor's; never its owner)."""
+        return WeightBoard(self.memory, self.n_weights)
+
     def publish(self, weights: np.ndarray) -> None:
         """The learner's side: whole lines by non-temporal stores (kernels/cpu/stream_store.py)."""
         if weights.dtype != np.float32 or not weights.flags.c_contiguous:
@@ -327,3 +343,79 @@ class WeightBoard(_Block):
             out[:] = self._weights
             if int(self._version[0]) == version:
                 return version
+
+
+class VersionBoard(_Block):
+    """A deterministic run's board (Plan.deterministic_lag): numbered weight versions in `slots`
+    slots, each under its own sequence word (`publish_numbered`: it names the version the slot
+    holds), and for each global act round g, in row g % `rounds` of a table the learner fills
+    ahead of the actors, the epsilon that round acts with and the version and slot of its weights.
+    The learner reuses a slot only after every actor is past the rounds that read it (the runtime
+    sizes `slots` for that); an actor finding its version overwritten raises."""
+
+    def __init__(self, memory: SharedMemory, n_weights: int, slots: int, rounds: int, actors: int,
+                 owner: bool = False):
+        super().__init__(memory, owner)
+        self.n_weights, self.slots, self.rounds, self.actors = n_weights, slots, rounds, actors
+        raw = self.raw
+        self._sequences = raw[:slots * LINE].view(np.int64)[::_WORDS]
+        row = _aligned(4 * n_weights) // 4
+        offset = slots * LINE
+        self._weights = raw[offset:offset + slots * row * 4].view(np.float32).reshape(slots, row)[:, :n_weights]
+        offset += slots * row * 4
+        self._epsilons = raw[offset:offset + 8 * rounds].view(np.float64)
+        self._versions = raw[offset + 8 * rounds:offset + 16 * rounds].view(np.int64)
+        self._slot_of = raw[offset + 16 * rounds:offset + 24 * rounds].view(np.int64)
+
+    @staticmethod
+    def _size(n_weights: int, slots: int, rounds: int) -> int:
+        return slots * LINE + slots * _aligned(4 * n_weights) + 24 * rounds
+
+    @classmethod
+    def create(cls, n_weights: int, slots: int, rounds: int, actors: int) -> VersionBoard:
+        """`actors`: the run's actor count (actor g % actors acts global round g)."""
+        board = cls(_create(cls._size(n_weights, slots, rounds)), n_weights, slots, rounds, actors, owner=True)
+        board._sequences[:] = 0  # (2 x version + 2 once a slot holds a version: 0 is none)
+        return board
+
+    def spec(self) -> tuple:
+        return self.memory.name, self.n_weights, self.slots, self.rounds, self.actors
+
+    @classmethod
+    def attach(cls, name: str, n_weights: int, slots: int, rounds: int, actors: int) -> VersionBoard:
+        return cls(_attach(name), n_weights, slots, rounds, actors)
+
+    def view(self) -> VersionBoard:
+        """Another view of the mapped block, as an attach makes it (a forked actor's; never its owner)."""
+        return VersionBoard(self.memory, self.n_weights, self.slots, self.rounds, self.actors)
+
+    # -- the learner's side -----------------------------------------------------------------------
+    def publish(self, slot: int, version: int, weights: np.ndarray) -> None:
+        if weights.dtype != np.float32 or not weights.flags.c_contiguous:
+            weights = np.ascontiguousarray(weights, dtype=np.float32)
+        publish_numbered(self._sequences[slot:slot + 1], self._weights[slot], weights, version)
+
+    def set_round(self, round_index: int, epsilon: float, version: int, slot: int) -> None:
+        """What global act round `round_index` acts with (written before any actor may reach it)."""
+        row = round_index % self.rounds
+        self._epsilons[row], self._versions[row], self._slot_of[row] = epsilon, version, slot
+
+    # -- an actor's side --------------------------------------------------------------------------
+    def round(self, round_index: int) -> tuple[float, int, int]:
+        """(epsilon, weights version, its slot) of global act round `round_index`."""
+        row = round_index % self.rounds
+        return float(self._epsilons[row]), int(self._versions[row]), int(self._slot_of[row])
+
+    def try_read(self, out: np.ndarray, version: int, slot: int) -> bool:
+        """Copies version `version` from `slot` into `out` if the slot holds it complete; False if the
+        learner has not published it yet (or is writing it)."""
+        complete = 2 * version + 2
+        sequence = int(self._sequences[slot])
+        if sequence < complete:
+            return False
+        if sequence == complete:
+            out[:] = self._weights[slot]
+            if int(self._sequences[slot]) == complete:
+                return True
+        raise RuntimeError(f"weights version {version} was overwritten in slot {slot} before this actor "
+                           f"read it (the deterministic board has too few slots)")
