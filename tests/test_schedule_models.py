@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pearl.plan import TASK_NAMES
 from pearl.runtime import CLUSTER_RUNTIMES, RUNTIMES
@@ -80,3 +82,17 @@ def test_processes_plans_wait_for_the_host_cores_a_pocl_replay_takes():
     cores = model.step(figures(), on_cpu, costs).sides["cores"]
     # its kernels take both cores while they run: the replay's time counts twice on the cores' side
     assert model.step(figures(), on_pocl, costs).sides["cores"] == pytest.approx(cores + replay_us / 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2000), st.sampled_from([0.01, 0.25, 0.37, 1.0, 3.0]), st.integers(0, 10**6),
+       st.sampled_from([None, 4, 64]), st.integers(1, 16))
+def test_next_increase_is_the_first_step_with_more_updates_due(learning_starts, ratio, env_steps, train_freq, gradient_steps):
+    from pearl.schedule import Schedule
+
+    schedule = Schedule(learning_starts, ratio if train_freq is None else gradient_steps / train_freq, 32,
+                        train_freq=train_freq, gradient_steps=gradient_steps if train_freq else 1)
+    found = schedule.next_increase(env_steps)
+    already = schedule.due(env_steps)
+    assert found > env_steps and schedule.due(found) > already
+    assert all(schedule.due(step) == already for step in range(env_steps + 1, found))

@@ -203,8 +203,9 @@ def test_version_board_hands_out_exactly_the_version_asked_for():
         board.publish(1, 7, np.full(37, 7, dtype=np.float32))
         with pytest.raises(RuntimeError, match="version 4 was overwritten in slot 1"):
             board.try_read(out, 4, 1)
-        board.set_round(11, 0.25, 6, 0)
-        assert board.round(11) == (0.25, 6, 0) and board.round(3) == (0.25, 6, 0)  # row 11 % 8
+        board.set_rounds(6, [0.5, 0.25, 0.125], [4, 6, 7], [1, 0, 1])  # rows 6, 7, then 0 (8 rows)
+        assert board.round(6) == (0.5, 4, 1) and board.round(7) == (0.25, 6, 0) and board.round(8) == (0.125, 7, 1)
+        assert board.round(0) == (0.125, 7, 1)
         view = board.view()
         assert view.try_read(out, 7, 1) and (out == 7).all() and not view.owner
     finally:

@@ -601,22 +601,29 @@ class _Lockstep:
         plan, schedule = parts.plan, parts.schedule
         self.lag, self.sync, self.start = plan.deterministic_lag, schedule.sync_interval, start
         self.n, self.envs, self.window = plan.actors, plan.envs_per_actor, window
-        self.due, self.epsilon, self.target_interval = schedule.due, parts.algo.epsilon, schedule.target_interval or 0
+        self.schedule, self.epsilon, self.target_interval = schedule, parts.algo.epsilon, schedule.target_interval or 0
         self.first_version = updates
         span = self.lag * schedule.updates_per_step + schedule.gradient_steps + 1
         slots = math.ceil(span / self.sync) + 3
         need = slots * (-(-4 * n_weights // 64) * 64)
         if need > MAX_BOARD_BYTES:
             raise ConfigError(f"plan.deterministic_lag: {self.lag} env steps keep {slots} weight versions of "
-                             f"{4 * n_weights / 2**20:.1f} MiB in shared memory ({need / 2**30:.1f} GiB; at most "
-                             f"{MAX_BOARD_BYTES / 2**30:.0f} GiB): expected a smaller lag or a larger plan.sync_interval")
-        self.board = VersionBoard.create(n_weights, slots, 2 * window + self.n, self.n)
+                              f"{4 * n_weights / 2**20:.1f} MiB in shared memory ({need / 2**30:.1f} GiB; at most "
+                              f"{MAX_BOARD_BYTES / 2**30:.0f} GiB): expected a smaller lag or a larger plan.sync_interval")
+        # the table is filled `window` rounds at a time, up to two windows ahead of the rounds taken in
+        self.board = VersionBoard.create(n_weights, slots, 3 * window + self.n, self.n)
         self.planned = 0  # global rounds whose row the board's table holds
+        self._version, self._until = updates, -math.inf  # the version of rounds whose step - lag is below _until
 
     def version(self, round_index: int) -> int:
-        """The weights version global round `round_index` acts with."""
-        behind = max(0, self.start + round_index * self.envs - self.lag)
-        return max(self.first_version, self.due(behind) // self.sync * self.sync)
+        """The weights version global round `round_index` acts with (rounds asked in order)."""
+        behind = self.start + round_index * self.envs - self.lag
+        if behind >= self._until:
+            behind = max(0, behind)
+            due = self.schedule.due(behind)
+            self._version = max(self.first_version, due // self.sync * self.sync)
+            self._until = self.schedule.next_increase(behind)
+        return self._version
 
     def slot(self, version: int) -> int:
         """The board slot of a published version: publishes go round the slots in turn."""
@@ -627,24 +634,28 @@ class _Lockstep:
         self.board.publish(self.slot(version), version, weights)
 
     def plan_rounds(self, taken_rounds: int, total_rounds: int) -> None:
-        """Writes the table rows an actor may reach next (before its allowance lets it)."""
-        end = min(taken_rounds + self.window, total_rounds)
-        for g in range(self.planned, end):
+        """Writes the table rows an actor may reach next (before its allowance lets it): when
+        fewer than a window are planned past the rounds taken in, up to two windows past them."""
+        if self.planned - taken_rounds >= self.window or self.planned >= total_rounds:
+            return
+        first, end = self.planned, min(taken_rounds + 2 * self.window, total_rounds)
+        epsilons, versions, slots = [], [], []
+        for g in range(first, end):
             version = self.version(g)
-            self.board.set_round(g, self.epsilon(self.start + g * self.envs), version, self.slot(version))
-        self.planned = max(self.planned, end)
+            epsilons.append(self.epsilon(self.start + g * self.envs))
+            versions.append(version)
+            slots.append(self.slot(version))
+        self.board.set_rounds(first, epsilons, versions, slots)
+        self.planned = end
 
     def chunk(self, taken_rounds: int, limit: int) -> int:
         """Global rounds to take in before learning next: through the first round after which an
         update is due or the target is copied, at most `limit`."""
-        t, rounds = self.start + taken_rounds * self.envs, 0
-        while rounds < limit:
-            rounds += 1
-            after = t + self.envs
-            if self.due(after) > self.due(t) or crossed(t, after, self.target_interval):
-                break
-            t = after
-        return rounds
+        t = self.start + taken_rounds * self.envs
+        boundary = self.schedule.next_increase(t)
+        if self.target_interval:
+            boundary = min(boundary, (t // self.target_interval + 1) * self.target_interval)
+        return max(1, min(limit, -(-(boundary - t) // self.envs)))
 
     def rounds_of(self, actor: int, global_rounds: int) -> int:
         """How many of the first `global_rounds` global rounds are actor `actor`'s."""

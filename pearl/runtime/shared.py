@@ -395,10 +395,15 @@ class VersionBoard(_Block):
             weights = np.ascontiguousarray(weights, dtype=np.float32)
         publish_numbered(self._sequences[slot:slot + 1], self._weights[slot], weights, version)
 
-    def set_round(self, round_index: int, epsilon: float, version: int, slot: int) -> None:
-        """What global act round `round_index` acts with (written before any actor may reach it)."""
-        row = round_index % self.rounds
-        self._epsilons[row], self._versions[row], self._slot_of[row] = epsilon, version, slot
+    def set_rounds(self, first: int, epsilons: list, versions: list, slots: list) -> None:
+        """What global act rounds first, first + 1, ... act with (written before any actor may
+        reach them; fewer than `rounds` of them)."""
+        count = len(epsilons)
+        row = first % self.rounds
+        split = min(count, self.rounds - row)
+        for table, values in ((self._epsilons, epsilons), (self._versions, versions), (self._slot_of, slots)):
+            table[row:row + split] = values[:split]
+            table[:count - split] = values[split:]
 
     # -- an actor's side --------------------------------------------------------------------------
     def round(self, round_index: int) -> tuple[float, int, int]:

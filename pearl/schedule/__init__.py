@@ -66,6 +66,21 @@ class Schedule:
             return burst_updates_due(env_steps, self.learning_starts, self.train_freq, self.gradient_steps)
         return updates_due(env_steps, self.learning_starts, self.updates_per_step)
 
+    def next_increase(self, env_steps: int) -> int:
+        """The smallest env step count past `env_steps` at which more updates are due than at
+        `env_steps` (a doubling search, then a bisection, over `due`)."""
+        already, reach = self.due(env_steps), 1
+        while self.due(env_steps + reach) <= already:
+            reach *= 2
+        below, above = env_steps + reach // 2, env_steps + reach  # due(below) <= already < due(above)
+        while above - below > 1:
+            middle = (below + above) // 2
+            if self.due(middle) > already:
+                above = middle
+            else:
+                below = middle
+        return above
+
 
 def updates_due(env_steps: int, learning_starts: int, updates_per_step: float) -> int:
     """Updates made once `env_steps` env steps were taken: floor((env_steps - learning_starts) x
