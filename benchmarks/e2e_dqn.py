@@ -21,6 +21,7 @@ runtime's gain over it comes from the same run. Targets (issue 19, `--runtime pr
 
     python benchmarks/e2e_dqn.py                 # 3 seeds x 50k steps (a few minutes on 2 cores)
     python benchmarks/e2e_dqn.py --runtime processes --baseline-runtime sequential
+    python benchmarks/e2e_dqn.py --runtime processes --deterministic-lag 128   # reproducible returns
     python benchmarks/e2e_dqn.py --quick         # smoke test: 1 seed x 5k steps
     python benchmarks/e2e_dqn.py --json out.json
 """
@@ -69,18 +70,25 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "parallel runtime's gain in the same run)")
     p.add_argument("--actors", type=int, default=1,
                    help="actor processes with --runtime processes, one env each (default: 1, SB3's one env)")
+    p.add_argument("--deterministic-lag", type=int, metavar="STEPS",
+                   help="--runtime processes: a deterministic run whose actors act with the weights of STEPS env "
+                        "steps before (Plan.deterministic_lag; default: free-running, not reproducible)")
     p.add_argument("--worker", metavar="SIDE", help=argparse.SUPPRESS)  # one side of one seed, in this process
     args = p.parse_args(argv)
     check_common_arguments(p, args, LEARNING_STARTS, quick_steps=5000)
     if args.actors < 1 or (args.actors > 1 and args.runtime != "processes"):
         p.error(f"--actors: expected 1, or more with --runtime processes; got {args.actors}")
+    if args.deterministic_lag is not None and (args.runtime != "processes" or args.deterministic_lag < 0):
+        p.error(f"--deterministic-lag: expected an integer >= 0 with --runtime processes; got "
+                f"{args.deterministic_lag} with --runtime {args.runtime}")
     if args.baseline_runtime == args.runtime:
         p.error(f"--baseline-runtime: expected a runtime other than --runtime ({args.runtime})")
     return args
 
 
 def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: str,
-              runtime: str = "sequential", actors: int = 1, device: str = "cpu", episodes: int = 20) -> dict:
+              runtime: str = "sequential", actors: int = 1, device: str = "cpu", episodes: int = 20,
+              deterministic_lag: int | None = None) -> dict:
     import pearl
     from pearl.plan import Plan
 
@@ -92,7 +100,8 @@ def run_pearl(seed: int, steps: int, lr: float, threads: int, learner_kernel: st
         exploration={"initial": EPS_INITIAL, "final": EPS_FINAL, "fraction": EPS_FRACTION},
         replay="uniform", capacity=BUFFER, device=device, learner_kernel=learner_kernel,
         envs_per_actor=1, torch_threads=threads, plan=Plan(batch_size=BATCH, learner_kernel=learner_kernel, runtime=runtime,
-                                                            actors=actors, devices={**Plan().devices, "learn": device}))
+                                                            actors=actors, devices={**Plan().devices, "learn": device},
+                                                            deterministic_lag=deterministic_lag))
     row = time_pearl(agent, steps, threads, episodes)
     row["runtime"] = runtime
     return row
@@ -166,7 +175,8 @@ def sides(args) -> dict:
     def pearl_side(runtime):
         return lambda seed, steps: run_pearl(seed, steps, args.lr, args.threads, args.learner_kernel, runtime,
                                              args.actors if runtime == "processes" else 1, args.device,
-                                             args.eval_episodes)
+                                             args.eval_episodes,
+                                             args.deterministic_lag if runtime == "processes" else None)
 
     runners = {"pearl": pearl_side(args.runtime)}
     if args.baseline_runtime:
@@ -196,7 +206,8 @@ def main(argv=None) -> int:
         return 2
     machine = machine_info()
     print(machine_header())
-    print(f"PEARL ({args.runtime}, {args.threads} torch thread(s)) vs SB3 {found['sb3']} (torch threads "
+    lag = "" if args.deterministic_lag is None else f", deterministic lag {args.deterministic_lag} env steps"
+    print(f"PEARL ({args.runtime}{lag}, {args.threads} torch thread(s)) vs SB3 {found['sb3']} (torch threads "
           f"{args.sb3_threads}) DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, lr {args.lr:g}, "
           f"torch {found['torch']}, gymnasium {found['gymnasium']}; each side of each seed in a fresh process "
           f"after its own untimed warm-up of {args.warmup_steps} steps")
@@ -220,7 +231,8 @@ def main(argv=None) -> int:
                       "max_grad_norm": MAX_GRAD_NORM, "loss": "huber", "eval_episodes": args.eval_episodes,
                       "pearl_learner_kernel": args.learner_kernel, "pearl_runtime": args.runtime,
                       "pearl_baseline_runtime": args.baseline_runtime,
-                      "pearl_actors": args.actors, "device": args.device},
+                      "pearl_actors": args.actors, "pearl_deterministic_lag": args.deterministic_lag,
+                      "device": args.device},
             "versions": {"python": platform.python_version(), "torch": found["torch"],
                          "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
             "machine": machine, "per_seed": results, "summary": summary,

@@ -614,6 +614,15 @@ class _Lockstep:
         self.board = VersionBoard.create(n_weights, slots, 3 * window + self.n, self.n)
         self.planned = 0  # global rounds whose row the board's table holds
         self._version, self._until = updates, -math.inf  # the version of rounds whose step - lag is below _until
+        self._increases: dict[int, int] = {}  # step -> schedule.next_increase(step), asked by version, then chunk
+
+    def _next_increase(self, step: int) -> int:
+        found = self._increases.get(step)
+        if found is None:
+            if len(self._increases) > 4 * self.window:  # (the steps behind both askers)
+                self._increases.clear()
+            found = self._increases[step] = self.schedule.next_increase(step)
+        return found
 
     def version(self, round_index: int) -> int:
         """The weights version global round `round_index` acts with (rounds asked in order)."""
@@ -622,7 +631,7 @@ class _Lockstep:
             behind = max(0, behind)
             due = self.schedule.due(behind)
             self._version = max(self.first_version, due // self.sync * self.sync)
-            self._until = self.schedule.next_increase(behind)
+            self._until = self._next_increase(behind)
         return self._version
 
     def slot(self, version: int) -> int:
@@ -639,28 +648,28 @@ class _Lockstep:
         if self.planned - taken_rounds >= self.window or self.planned >= total_rounds:
             return
         first, end = self.planned, min(taken_rounds + 2 * self.window, total_rounds)
-        epsilons, versions, slots = [], [], []
-        for g in range(first, end):
-            version = self.version(g)
-            epsilons.append(self.epsilon(self.start + g * self.envs))
-            versions.append(version)
-            slots.append(self.slot(version))
-        self.board.set_rounds(first, epsilons, versions, slots)
+        epsilon, start, envs = self.epsilon, self.start, self.envs
+        versions = [self.version(g) for g in range(first, end)]
+        slots, slot, previous = [], None, None
+        for version in versions:
+            if version != previous:
+                slot, previous = self.slot(version), version
+            slots.append(slot)
+        self.board.set_rounds(first, [epsilon(start + g * envs) for g in range(first, end)], versions, slots)
         self.planned = end
 
     def chunk(self, taken_rounds: int, limit: int) -> int:
         """Global rounds to take in before learning next: through the first round after which an
         update is due or the target is copied, at most `limit`."""
         t = self.start + taken_rounds * self.envs
-        boundary = self.schedule.next_increase(t)
+        boundary = self._next_increase(t)
         if self.target_interval:
             boundary = min(boundary, (t // self.target_interval + 1) * self.target_interval)
-        return max(1, min(limit, -(-(boundary - t) // self.envs)))
+        return min(limit, max(1, -(-(boundary - t) // self.envs)))
 
     def rounds_of(self, actor: int, global_rounds: int) -> int:
         """How many of the first `global_rounds` global rounds are actor `actor`'s."""
         return max(0, (global_rounds - actor + self.n - 1) // self.n)
-
 
 
 @implements(Runtime)
@@ -817,7 +826,8 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if lockstep is not None:
                 taken_rounds = (counters.env_steps - start) // envs
                 chunk = lockstep.chunk(taken_rounds, min(total_rounds - taken_rounds, chunk_limit))
-                wanted = [lockstep.rounds_of(index, taken_rounds + chunk) for index in range(n)]
+                wanted = [lockstep.rounds_of(index, taken_rounds + chunk) for index in range(n)] if n > 1 else \
+                    [taken_rounds + chunk]
                 if chunk and all(int(c.counters[ROUNDS]) >= w for c, w in zip(channels, wanted)):
                     lead = max(lead, sum(take_in(index, wanted[index]) for index in range(n)))
                     counters.env_steps = start + sum(taken)
