@@ -523,3 +523,14 @@ def test_continuous_lag_zero_is_the_sequential_run():
 def test_deterministic_lag_is_checked(plan, expected):
     with pytest.raises(ConfigError, match=expected):
         Plan(**plan).check()
+
+
+def test_lag_zero_is_the_sequential_run_with_a_cnn_on_minatar():
+    """The CNN's torch learner and actors started as fresh interpreters (a torch policy does not fork)."""
+    def run(runtime, **plan):
+        agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=1, total_steps=700, learning_starts=300, batch_size=16,
+                          capacity=2000, target_update_interval=200, conv=[[16, 3, 1]], hidden=[64],
+                          plan=Plan(runtime=runtime, **plan))
+        agent.train()
+        return agent.parts.learner.policy_weights().copy()
+    np.testing.assert_array_equal(run("processes", deterministic_lag=0), run("sequential"))
