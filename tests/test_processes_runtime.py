@@ -98,8 +98,10 @@ def test_n_step_transitions_cross_the_rings_intact():
     assert set(np.unique(storage["rewards"]).tolist()) <= expected_returns
 
 
-def test_a_killed_actor_is_restarted_and_training_goes_on(capfd, start):
-    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+@pytest.mark.parametrize("lag", [None, 40])
+def test_a_killed_actor_is_restarted_and_training_goes_on(capfd, start, lag):
+    """Also in a deterministic run: the restarted actor (a new seed) goes on from its ring's rounds."""
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, deterministic_lag=lag), **FAST)
     killed = []
 
     def kill_once(a):
