@@ -24,13 +24,14 @@ from pearl.runtime import RUNTIMES, get
 FAST = dict(total_steps=4000, learning_starts=500, target_update_interval=200, hidden=[32, 32])
 
 
-@pytest.mark.parametrize("name", RUNTIMES)
+@pytest.mark.parametrize("name,lag", [(name, None) for name in RUNTIMES] + [("processes", 64)])
 @pytest.mark.parametrize("ratio,envs", [(0.25, 1), (2.0, 2)])
-def test_runtime_keeps_the_replay_ratio_and_loses_no_transition(name, ratio, envs):
+def test_runtime_keeps_the_replay_ratio_and_loses_no_transition(name, lag, ratio, envs):
+    """`lag`: the processes runtime's deterministic form (Plan.deterministic_lag) as well."""
     runtime = get(name)
     assert isinstance(runtime, contracts.Runtime) and runtime.name == name
     actors = 2 if name == "processes" else 1
-    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime=name, actors=actors, envs_per_actor=envs),
+    agent = pearl.DQN("CartPole-v1", plan=Plan(runtime=name, actors=actors, envs_per_actor=envs, deterministic_lag=lag),
                       **{**FAST, "updates_per_step": ratio})
     due = agent.parts.schedule.due
     lags = []
