@@ -614,15 +614,6 @@ class _Lockstep:
         self.board = VersionBoard.create(n_weights, slots, 3 * window + self.n, self.n)
         self.planned = 0  # global rounds whose row the board's table holds
         self._version, self._until = updates, -math.inf  # the version of rounds whose step - lag is below _until
-        self._increases: dict[int, int] = {}  # step -> schedule.next_increase(step), asked by version, then chunk
-
-    def _next_increase(self, step: int) -> int:
-        found = self._increases.get(step)
-        if found is None:
-            if len(self._increases) > 4 * self.window:  # (the steps behind both askers)
-                self._increases.clear()
-            found = self._increases[step] = self.schedule.next_increase(step)
-        return found
 
     def version(self, round_index: int) -> int:
         """The weights version global round `round_index` acts with (rounds asked in order)."""
@@ -631,7 +622,7 @@ class _Lockstep:
             behind = max(0, behind)
             due = self.schedule.due(behind)
             self._version = max(self.first_version, due // self.sync * self.sync)
-            self._until = self._next_increase(behind)
+            self._until = self.schedule.next_increase(behind)
         return self._version
 
     def slot(self, version: int) -> int:
@@ -662,7 +653,7 @@ class _Lockstep:
         """Global rounds to take in before learning next: through the first round after which an
         update is due or the target is copied, at most `limit`."""
         t = self.start + taken_rounds * self.envs
-        boundary = self._next_increase(t)
+        boundary = self.schedule.next_increase(t)
         if self.target_interval:
             boundary = min(boundary, (t // self.target_interval + 1) * self.target_interval)
         return min(limit, max(1, -(-(boundary - t) // self.envs)))
@@ -826,8 +817,7 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if lockstep is not None:
                 taken_rounds = (counters.env_steps - start) // envs
                 chunk = lockstep.chunk(taken_rounds, min(total_rounds - taken_rounds, chunk_limit))
-                wanted = [lockstep.rounds_of(index, taken_rounds + chunk) for index in range(n)] if n > 1 else \
-                    [taken_rounds + chunk]
+                wanted = [lockstep.rounds_of(index, taken_rounds + chunk) for index in range(n)]
                 if chunk and all(int(c.counters[ROUNDS]) >= w for c, w in zip(channels, wanted)):
                     lead = max(lead, sum(take_in(index, wanted[index]) for index in range(n)))
                     counters.env_steps = start + sum(taken)
