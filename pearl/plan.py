@@ -109,9 +109,9 @@ class Plan:
     # global act round g (actor g % actors) acts at env step t with the epsilon of step t and the
     # weights after the updates due at step t - D, and the learner takes rounds in and learns in a
     # fixed order, so a seeded run gives the same transitions, updates and weights whatever the
-    # timing (and with D = 0 and one actor, the sequential runtime's run bit for bit). The actors
-    # may run D env steps ahead of the learner; the learner keeps ~D x updates_per_step /
-    # sync_interval weight versions in shared memory for them, and does not act while they start
+    # timing (and with D = 0 and one actor, the sequential runtime's run bit for bit). The learner
+    # keeps ~D x updates_per_step / sync_interval weight versions in shared memory for the actors,
+    # and does not act while they start
     deterministic_lag: int | None = None
     # what steps an actor's envs: real Gymnasium envs in a plain loop, or one EnvPool (C++ envs,
     # `pip install 'pearl-rl[envpool]'`: pays from ~16 envs per actor, costs more at one)

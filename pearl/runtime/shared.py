@@ -169,6 +169,11 @@ class ActorChannel(_Block):
 
     # -- the actor's side -------------------------------------------------------------------------
     @property
+    def rounds(self) -> int:
+        """Act rounds this actor has committed."""
+        return self._rounds
+
+    @property
     def steps(self) -> int:
         """Env steps this actor has committed."""
         return self._totals[2]
@@ -232,11 +237,6 @@ class ActorChannel(_Block):
         return self._error[:length].tobytes().decode(errors="replace") if length else None
 
     # -- the learner's side -----------------------------------------------------------------------
-    @property
-    def rounds(self) -> int:
-        """Act rounds this actor has committed (its side)."""
-        return self._rounds
-
     def take(self, rounds: int | None = None) -> tuple[int, list[tuple], list[tuple[float, int]]]:
         """(env steps committed so far, the new transitions as up to two runs of field arrays, the new
         episodes); with `rounds`, only up to the end of the actor's round `rounds` (committed, at
@@ -347,8 +347,8 @@ class WeightBoard(_Block):
 
 class VersionBoard(_Block):
     """A deterministic run's board (Plan.deterministic_lag): numbered weight versions in `slots`
-    slots, each under its own sequence word (`publish_numbered`: it names the version the slot
-    holds), and for each global act round g, in row g % `rounds` of a table the learner fills
+    slots, each under its own sequence word (`publish_numbered`: 2 x version + 2 once the slot holds
+    that version; a new block's zeros hold none), and for each global act round g, in row g % `rounds` of a table the learner fills
     ahead of the actors, the epsilon that round acts with and the version and slot of its weights.
     The learner reuses a slot only after every actor is past the rounds that read it (the runtime
     sizes `slots` for that); an actor finding its version overwritten raises."""
@@ -374,9 +374,7 @@ class VersionBoard(_Block):
     @classmethod
     def create(cls, n_weights: int, slots: int, rounds: int, actors: int) -> VersionBoard:
         """`actors`: the run's actor count (actor g % actors acts global round g)."""
-        board = cls(_create(cls._size(n_weights, slots, rounds)), n_weights, slots, rounds, actors, owner=True)
-        board._sequences[:] = 0  # (2 x version + 2 once a slot holds a version: 0 is none)
-        return board
+        return cls(_create(cls._size(n_weights, slots, rounds)), n_weights, slots, rounds, actors, owner=True)
 
     def spec(self) -> tuple:
         return self.memory.name, self.n_weights, self.slots, self.rounds, self.actors
