@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--runtime", choices=(*RUNTIMES, *CLUSTER_RUNTIMES),
                        help="override the plan's runtime (processes: actor processes beside the learner)")
     train.add_argument("--actors", type=int, help="actor processes (with --runtime processes)")
+    train.add_argument("--deterministic-lag", type=int, metavar="STEPS",
+                       help="with --runtime processes: a reproducible run, its actors acting with the weights of "
+                            "STEPS env steps before (0: the sequential runtime's run; plan.deterministic_lag)")
     train.add_argument("--address", help="runtime ray: join the Ray cluster at auto or HOST:PORT (default: "
                                          "start a local Ray instance)")
     train.add_argument("--run-dir", help="where to write config, metrics, checkpoint and plots "
@@ -265,10 +268,12 @@ def _train(args) -> int:
 
     from pearl.api import make_agent  # torch is imported once the inputs are known to be good
 
-    if args.runtime is not None or args.actors is not None:
+    if args.runtime is not None or args.actors is not None or args.deterministic_lag is not None:
         plan = plan or Plan()
         plan = dataclasses.replace(plan, runtime=args.runtime or plan.runtime,
-                                   actors=args.actors if args.actors is not None else plan.actors)
+                                   actors=args.actors if args.actors is not None else plan.actors,
+                                   deterministic_lag=(args.deterministic_lag if args.deterministic_lag is not None
+                                                      else plan.deterministic_lag))
     if args.address is not None:
         if (plan or Plan()).runtime != "ray":
             raise PearlError("--address: joins a Ray cluster for runtime: ray (give a ray plan or --runtime ray)")

@@ -198,6 +198,21 @@ def test_cli_train_with_actor_processes(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "pearl: error: --actors: expected an integer >= 1, got 0"
 
 
+def test_cli_trains_a_deterministic_run_twice_alike(tmp_path, capsys):
+    from pearl.cli import main
+
+    for name in ("a", "b"):
+        assert main(["train", "--steps", "2500", "--runtime", "processes", "--deterministic-lag", "32",
+                     "--run-dir", str(tmp_path / name), "--quiet"]) == 0
+    first, second = pearl.load(tmp_path / "a"), pearl.load(tmp_path / "b")
+    assert first.plan.deterministic_lag == 32
+    np.testing.assert_array_equal(first.parts.learner.policy_weights(), second.parts.learner.policy_weights())
+    capsys.readouterr()
+    assert main(["train", "--deterministic-lag", "-1", "--runtime", "processes"]) == 2
+    assert capsys.readouterr().err.strip() == ("pearl: error: plan.deterministic_lag: expected an integer >= 0 "
+                                               "(env steps) or null, got -1")
+
+
 @pytest.mark.parametrize("replay", ["uniform", "prioritized"])
 def test_prefetching_learner_keeps_the_counts(replay):
     agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2, prefetch=True), replay=replay,
