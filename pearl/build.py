@@ -35,6 +35,7 @@ from pearl.runtime.adaptive_threads import AdaptiveThreads
 from pearl.runtime.continuous import ActionScaler, ContinuousActor, ContinuousLearner, ContinuousPolicy
 from pearl.runtime.fused_actor_critic import FusedActorCriticLearner, FusedSACLearner
 from pearl.runtime.learners import FusedCPULearner, TorchLearner
+from pearl.runtime import CLUSTER_RUNTIMES
 from pearl.runtime.processes import ActorRecipe
 from pearl import schedule
 
@@ -355,6 +356,10 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
+    if config.replay.frame_stack and (served.addressed or plan.runtime in CLUSTER_RUNTIMES):
+        raise ConfigError("replay.frame_stack: a replay server stores whole observations (the ray runtime's "
+                          "and plan.devices.sample's); the frame table runs in the learner's process under the "
+                          "sequential and processes runtimes (frame_stack: 0 stores stacked frames whole)")
     replay = None if served.addressed else make_replay(
                          config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
                          obs_dtype=obs_dtype,

@@ -216,6 +216,29 @@ def test_replay_placements_store_every_transition_once_and_keep_the_ratio(cluste
             cluster.remove_node(extra)
 
 
+@pytest.mark.parametrize("replay, shards, kind", [("learner", 1, "uniform"), ("server", 2, "prioritized")])
+def test_minatar_boards_reach_the_replay_as_uint8_from_both_nodes(cluster, replay, shards, kind):
+    """Image observations (MinAtar's 4x10x10 uint8 boards) through the node agents' rings, the wire
+    and the replay server's tables: every env step's transition stored once, as uint8 boards, the
+    ratio exact; the learner trains its CNN on them."""
+    pytest.importorskip("minatar")
+    agent = pearl.DQN("MinAtar/Breakout-v1", plan=on_ray(replay=replay, shards=shards), seed=5, replay=kind,
+                      conv=[[8, 3, 1]], hidden=[32], batch_size=16, learning_starts=300, capacity=5000,
+                      target_update_interval=200, updates_per_step=0.25)
+    agent.train(2000)
+    assert agent.env_steps >= 2000 and agent.updates == due(agent)
+    table = agent.replay
+    assert table.inserted == agent.env_steps
+    for name in ("obs", "next_obs"):
+        stored = table.storage[name][:table.inserted]
+        assert stored.dtype == np.uint8 and stored.shape[1:] == (4, 10, 10)
+        assert set(np.unique(stored)) == {0, 1}
+    # each board shows the paddle (channel 0 of MinAtar's Breakout: one cell in the bottom row)
+    assert (table.storage["obs"][:table.inserted, 0, 9].sum(axis=1) == 1).all()
+    assert all(n["env_steps"] > 300 for n in agent.counters.node_rates)
+    assert np.isfinite(agent.evaluate(2)["mean"])
+
+
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
     agent = pearl.DQN("CartPole-v1", plan=on_ray(chunk=32), **FAST)
     killed = []

@@ -165,18 +165,13 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
     per_node = math.ceil(NODE_SHARE_MAX * steps / (nodes * n * envs)) * envs * n
     u = schedule.updates_per_step
     start = counters.env_steps
-    fields = parts.transition_fields
-    _, obs_shape = fields["obs"]
-    if len(obs_shape) != 1 or fields["obs"][0] != np.float32:
-        raise PearlError(f"runtime: ray serves float32 vector observations; this env's are "
-                         f"{fields['obs'][0]}{list(obs_shape)}")
     remote_replay = plan.ray.replay != "learner"
     keydir = tempfile.TemporaryDirectory(prefix="pearl-ray-keys-")
     keys = server_keys(keydir.name)
     agents, runs, restarts, finished, group, side, published = [], {}, 0, {}, None, None, None
     rates = _Rates(plan.ray.nodes)
     weights = learner.policy_weights()
-    spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": fields, "n_step": parts.n_step,
+    spec = {"recipe": parts.actor_recipe, "seed": parts.seed, "fields": parts.transition_fields, "n_step": parts.n_step,
             "actors": n, "envs": envs, "env": parts.config.env, "n_weights": int(weights.size)}
     ahead = agent_allowance(plan, u)
     counters.ray_agents = agents  # while the run lasts: the node agents' handles (tests kill one)
@@ -392,6 +387,14 @@ class _Learning:
             self.advance()
 
 
+def table_schema(fields: dict) -> dict:
+    """A replay server table's schema keys for the run's transition fields (whole observations of
+    any shape, float32 or uint8, as the run's own table stores them)."""
+    (obs_dtype, obs_shape), (action_dtype, action_shape) = fields["obs"], fields["actions"]
+    return dict(obs_shape=tuple(obs_shape), obs_dtype=str(obs_dtype), action_dtype=str(action_dtype),
+                action_shape=tuple(action_shape))
+
+
 class _InProcess:
     """`replay: learner`: the replay server runs in this process around the run's own table and
     keeps the ratio with its credits; the learner samples it under the server's lock."""
@@ -403,12 +406,9 @@ class _InProcess:
         from pearl.server.server import ReplayServer
 
         plan, schedule, replay = parts.plan, parts.schedule, parts.replay
-        fields = parts.transition_fields
-        action_dtype, action_shape = fields["actions"]
         u = schedule.updates_per_step
         table = TableConfig(kind=parts.config.replay.kind, capacity=replay.capacity,
-                            obs_dim=int(fields["obs"][1][0]), action_dtype=str(action_dtype),
-                            action_shape=tuple(action_shape))
+                            **table_schema(parts.transition_fields))
         ratio = RatioConfig(updates_per_step=u, learning_starts=schedule.learning_starts,
                             max_lag=credit_lag(plan, u, parts.n_step))
         host = ray.util.get_node_ip_address()
@@ -518,16 +518,14 @@ class _Remote:
         self.start = counters.env_steps
         shards = plan.ray.shards
         self.capacities = shard_capacities(replay.capacity, shards)
-        fields = parts.transition_fields
-        action_dtype, action_shape = fields["actions"]
+        schema = table_schema(parts.transition_fields)
         r = config.replay
         remote = ray.remote(ReplayShard)
         self.shards, self.client = [], None
         try:
             here = ray.get_runtime_context().get_node_id()
             for k, capacity in enumerate(self.capacities):
-                table = TableConfig(kind=r.kind, capacity=capacity, obs_dim=int(fields["obs"][1][0]),
-                                    action_dtype=str(action_dtype), action_shape=tuple(action_shape), alpha=r.alpha,
+                table = TableConfig(kind=r.kind, capacity=capacity, **schema, alpha=r.alpha,
                                     beta=r.beta, beta_final=r.beta_final, beta_steps=max(1, config.total_steps),
                                     priority_eps=r.priority_eps, fanout=r.fanout, backend=r.backend)
                 if plan.ray.replay == "node":  # a bundle of its own, after the agents'

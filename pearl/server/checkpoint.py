@@ -189,10 +189,10 @@ def restore(service, directory: str | Path, name: str | None = None) -> dict | N
     path = Path(directory) / name
     manifest = json.loads((path / "manifest.json").read_text())
     mine = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(service.config.table).items()}
-    for key in ("kind", "capacity", "obs_dim", "action_dtype", "action_shape"):
-        if manifest["config_table"][key] != mine[key]:
-            raise ValueError(f"{path}: checkpoint table.{key} = {manifest['config_table'][key]!r}, "
-                             f"the server's is {mine[key]!r}")
+    saved = {"obs_shape": [], "obs_dtype": "float32", **manifest["config_table"]}  # (keys older checkpoints lack)
+    for key in ("kind", "capacity", "obs_dim", "obs_shape", "obs_dtype", "action_dtype", "action_shape"):
+        if saved[key] != mine[key]:
+            raise ValueError(f"{path}: checkpoint table.{key} = {saved[key]!r}, the server's is {mine[key]!r}")
     t = manifest["table"]
     state = {"storage": {f: np.load(path / f"{f}.npy", allow_pickle=False, mmap_mode="r") for f in manifest["fields"]},
              "cursor": t["cursor"], "size": t["size"], "inserted": t["inserted"]}

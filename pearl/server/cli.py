@@ -22,7 +22,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--bind", help="address to listen on (default tcp://127.0.0.1:5555; port 0: any free port)")
     p.add_argument("--capacity", type=int, help="rows the table holds")
     p.add_argument("--kind", help="uniform, prioritized or amper")
-    p.add_argument("--obs-dim", type=int, help="observation size (float32 per row)")
+    p.add_argument("--obs-dim", type=int, help="a vector observation's size")
+    p.add_argument("--obs-shape", help="an observation's shape instead, e.g. 4,10,10 (MinAtar) or 4,84,84")
+    p.add_argument("--obs-dtype", help="float32 (default) or uint8 (images)")
     p.add_argument("--action-dtype", help="int64 (discrete actions) or float32 (Box actions)")
     p.add_argument("--action-shape", help="per-row action shape, e.g. 6 (default: scalar)")
     p.add_argument("--updates-per-step", type=float, help="keep this replay ratio (one sample = one update)")
@@ -61,14 +63,20 @@ def run(args) -> int:
             raise ConfigError(f"{args.config}: expected a mapping at the top level")
     table = dict(raw.get("table") or {})
     for flag, key in (("capacity", "capacity"), ("kind", "kind"), ("obs_dim", "obs_dim"),
-                      ("action_dtype", "action_dtype")):
+                      ("obs_dtype", "obs_dtype"), ("action_dtype", "action_dtype")):
         if getattr(args, flag) is not None:
             table[key] = getattr(args, flag)
-    if args.action_shape is not None:
-        try:
-            table["action_shape"] = [int(d) for d in args.action_shape.split(",") if d]
-        except ValueError:
-            raise ConfigError(f"--action-shape: {args.action_shape!r} (expected e.g. 6 or 2,3)") from None
+            if key == "obs_dim":  # a flag replaces the file's observation shape
+                table.pop("obs_shape", None)
+    for flag, example in (("action_shape", "6 or 2,3"), ("obs_shape", "4,10,10")):
+        text = getattr(args, flag)
+        if text is not None:
+            try:
+                table[flag] = [int(d) for d in text.split(",") if d]
+                if flag == "obs_shape":
+                    table.pop("obs_dim", None)
+            except ValueError:
+                raise ConfigError(f"--{flag.replace('_', '-')}: {text!r} (expected e.g. {example})") from None
     raw["table"] = table
     for flag, key in (("bind", "bind"), ("checkpoint_dir", "checkpoint_dir"),
                       ("checkpoint_every", "checkpoint_every_s"), ("seed", "seed"), ("spin_us", "spin_us")):

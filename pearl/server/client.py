@@ -323,7 +323,8 @@ class ReplayClient:
                                    self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
         self._packers: dict[int, Packer] = {}  # rows -> the packer of an update of that many rows
-        self._dtypes = (np.float32, np.dtype(self.info["action_dtype"]), np.float32, np.float32, np.float32)
+        obs = np.dtype(self.info["obs_dtype"])
+        self._dtypes = (obs, np.dtype(self.info["action_dtype"]), np.float32, obs, np.float32)
         self._progress = 0
 
     # ---- the table interface ----------------------------------------------------------------
@@ -474,8 +475,10 @@ def connect_table(address: str, kind: str, fields: dict, auth=None, connect_time
         raise ConfigError(f"{field}: no replay server answered at {address} within {connect_timeout:g} s (not "
                           f"running, unreachable, or our key is not on its allow-list)") from None
     info = client.info
-    served = (info["kind"], (int(info["obs_dim"]),), np.dtype(info["action_dtype"]), tuple(info["action_shape"]))
-    wanted = (kind, tuple(fields["obs"][1]), np.dtype(fields["actions"][0]), tuple(fields["actions"][1]))
+    served = (info["kind"], tuple(info["obs_shape"]), np.dtype(info["obs_dtype"]), np.dtype(info["action_dtype"]),
+              tuple(info["action_shape"]))
+    wanted = (kind, tuple(fields["obs"][1]), np.dtype(fields["obs"][0]), np.dtype(fields["actions"][0]),
+              tuple(fields["actions"][1]))
     problem = None
     if served != wanted:
         problem = (f"the replay server at {address} holds {_describe(*served)}; this run needs "
@@ -489,5 +492,5 @@ def connect_table(address: str, kind: str, fields: dict, auth=None, connect_time
     return client
 
 
-def _describe(kind, obs_shape, action_dtype, action_shape) -> str:
-    return f"{kind} replay, obs {list(obs_shape)}, actions {action_dtype}{list(action_shape)}"
+def _describe(kind, obs_shape, obs_dtype, action_dtype, action_shape) -> str:
+    return f"{kind} replay, obs {obs_dtype}{list(obs_shape)}, actions {action_dtype}{list(action_shape)}"

@@ -23,8 +23,9 @@ MAX_SPIN_US = 100_000.0
 class TableConfig:
     kind: str = "uniform"            # uniform | prioritized | amper
     capacity: int = 1_000_000
-    obs_dim: int = 4
-    obs_dtype: str = "float32"       # float32 or uint8 (frames)
+    obs_dim: int = 4                 # a vector observation's length (when obs_shape is empty)
+    obs_shape: tuple = ()            # an observation's shape, e.g. [4, 10, 10] (MinAtar); (): (obs_dim,)
+    obs_dtype: str = "float32"       # float32, or uint8 (images: converted only at the network's input)
     action_dtype: str = "int64"      # int64 (discrete) or float32 (Box actions)
     action_shape: tuple = ()
     alpha: float = 0.6
@@ -43,9 +44,17 @@ class TableConfig:
                 raise ConfigError(f"table.{name}: expected a positive integer, got {getattr(self, name)!r}")
         if self.action_dtype not in ("int64", "float32"):
             raise ConfigError(f"table.action_dtype: {self.action_dtype!r} (expected int64 or float32)")
-        if self.obs_dtype != "float32":
-            raise ConfigError(f"table.obs_dtype: {self.obs_dtype!r} (the replay tables store float32)")
+        if self.obs_dtype not in ("float32", "uint8"):
+            raise ConfigError(f"table.obs_dtype: {self.obs_dtype!r} (expected float32 or uint8)")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in self.obs_shape):
+            raise ConfigError(f"table.obs_shape: expected a list of positive integers, got {list(self.obs_shape)!r}")
+        self.obs_shape = tuple(self.obs_shape)
         self.action_shape = tuple(int(d) for d in self.action_shape)
+
+    @property
+    def observation_shape(self) -> tuple:
+        """The stored shape of one observation."""
+        return self.obs_shape or (self.obs_dim,)
 
 
 @dataclass
@@ -130,8 +139,8 @@ class ServerConfig:
         from pearl.server.wire import Column
 
         t = self.table
-        return [Column(np.dtype(t.obs_dtype), (t.obs_dim,)), Column(np.dtype(t.action_dtype), tuple(t.action_shape)),
-                Column(np.dtype(np.float32), ()), Column(np.dtype(t.obs_dtype), (t.obs_dim,)),
+        obs = Column(np.dtype(t.obs_dtype), t.observation_shape)
+        return [obs, Column(np.dtype(t.action_dtype), tuple(t.action_shape)), Column(np.dtype(np.float32), ()), obs,
                 Column(np.dtype(np.float32), ())]
 
 
@@ -142,13 +151,17 @@ def _build(cls, data, at: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{at}: expected a mapping, got {type(data).__name__}")
     names = {f.name: f for f in dataclasses.fields(cls)}
+    if cls is TableConfig and "obs_dim" in data and "obs_shape" in data:
+        raise ConfigError(f"{at}: give obs_dim (a vector's length) or obs_shape, not both")
     kwargs = {}
     for key, value in data.items():
         if key not in names:
             raise ConfigError(f"{at}{'.' if at else ''}{key}: unknown key (expected one of {sorted(names)})")
         if key in _NESTED and cls is ServerConfig:
             value = None if value is None else _build(_NESTED[key], value, key)
-        elif key == "action_shape":
+        elif key in ("action_shape", "obs_shape"):
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{at}.{key}: expected a list of integers, got {value!r}")
             value = tuple(value)
         else:
             default = getattr(cls(), key) if cls is not ServerConfig else names[key].default

@@ -61,7 +61,7 @@ def make_table(config: ServerConfig):
     if config.rate_limiter is not None:
         r = config.rate_limiter
         limiter = RateLimiter(r.samples_per_insert, r.min_size_to_sample, r.error_buffer)
-    return make_replay(replay, t.obs_dim, action_dtype=np.dtype(t.action_dtype),
+    return make_replay(replay, t.observation_shape, obs_dtype=np.dtype(t.obs_dtype), action_dtype=np.dtype(t.action_dtype),
                        action_shape=tuple(t.action_shape), total_steps=t.beta_steps, rate_limiter=limiter)
 
 
@@ -204,7 +204,8 @@ class ReplayService:
 
     def _hello(self, peer, header, columns, arrays):
         t = self.config.table
-        info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_dim": t.obs_dim,
+        info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_shape": list(t.observation_shape),
+                "obs_dtype": t.obs_dtype,
                 "action_dtype": t.action_dtype, "action_shape": list(t.action_shape),
                 "prioritized": bool(self.table.prioritized), "alpha": t.alpha, "beta": t.beta,
                 "beta_final": t.beta_final, "beta_steps": t.beta_steps,

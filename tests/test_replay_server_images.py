@@ -1,0 +1,135 @@
+"""Image observations behind the replay server (issue 16 on the wire): tables of any observation
+shape in float32 or uint8, rows stored as the run's own table stores them (inline inserts, whose
+rows are whole 4-byte words, and multi-frame ones, and rows of odd byte counts), batches sampled
+back in their dtype and shape, a run refused one line by a server holding another schema, the
+config's and the command line's keys, and checkpoints that do not restore into another schema.
+Every server binds 127.0.0.1 on an ephemeral port; every loop is bounded."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from pearl.config import ReplayConfig  # noqa: E402
+from pearl.errors import ConfigError  # noqa: E402
+from pearl.replay import make_replay  # noqa: E402
+from pearl.server.client import ReplayClient, connect_table  # noqa: E402
+from pearl.server.config import ServerConfig, TableConfig, load_config  # noqa: E402
+from pearl.server.server import ReplayServer  # noqa: E402
+
+LOOPBACK = "tcp://127.0.0.1:0"
+SCHEMAS = [((4, 10, 10), "uint8"),   # MinAtar's boards: rows of whole words (inline inserts copy them)
+           ((3, 5, 5), "uint8"),     # 75-byte rows: the table's add
+           ((2, 3), "float32")]
+
+
+def transitions(rng, rows: int, shape: tuple, dtype: str) -> tuple:
+    if dtype == "uint8":
+        obs = rng.integers(0, 256, (rows, *shape), dtype=np.uint8)
+        next_obs = rng.integers(0, 256, (rows, *shape), dtype=np.uint8)
+    else:
+        obs = rng.normal(size=(rows, *shape)).astype(np.float32)
+        next_obs = rng.normal(size=(rows, *shape)).astype(np.float32)
+    return (obs, rng.integers(0, 3, rows), rng.normal(size=rows).astype(np.float32), next_obs,
+            np.full(rows, 0.99, np.float32))
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(table: TableConfig, **kwargs) -> ReplayServer:
+        server = ReplayServer(ServerConfig(table=table, bind=LOOPBACK, **kwargs)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.mark.parametrize("shape, dtype", SCHEMAS)
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_rows_stored_and_sampled_as_the_local_table_does(serve, shape, dtype, kind):
+    server = serve(TableConfig(kind=kind, capacity=300, obs_shape=shape, obs_dtype=dtype))
+    client = ReplayClient(server.address, writer=1, timeout=20)
+    reference = make_replay(ReplayConfig(kind=kind, capacity=300), shape, obs_dtype=np.dtype(dtype))
+    rng = np.random.default_rng(0)
+    for rows in (5, 120, 1, 250):  # the last wraps the ring (and for the boards is several frames)
+        chunk = transitions(rng, rows, shape, dtype)
+        client.add(*chunk)
+        reference.add(*chunk)
+    client.flush()
+    table = server.service.table
+    assert (table.cursor, table.size, table.inserted) == (reference.cursor, reference.size, reference.inserted)
+    for name in reference.storage:
+        np.testing.assert_array_equal(table.storage[name], reference.storage[name])
+    assert table.storage["obs"].dtype == np.dtype(dtype)
+    batch = client.sample(64)
+    for name in ("obs", "next_obs"):
+        values = getattr(batch, name)
+        assert values.dtype == np.dtype(dtype) and values.shape == (64, *shape)
+        np.testing.assert_array_equal(values, reference.storage[name][batch.indices])
+    np.testing.assert_array_equal(batch.rewards, reference.storage["rewards"][batch.indices])
+    client.update_priorities(batch.indices, np.linspace(0.1, 2.0, 64))
+    assert client.sample(16).obs.shape == (16, *shape)
+    client.close()
+
+
+def test_a_run_is_refused_by_a_server_of_another_observation_schema(serve):
+    server = serve(TableConfig(capacity=100, obs_dim=400))  # float32 vectors of 400
+    fields = {"obs": (np.dtype(np.uint8), (4, 10, 10)), "actions": (np.dtype(np.int64), ())}
+    with pytest.raises(ConfigError) as refused:
+        connect_table(server.address, "uniform", fields, field="plan.devices.sample")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("plan.devices.sample:")
+    assert "obs float32[400]" in message and "obs uint8[4, 10, 10]" in message
+    match = serve(TableConfig(capacity=100, obs_shape=(4, 10, 10), obs_dtype="uint8"))
+    connect_table(match.address, "uniform", fields).close()
+
+
+def test_config_keys_of_the_observation(tmp_path):
+    path = tmp_path / "server.yaml"
+    path.write_text("table: {capacity: 1000, obs_shape: [4, 84, 84], obs_dtype: uint8}\n")
+    table = load_config(path).table
+    assert table.observation_shape == (4, 84, 84) and table.obs_dtype == "uint8"
+    assert TableConfig(obs_dim=17).observation_shape == (17,)
+    for text, field in (("{obs_dim: 4, obs_shape: [4]}", "table"), ("{obs_dtype: float64}", "table.obs_dtype"),
+                        ("{obs_shape: [4, 0]}", "table.obs_shape"), ("{obs_shape: 84}", "table.obs_shape"),
+                        ("{obs_shape: [2.5]}", "table.obs_shape")):
+        path.write_text(f"table: {text}\n")
+        with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":"):
+            load_config(path)
+
+
+def test_cli_observation_flags_are_checked(capsys):
+    from pearl.server.cli import main
+
+    assert main(["--plaintext", "--bind", LOOPBACK, "--obs-shape", "4,x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pearl: error: --obs-shape") and "\n" not in err
+    assert main(["--plaintext", "--bind", LOOPBACK, "--obs-shape", "4,10,10", "--obs-dtype", "int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pearl: error: table.obs_dtype") and "\n" not in err
+
+
+def test_a_checkpoint_restores_its_schema_only(serve, tmp_path):
+    from pearl.server.checkpoint import restore
+    from pearl.server.service import ReplayService
+
+    images = TableConfig(capacity=200, obs_shape=(4, 10, 10), obs_dtype="uint8")
+    server = serve(images, checkpoint_dir=str(tmp_path))
+    client = ReplayClient(server.address, writer=1, timeout=20)
+    chunk = transitions(np.random.default_rng(1), 150, (4, 10, 10), "uint8")
+    client.add(*chunk)
+    client.flush()
+    client.checkpoint()
+    client.close()
+    again = ReplayService(ServerConfig(table=images))
+    restore(again, tmp_path)
+    np.testing.assert_array_equal(again.table.storage["obs"][:150], chunk[0])
+    for other in (TableConfig(capacity=200, obs_dim=400),
+                  TableConfig(capacity=200, obs_shape=(4, 10, 10), obs_dtype="float32")):
+        with pytest.raises(ValueError, match="obs_"):
+            restore(ReplayService(ServerConfig(table=other)), tmp_path)
