@@ -67,7 +67,7 @@ def test_no_server_or_a_different_table_is_one_line(server, monkeypatch):
     with pytest.raises(ConfigError, match="holds prioritized replay.*needs uniform replay"):
         pearl.DQN("CartPole-v1", plan=on_server(srv.address), **FAST)
     srv = server(obs_dim=3)
-    with pytest.raises(ConfigError, match=r"obs \[3\].*obs \[4\]"):
+    with pytest.raises(ConfigError, match=r"obs float32\[3\].*obs float32\[4\]"):
         pearl.DQN("CartPole-v1", plan=on_server(srv.address), **FAST)
 
 
