@@ -8,7 +8,9 @@ step, batch 64, 64x64) at n-step --n-step (default 1) for --steps env steps per 
 - rllib (if installed and --rllib): RLlib's DQN (new API stack) on the same cluster, its env runners
   as many as our actors with the same envs each, training_intensity = updates per env step x batch
   (the same updates per env step), its own defaults otherwise.
-Runs alternate (processes, ray, rllib) per seed so load changes hit each alike. Figures: env steps/s
+`--config PATH`: another DQN config instead (e.g. configs/minatar_breakout_dqn.yaml: image
+observations, uint8 4x10x10 boards, through both runtimes' rings and, for ray, the wire and the
+replay server). Runs alternate (processes, ray, rllib) per seed so load changes hit each alike. Figures: env steps/s
 over the whole `train` call (start-up included) and over the steady part (after the first quarter
 of the steps; for ray also after its learner's own actor handed over to the node agents), per
 seed, the ratio ray / processes beside them; the machine's load average before and after. Both
@@ -124,16 +126,17 @@ def cpu_run(plan, steps: int, seed: int, n_step: int) -> dict:
 
 
 def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = None,
-              probe=None) -> tuple[float, float, dict]:
-    """DQN CartPole (the shipped config at `n_step`) trained `steps` env steps by `plan`: (env steps/s
-    over the whole call, the steady rate from steps / 4 on, up to until x steps if given, info).
-    `probe`: called when the steady window starts and ends; info["probes"] holds (time, env steps,
-    its value) of each."""
+              probe=None, config_path: str | None = None) -> tuple[float, float, dict]:
+    """DQN CartPole (the shipped config, or the DQN config at `config_path`, at `n_step`) trained
+    `steps` env steps by `plan`: (env steps/s over the whole call, the steady rate from steps / 4
+    on, up to until x steps if given, info). `probe`: called when the steady window starts and
+    ends; info["probes"] holds (time, env steps, its value) of each."""
     from pearl.api import make_agent
     from pearl.config import apply_overrides, default_config_path, load_config
+    from pearl.schedule import updates_due
 
-    config = apply_overrides(load_config(default_config_path()), {"total_steps": steps, "seed": seed,
-                                                                  "dqn.n_step": n_step})
+    config = apply_overrides(load_config(config_path or default_config_path()),
+                             {"total_steps": steps, "seed": seed, "dqn.n_step": n_step})
     agent = make_agent(config, plan)
     marks, probes = [], {}
     last = steps if until is None else int(until * steps)
@@ -153,7 +156,9 @@ def pearl_run(plan, steps: int, seed: int, n_step: int, until: float | None = No
     # the steady part: from steps / 4 on, and (ray) once the node agents' steps are in
     steady = [m for m in marks if m[1] >= steps // 4 and m[1] > m[2] and (until is None or m[1] <= last)]
     rate = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else float("nan")
-    assert agent.updates == int(max(0, agent.env_steps - 1000) * 0.25), "the replay ratio is not exact"
+    cfg = config.algo_config
+    assert agent.updates == updates_due(agent.env_steps, cfg.learning_starts, cfg.updates_per_step), \
+        "the replay ratio is not exact"
     # the env steps the learner's own actor took while the actors / node agents started
     return agent.env_steps / wall, rate, {"env_steps": agent.env_steps, "updates": agent.updates, "probes": probes,
                                           "learner_steps": getattr(agent.counters, "learner_env_steps", 0),
@@ -558,6 +563,8 @@ def main() -> None:
     # 1, not the shipped 3: with n_step 3 and 8 envs per actor the processes runtime's replay rate
     # limiter refuses a sample now and then on the loaded machine (RateLimitExceeded; also on main)
     parser.add_argument("--n-step", type=int, default=1)
+    parser.add_argument("--config", help="a DQN experiment config instead of the shipped CartPole one, e.g. "
+                                         "configs/minatar_breakout_dqn.yaml (processes / ray comparison)")
     parser.add_argument("--learning", action="store_true", help="learning quality: the shipped config, ray only")
     parser.add_argument("--replay", default="learner", help="plan.ray.replay: learner, server or node")
     parser.add_argument("--shards", type=int, default=1)
@@ -610,8 +617,8 @@ def run_main(args) -> None:
         print(f"# solved (final >= 475): {sum(f >= 475 for f in finals)} of {len(finals)}; "
               f"load average after: {os.getloadavg()}")
         return
-    print(f"# DQN CartPole-v1 (shipped config, n_step {args.n_step}), {args.steps} env steps per run, "
-          f"{args.actors} actors x {args.envs} envs")
+    print(f"# DQN, {args.config or 'the shipped CartPole-v1 config'} (n_step {args.n_step}), {args.steps} env "
+          f"steps per run, {args.actors} actors x {args.envs} envs; CPU {cpu_model()}, load {os.getloadavg()}")
     plans = {"processes": Plan(runtime="processes", actors=args.actors, envs_per_actor=args.envs),
              "ray": Plan(runtime="ray", actors=args.actors // args.nodes, envs_per_actor=args.envs,
                          act_while_actors_start=not args.no_learner_start,
@@ -623,7 +630,7 @@ def run_main(args) -> None:
     results: dict[str, list] = {name: [] for name in (*plans, *(["rllib"] if args.rllib else []))}
     for seed in range(args.seeds):
         for name, plan in plans.items():
-            wall, steady, info = pearl_run(plan, args.steps, seed, args.n_step)
+            wall, steady, info = pearl_run(plan, args.steps, seed, args.n_step, config_path=args.config)
             results[name].append((wall, steady))
             print(f"seed {seed} {name:9s}: {wall:8.0f} env steps/s whole run, {steady:8.0f} steady  {info}", flush=True)
         if args.rllib:
