@@ -111,9 +111,9 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
     from pearl.replay.rate_limiter import RateLimiter
 
     if cand.runtime in schedule.CLUSTER_RUNTIMES:
-        # the replay server's credits (or the driver's grants) keep its band, not the limiter; its
-        # tables store whole observations (the builder refuses a frame table there)
-        return not config.replay.frame_stack
+        # the replay server's credits (or the driver's grants) keep its band, not the limiter; a
+        # frame table stays in the learner's process (the builder refuses it on a server of its own)
+        return not config.replay.frame_stack or cand.placement == "learner"
     algo = config.algo_config
     limit = schedule.rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts, algo.n_step,
                                 cand.envs, cand.actors)
@@ -172,7 +172,6 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     from pearl.estimator.workload import workload_from_config
     from pearl.platforms import load_platform
     from pearl.estimator.profile import load_cached, this_cpu_model
-    from pearl.schedule import CLUSTER_RUNTIMES
 
     config = _config_of(agent_or_config)
     profile_ = load_platform(platform) if not hasattr(platform, "devices") else platform
@@ -200,9 +199,6 @@ def autotune(agent_or_config, platform: str = "ci_2core", metric: str = "through
     admitted = [p for p in ranking.predictions if runtime_accepts(config, p.candidate)]
     ranking.refused = len(ranking.predictions) - len(admitted)
     if not admitted:
-        if config.replay.frame_stack and set(runtimes) <= set(CLUSTER_RUNTIMES):
-            raise ConfigError("autotune: replay.frame_stack runs under the sequential and processes runtimes "
-                              "(a replay server stores whole observations); add them to --runtimes")
         raise ConfigError(f"autotune: the runtime's rate limiter refuses every candidate plan of this config "
                           f"(n_step {config.algo_config.n_step}; try fewer envs per actor with --envs)")
     ranking.predictions = admitted

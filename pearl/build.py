@@ -218,6 +218,11 @@ class Continuous:
 FAMILIES = {"discrete": Discrete, "continuous": Continuous}
 
 
+def env_streams(plan: Plan) -> int:
+    """The envs a run's actors step, on every node of a ray plan: a frame table's streams."""
+    return plan.actors * plan.envs_per_actor * (plan.ray.nodes if plan.runtime in CLUSTER_RUNTIMES else 1)
+
+
 def check_image_act_device(act_device: str) -> None:
     """The numpy and device act kernels run MLPs; a CNN policy acts with torch on the cpu."""
     if act_device != "cpu":
@@ -356,10 +361,13 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
-    if config.replay.frame_stack and (served.addressed or plan.runtime in CLUSTER_RUNTIMES):
-        raise ConfigError("replay.frame_stack: a replay server stores whole observations (the ray runtime's "
-                          "and plan.devices.sample's); the frame table runs in the learner's process under the "
-                          "sequential and processes runtimes (frame_stack: 0 stores stacked frames whole)")
+    if config.replay.frame_stack and (served.addressed or plan.runtime in CLUSTER_RUNTIMES
+                                      and plan.ray.replay != "learner"):
+        where = (f"plan.devices.sample: {plan.device_of('sample')}" if served.addressed
+                 else f"plan.ray.replay: {plan.ray.replay}")
+        raise ConfigError(f"replay.frame_stack: the frame table lives in the learner's process; {where} puts the "
+                          f"replay in a server of its own, which stores whole observations (expected the ray "
+                          f"runtime's replay: learner, or frame_stack: 0)")
     replay = None if served.addressed else make_replay(
                          config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
                          obs_dtype=obs_dtype,
@@ -367,7 +375,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                          total_steps=config.total_steps, rate_limiter=RateLimiter(**dataclasses.asdict(limit)),
                          device=replay_device(plan.devices, plan.platform),
                          # the frame table (replay.frame_stack) keeps one stream per env and makes the n-step transitions
-                         streams=plan.actors * plan.envs_per_actor, n_step=cfg.n_step, gamma=cfg.gamma)
+                         streams=env_streams(plan), n_step=cfg.n_step, gamma=cfg.gamma)
     run_schedule = schedule.Schedule(cfg.learning_starts, cfg.updates_per_step, plan.batch_size,
                                      plan.sync_interval, getattr(cfg, "target_update_interval", None),
                                      cfg.train_freq, cfg.gradient_steps or 1)

@@ -274,24 +274,21 @@ def test_a_processes_plan_gets_a_row_per_process_whose_learner_row_is_its_side(c
     assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_frame_table_config_gets_no_ray_plan(cache):
-    """The ray runtime's replay server stores whole observations: for a config with replay.frame_stack
-    autotune ranks the one-machine runtimes' plans only, and asked for ray alone says why in one line."""
+def test_a_frame_table_config_gets_ray_plans_of_the_learner_placement_only(cache):
+    """A frame table stays in the learner's process: for a config with replay.frame_stack autotune
+    ranks ray plans with the replay server in the learner only (the builder refuses the others)."""
     from pathlib import Path
-
-    from pearl.errors import ConfigError
 
     pytest.importorskip("ale_py")
     config = apply_overrides(load_config(Path(__file__).parents[1] / "configs" / "breakout_dqn.yaml"),
                              {"replay.capacity": 5000})
     assert config.replay.frame_stack
     result = autotune_of(config, ("sequential", "ray"))
-    runtimes = {p.candidate.runtime for p in result.ranking.predictions}
-    assert runtimes == {"sequential"} and result.ranking.refused > 0
-    with pytest.raises(ConfigError, match=r"^autotune: replay\.frame_stack runs under the sequential and processes"):
-        autotune_of(config, ("ray",))
-    vectors = autotune_of(apply_overrides(config, {"replay.frame_stack": 0}), ("sequential", "ray"))
-    assert "ray" in {p.candidate.runtime for p in vectors.ranking.predictions}
+    ray_plans = [p.candidate for p in result.ranking.predictions if p.candidate.runtime == "ray"]
+    assert ray_plans and {c.placement for c in ray_plans} == {"learner"} and result.ranking.refused > 0
+    whole = autotune_of(apply_overrides(config, {"replay.frame_stack": 0}), ("sequential", "ray"))
+    assert {p.candidate.placement for p in whole.ranking.predictions if p.candidate.runtime == "ray"} >= {
+        "learner", "server", "node"}
 
 
 def autotune_of(config, runtimes):

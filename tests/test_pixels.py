@@ -350,3 +350,14 @@ def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
     agent.train(100)
     assert agent.parts.replay.inserted == agent.counters.env_steps >= 400
     check_frame_transitions(agent, count=256)
+
+
+def test_a_frame_table_on_a_replay_server_is_refused_in_one_line():
+    pytest.importorskip("zmq")
+    from pearl.plan import ServerAccess
+
+    plan = Plan(devices={task: "server:tcp://127.0.0.1:1" for task in ("insert", "sample", "update_priorities")},
+                server=ServerAccess(plaintext=True))
+    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: the frame table lives in the learner's "
+                                                r"process; plan\.devices\.sample: server:tcp://127\.0\.0\.1:1 puts"):
+        frame_agent(plan)

@@ -36,7 +36,9 @@ def cluster():
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": STORE, "include_dashboard": False})
     cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=STORE)
-    ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+    # the workers import this folder's modules, as the learner does (a test's env class: test_pixels)
+    ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})
     try:
         yield cluster
     finally:
@@ -237,6 +239,32 @@ def test_minatar_boards_reach_the_replay_as_uint8_from_both_nodes(cluster, repla
     assert (table.storage["obs"][:table.inserted, 0, 9].sum(axis=1) == 1).all()
     assert all(n["env_steps"] > 300 for n in agent.counters.node_rates)
     assert np.isfinite(agent.evaluate(2)["mean"])
+
+
+def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster):
+    """replay.frame_stack under ray (the `learner` placement): each node's actors write the frame
+    table's streams after the nodes before theirs, every env step's record is stored once, each
+    sampled stack is one episode's consecutive frames; a second train call's actors take the
+    streams over mid-episode. Another placement is refused in one line."""
+    from test_pixels import check_frame_transitions, frame_agent
+
+    agent = frame_agent(on_ray(envs=2, chunk=32))
+    table = agent.parts.replay
+    assert table.streams == 4
+    agent.train(600)
+    assert table.inserted == agent.env_steps >= 600
+    assert agent.updates == int((agent.env_steps - 50) * 0.25)
+    # records per stream (a step's, and an episode's first frame): node 0's streams 0-1, node 1's 2-3
+    counts, steps = table._counts, [n["env_steps"] for n in agent.counters.node_rates]
+    assert sum(steps) == agent.env_steps and min(steps) > 0
+    assert counts[:2].sum() >= steps[0] and counts[2:].sum() >= steps[1] and (counts > 0).all()
+    check_frame_transitions(agent, count=256)
+    agent.train(200)
+    assert table.inserted == agent.env_steps >= 800
+    check_frame_transitions(agent, count=256)
+    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: the frame table lives in the learner's "
+                                                r"process; plan\.ray\.replay: server puts"):
+        frame_agent(on_ray(replay="server"))
 
 
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):

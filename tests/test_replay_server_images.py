@@ -133,3 +133,55 @@ def test_a_checkpoint_restores_its_schema_only(serve, tmp_path):
                   TableConfig(capacity=200, obs_shape=(4, 10, 10), obs_dtype="float32")):
         with pytest.raises(ValueError, match="obs_"):
             restore(ReplayService(ServerConfig(table=other)), tmp_path)
+
+
+def step_records(rng, steps: int, streams: int) -> list[tuple]:
+    """`steps` rounds of step records of `streams` env streams of 6x6 frames (a stream's first
+    round takes it over: ~s), episodes ending at random."""
+    rounds = []
+    for k in range(steps):
+        ids = np.arange(streams) if k else ~np.arange(streams)
+        frames = rng.integers(0, 256, (streams, 6, 6), dtype=np.uint8)
+        ended = rng.random(streams) < 0.15
+        rounds.append((ids, rng.integers(0, 256, (streams, 6, 6), dtype=np.uint8), rng.integers(0, 2, streams),
+                       rng.normal(size=streams).astype(np.float32), frames, ended & (rng.random(streams) < 0.5),
+                       ended))
+    return rounds
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_an_embedded_server_writes_a_runs_frame_table_as_the_run_would(serve, kind):
+    """The ray runtime's `learner` placement around a frame table: its inserts are the actors' step
+    records (chunks of several rounds), stored as the table's own add stores them; the batches are
+    stacks. A server of its own refuses a frame table in one line."""
+    from pearl.replay import FrameReplay
+    from pearl.server.service import make_table
+
+    def table():
+        return FrameReplay(240, (6, 6), 4, streams=3, n_step=2, kind=kind)
+
+    served, reference = table(), table()
+    config = TableConfig(kind=kind, capacity=240, obs_shape=(6, 6), obs_dtype="uint8", frame_stack=4)
+    server = ReplayServer(ServerConfig(table=config, bind=LOOPBACK), table=served).start()
+    try:
+        client = ReplayClient(server.address, writer=1, timeout=20)
+        rounds = step_records(np.random.default_rng(2), 150, 3)
+        for first in range(0, len(rounds), 10):  # an agent's chunk: its rounds' rows one after another
+            chunk = [np.concatenate(column) for column in zip(*rounds[first:first + 10])]
+            client.add(*chunk)
+            reference.add(*chunk)
+        client.flush()
+        assert served.progress == 450  # the env steps its writer committed (a row each, here)
+        reference.progress = served.progress
+        expected, stored = reference.state_dict(), served.state_dict()
+        for name, values in expected.items():
+            np.testing.assert_array_equal(stored[name], values, err_msg=name)
+        batch = client.sample(32)
+        assert batch.obs.shape == (32, 4, 6, 6) and batch.obs.dtype == np.uint8
+        np.testing.assert_array_equal(batch.obs, reference.gather(batch.indices).obs)
+        np.testing.assert_array_equal(batch.next_obs, reference.gather(batch.indices).next_obs)
+        client.close()
+    finally:
+        server.stop()
+    with pytest.raises(ConfigError, match=r"^table\.frame_stack: a frame table is served only around a run's own"):
+        make_table(ServerConfig(table=config))

@@ -181,6 +181,8 @@ class FrameReplay:
         streams = _column(streams, _INT64, -1)
         count = streams.shape[0]
         admit_insert(self.rate_limiter, count)
+        if not count:  # (a replay server's warm-up inserts nothing)
+            return self._changed[:0]
         obs_rows, next_rows = self._rows(obs, "obs", count), self._rows(next_obs, "next_obs", count)
         actions = np.asarray(actions, dtype=self.action_dtype).reshape(count, -1)
         rewards = _column(rewards, _FLOAT32, count)

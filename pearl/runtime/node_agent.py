@@ -21,6 +21,7 @@ unlinked by its resource tracker.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
@@ -157,7 +158,10 @@ class NodeAgent:
         quota = math.ceil(left / (n * envs)) * envs  # env steps per actor process
         if quota == 0:
             return self.report()
-        parts = SimpleNamespace(plan=SimpleNamespace(actors=n, envs_per_actor=envs), actor_recipe=spec["recipe"],
+        recipe = spec["recipe"]
+        if recipe.kwargs.get("first_stream") is not None:  # a frame table's streams: node k's after k nodes' envs
+            recipe = dataclasses.replace(recipe, kwargs={**recipe.kwargs, "first_stream": self.node * n * envs})
+        parts = SimpleNamespace(plan=SimpleNamespace(actors=n, envs_per_actor=envs), actor_recipe=recipe,
                                 seed=spec["seed"], transition_fields=spec["fields"], n_step=spec["n_step"],
                                 config=SimpleNamespace(env=spec["env"]))
         # seeds differ per node and per restart of the agent (its start: the steps already committed)

@@ -93,10 +93,11 @@ class ActorRecipe:
             gymnasium.register(self.kwargs["env_id"], entry_point=self.env_factory)
 
     def build(self, seed: int, policy=None, index: int = 0):
-        """Actor number `index` (a frame table's writer: its envs are streams index x n_envs, ...)."""
+        """Actor number `index` (a frame table's writer: its envs are streams first_stream + index x
+        n_envs, ...; a ray node's actors start at their node's first stream)."""
         kwargs = dict(self.kwargs)
         if kwargs.get("first_stream") is not None:
-            kwargs["first_stream"] = index * kwargs["n_envs"]
+            kwargs["first_stream"] += index * kwargs["n_envs"]
         return self.actor_class(seed=seed, policy=policy if policy is not None else self.policy_factory(), **kwargs)
 
 

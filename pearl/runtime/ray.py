@@ -207,7 +207,10 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         runs = {agents[node].run.remote(side.addresses): node for node in range(nodes)}
         # the learner's own actor steps while the node agents start (a Ray worker, then their actor
         # processes: ~2-4 s here), as the processes runtime's does, until an agent's steps arrive
-        local = parts.actor if plan.act_while_actors_start and not remote_replay else None
+        # (not into a frame table: the learner's actor would write node 0's first actor's streams
+        # while that actor, already up, writes them too; the processes runtime holds its rounds back)
+        local = (parts.actor if plan.act_while_actors_start and not remote_replay
+                 and not parts.config.replay.frame_stack else None)
         loop = _Learning(parts, counters, hooks, side, published, local)
         counters.learner_env_steps = 0
         reports = _Reports(agents, rates)
@@ -387,12 +390,13 @@ class _Learning:
             self.advance()
 
 
-def table_schema(fields: dict) -> dict:
-    """A replay server table's schema keys for the run's transition fields (whole observations of
-    any shape, float32 or uint8, as the run's own table stores them)."""
+def table_schema(parts) -> dict:
+    """A replay server table's schema keys for the run's transition fields: observations of any
+    shape, float32 or uint8, as the run's own table stores them (a frame table: one frame each)."""
+    fields = parts.transition_fields
     (obs_dtype, obs_shape), (action_dtype, action_shape) = fields["obs"], fields["actions"]
     return dict(obs_shape=tuple(obs_shape), obs_dtype=str(obs_dtype), action_dtype=str(action_dtype),
-                action_shape=tuple(action_shape))
+                action_shape=tuple(action_shape), frame_stack=parts.config.replay.frame_stack)
 
 
 class _InProcess:
@@ -408,7 +412,7 @@ class _InProcess:
         plan, schedule, replay = parts.plan, parts.schedule, parts.replay
         u = schedule.updates_per_step
         table = TableConfig(kind=parts.config.replay.kind, capacity=replay.capacity,
-                            **table_schema(parts.transition_fields))
+                            **table_schema(parts))
         ratio = RatioConfig(updates_per_step=u, learning_starts=schedule.learning_starts,
                             max_lag=credit_lag(plan, u, parts.n_step))
         host = ray.util.get_node_ip_address()
@@ -518,7 +522,7 @@ class _Remote:
         self.start = counters.env_steps
         shards = plan.ray.shards
         self.capacities = shard_capacities(replay.capacity, shards)
-        schema = table_schema(parts.transition_fields)
+        schema = table_schema(parts)
         r = config.replay
         remote = ray.remote(ReplayShard)
         self.shards, self.client = [], None

@@ -323,8 +323,7 @@ class ReplayClient:
                                    self.info["ratio"] is not None, retries, retain)
         self._pending: tuple | None = None  # (indices, td) riding on the next sample
         self._packers: dict[int, Packer] = {}  # rows -> the packer of an update of that many rows
-        obs = np.dtype(self.info["obs_dtype"])
-        self._dtypes = (obs, np.dtype(self.info["action_dtype"]), np.float32, obs, np.float32)
+        self._dtypes = tuple(np.dtype(dtype) for dtype, _ in self.info["insert"])  # the server's insert columns
         self._progress = 0
 
     # ---- the table interface ----------------------------------------------------------------
@@ -338,18 +337,20 @@ class ReplayClient:
     def progress(self, value) -> None:
         pass
 
-    def add(self, obs, actions, rewards, next_obs, discounts, env_steps: int | None = None,
-            seq: int | None = None) -> int:
-        """Sends one chunk (returns its sequence number without waiting for the ack). `seq`:
-        an explicit sequence number, for a restarted writer replaying its stream."""
+    def add(self, *columns, env_steps: int | None = None, seq: int | None = None) -> int:
+        """Sends one chunk (returns its sequence number without waiting for the ack): the server's
+        insert columns (obs, actions, rewards, next_obs, discounts; a frame table's step records).
+        `seq`: an explicit sequence number, for a restarted writer replaying its stream."""
         if self._writer is None:
             raise RuntimeError("this ReplayClient has no writer id: ReplayClient(address, writer=ID)")
-        rows = len(rewards)
+        if len(columns) != len(self._dtypes):
+            raise ValueError(f"an insert of {len(columns)} columns; the server's table takes {len(self._dtypes)}")
+        rows = len(columns[0])
         steps = rows if env_steps is None else int(env_steps)
         w = self._writer
         seq = w.next_seq if seq is None else int(seq)
         dtypes = self._dtypes
-        columns = [np.ascontiguousarray(a, t) for a, t in zip((obs, actions, rewards, next_obs, discounts), dtypes)]
+        columns = [np.ascontiguousarray(a, t) for a, t in zip(columns, dtypes)]
         header = Header(Op.INSERT, writer=w.writer, seq=seq, rows=rows, arg0=steps,
                         flags=FLAG_NO_ACK if seq % w.ack_every else 0)
         if sum(c.nbytes for c in columns) > INLINE_BYTES:

@@ -26,6 +26,9 @@ class TableConfig:
     obs_dim: int = 4                 # a vector observation's length (when obs_shape is empty)
     obs_shape: tuple = ()            # an observation's shape, e.g. [4, 10, 10] (MinAtar); (): (obs_dim,)
     obs_dtype: str = "float32"       # float32, or uint8 (images: converted only at the network's input)
+    # > 0: the table is a run's frame table (pearl/replay/frames.py) served by an embedded server (the
+    # ray runtime's `learner` placement): inserts are the actors' step records, obs_shape one frame's
+    frame_stack: int = 0
     action_dtype: str = "int64"      # int64 (discrete) or float32 (Box actions)
     action_shape: tuple = ()
     alpha: float = 0.6
@@ -42,6 +45,8 @@ class TableConfig:
         for name in ("capacity", "obs_dim", "fanout", "beta_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"table.{name}: expected a positive integer, got {getattr(self, name)!r}")
+        if not isinstance(self.frame_stack, int) or self.frame_stack < 0:
+            raise ConfigError(f"table.frame_stack: expected an integer >= 0, got {self.frame_stack!r}")
         if self.action_dtype not in ("int64", "float32"):
             raise ConfigError(f"table.action_dtype: {self.action_dtype!r} (expected int64 or float32)")
         if self.obs_dtype not in ("float32", "uint8"):
@@ -140,8 +145,11 @@ class ServerConfig:
 
         t = self.table
         obs = Column(np.dtype(t.obs_dtype), t.observation_shape)
-        return [obs, Column(np.dtype(t.action_dtype), tuple(t.action_shape)), Column(np.dtype(np.float32), ()), obs,
-                Column(np.dtype(np.float32), ())]
+        action, scalar = Column(np.dtype(t.action_dtype), tuple(t.action_shape)), Column(np.dtype(np.float32), ())
+        if t.frame_stack:  # step records: stream, newest frames, action, reward, next frames, how the step ended
+            flag = Column(np.dtype(np.bool_), ())
+            return [Column(np.dtype(np.int64), ()), obs, action, scalar, obs, flag, flag]
+        return [obs, action, scalar, obs, scalar]
 
 
 _NESTED = {"table": TableConfig, "ratio": RatioConfig, "rate_limiter": RateLimiterConfig, "auth": AuthConfig}

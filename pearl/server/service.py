@@ -50,9 +50,13 @@ LATENCY_WINDOW = 4096
 def make_table(config: ServerConfig):
     """The PEARL replay table a server config asks for (uniform, prioritized sum tree, AMPER)."""
     from pearl.config import ReplayConfig
+    from pearl.errors import ConfigError
     from pearl.replay import RateLimiter, make_replay
 
     t = config.table
+    if t.frame_stack:
+        raise ConfigError("table.frame_stack: a frame table is served only around a run's own table (the ray "
+                          "runtime's replay: learner); a replay server of its own stores whole observations")
     replay = ReplayConfig(kind=t.kind, capacity=t.capacity, alpha=t.alpha, beta=t.beta,
                           beta_final=t.beta_final, priority_eps=t.priority_eps,
                           backend=t.backend if t.backend in ("auto", "numba", "numpy") else "auto",
@@ -205,7 +209,8 @@ class ReplayService:
     def _hello(self, peer, header, columns, arrays):
         t = self.config.table
         info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_shape": list(t.observation_shape),
-                "obs_dtype": t.obs_dtype,
+                "obs_dtype": t.obs_dtype, "frame_stack": t.frame_stack,
+                "insert": [[c.dtype.name, list(c.shape)] for c in self.schema],
                 "action_dtype": t.action_dtype, "action_shape": list(t.action_shape),
                 "prioritized": bool(self.table.prioritized), "alpha": t.alpha, "beta": t.beta,
                 "beta_final": t.beta_final, "beta_steps": t.beta_steps,

@@ -74,10 +74,10 @@ class ShardedReplayClient:
             self.mins[s] = stats.get("min_mass", np.inf)
             self.progress_of[s] = stats["env_steps"]
 
-    def add(self, obs, actions, rewards, next_obs, discounts, env_steps: int | None = None) -> int:
+    def add(self, *columns, env_steps: int | None = None) -> int:
         shard = self.shards[self._next_shard]
         self._next_shard = (self._next_shard + 1) % len(self.shards)
-        return shard.add(obs, actions, rewards, next_obs, discounts, env_steps=env_steps)
+        return shard.add(*columns, env_steps=env_steps)
 
     def flush(self) -> None:
         for shard in self.shards:
