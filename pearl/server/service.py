@@ -65,8 +65,9 @@ def make_table(config: ServerConfig):
     if config.rate_limiter is not None:
         r = config.rate_limiter
         limiter = RateLimiter(r.samples_per_insert, r.min_size_to_sample, r.error_buffer)
-    return make_replay(replay, t.observation_shape, obs_dtype=np.dtype(t.obs_dtype), action_dtype=np.dtype(t.action_dtype),
-                       action_shape=tuple(t.action_shape), total_steps=t.beta_steps, rate_limiter=limiter)
+    return make_replay(replay, t.observation_shape, obs_dtype=np.dtype(t.obs_dtype),
+                       action_dtype=np.dtype(t.action_dtype), action_shape=tuple(t.action_shape),
+                       total_steps=t.beta_steps, rate_limiter=limiter)
 
 
 def selector_masses(table, indices: np.ndarray) -> tuple[np.ndarray, float, float]:

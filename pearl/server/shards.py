@@ -38,7 +38,8 @@ class ShardedReplayClient:
         self.shards = [ReplayClient(a, auth, writer=writer, timeout=timeout, window=window) for a in addresses]
         first = self.shards[0].info
         for shard in self.shards[1:]:
-            for key in ("kind", "obs_shape", "obs_dtype", "action_dtype", "action_shape", "alpha", "beta", "beta_final", "beta_steps"):
+            for key in ("kind", "obs_shape", "obs_dtype", "action_dtype", "action_shape", "alpha", "beta",
+                        "beta_final", "beta_steps"):
                 if shard.info[key] != first[key]:
                     raise ValueError(f"shard {shard.address}: {key} {shard.info[key]!r} != {first[key]!r}")
         if any(s.info["ratio"] is not None for s in self.shards):
