@@ -360,7 +360,7 @@ def _policy_and_env(name: str, args: tuple, options: dict):
         raise ConfigError(f"{name}: takes (env) or (policy, env) positionally, got {len(args) + (policy is not None)} "
                           f"arguments; give the others by name")
     if args and "env" in options:
-        raise ConfigError(f"env: given twice (positionally and as env=)")
+        raise ConfigError("env: given twice (positionally and as env=)")
     return policy, args[0] if args else options.pop("env", None)
 
 

@@ -317,9 +317,9 @@ def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_it
     widths = [features or obs_dim, *config.algo_config.hidden, action_dim]
     # weights, gradients, two Adam moments and a target copy, float32, for up to three networks
     networks = 3 * 5 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
-    for field, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
+    for name, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
         if size > memory:
-            raise ConfigError(f"{field}: needs about {size / 2**30:,.0f} GiB; this machine has "
+            raise ConfigError(f"{name}: needs about {size / 2**30:,.0f} GiB; this machine has "
                               f"{memory / 2**30:,.0f} GiB of memory")
 
 

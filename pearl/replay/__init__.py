@@ -50,7 +50,6 @@ def make_frame_replay(config, obs_shape, obs_dtype, action_dtype, action_shape, 
                       where, kind, streams: int, n_step: int, gamma: float):
     """The frame table for `config.frame_stack`, or a one-line ConfigError naming what does not fit."""
     from pearl.errors import ConfigError
-    from pearl.replay.frames import FrameReplay
 
     obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
     stack = config.frame_stack
