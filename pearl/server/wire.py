@@ -36,7 +36,7 @@ from enum import IntEnum
 import numpy as np
 
 MAGIC = b"PRLR"
-VERSION = 1
+VERSION = 2  # 2: HELLO's info names the observation's shape and dtype and the insert's columns
 HEADER = struct.Struct("<4sHHHHIIII4xQQQ")
 COLUMN = struct.Struct("<BBxx4I")
 MAX_DIMS = 4
