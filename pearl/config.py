@@ -59,21 +59,8 @@ class DQNConfig:
     conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
 
     def check(self, at: str) -> None:
-        if not self.hidden:
-            raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
-        for i, width in enumerate(self.hidden):
-            _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
-        _check_conv(at + ".conv", self.conv)
-        _positive(at + ".lr", self.lr)
-        _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
-        _at_least(at + ".batch_size", self.batch_size, 1)
-        _at_least(at + ".learning_starts", self.learning_starts, 0)
-        _positive(at + ".updates_per_step", self.updates_per_step)
-        _check_bursts(at, self)
+        _check_learning(at, self)
         _at_least(at + ".target_update_interval", self.target_update_interval, 1)
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {self.tau}")
-        _at_least(at + ".n_step", self.n_step, 1)
         _positive(at + ".max_grad_norm", self.max_grad_norm)
         self.exploration.check(at + ".exploration")
 
@@ -96,20 +83,7 @@ class ContinuousConfig:
     conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
 
     def check(self, at: str) -> None:
-        if not self.hidden:
-            raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
-        for i, width in enumerate(self.hidden):
-            _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
-        _check_conv(at + ".conv", self.conv)
-        _positive(at + ".lr", self.lr)
-        _in_range(at + ".gamma", self.gamma, 0.0, 1.0)
-        if not 0.0 < self.tau <= 1.0:
-            raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {self.tau}")
-        _at_least(at + ".batch_size", self.batch_size, 1)
-        _at_least(at + ".learning_starts", self.learning_starts, 0)
-        _positive(at + ".updates_per_step", self.updates_per_step)
-        _check_bursts(at, self)
-        _at_least(at + ".n_step", self.n_step, 1)
+        _check_learning(at, self)
 
 
 @dataclass
@@ -293,6 +267,25 @@ def _check_conv(at: str, conv: list[list[int]]) -> None:
             raise ConfigError(f"{at}[{i}]: expected [channels, kernel, stride], got {layer}")
         for name, value in zip(("channels", "kernel", "stride"), layer):
             _at_least(f"{at}[{i}] {name}", value, 1, MAX_WIDTH)
+
+
+def _check_learning(at: str, section) -> None:
+    """What every algorithm section has: the networks, the optimizer's step, the return, the replay
+    ratio and its start, the n-step return."""
+    if not section.hidden:
+        raise ConfigError(f"{at}.hidden: expected a non-empty list of layer widths")
+    for i, width in enumerate(section.hidden):
+        _at_least(f"{at}.hidden[{i}]", width, 1, MAX_WIDTH)
+    _check_conv(at + ".conv", section.conv)
+    _positive(at + ".lr", section.lr)
+    _in_range(at + ".gamma", section.gamma, 0.0, 1.0)
+    if not 0.0 < section.tau <= 1.0:
+        raise ConfigError(f"{at}.tau: expected a number in (0, 1], got {section.tau}")
+    _at_least(at + ".batch_size", section.batch_size, 1)
+    _at_least(at + ".learning_starts", section.learning_starts, 0)
+    _positive(at + ".updates_per_step", section.updates_per_step)
+    _check_bursts(at, section)
+    _at_least(at + ".n_step", section.n_step, 1)
 
 
 def _check_bursts(at: str, section) -> None:
