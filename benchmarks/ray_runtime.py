@@ -10,8 +10,8 @@ step, batch 64, 64x64) at n-step --n-step (default 1) for --steps env steps per 
   (the same updates per env step), its own defaults otherwise.
 `--config PATH`: another DQN config instead (e.g. configs/minatar_breakout_dqn.yaml: image
 observations, uint8 4x10x10 boards, through both runtimes' rings and, for ray, the wire and the
-replay server). Runs alternate (processes, ray, rllib) per seed so load changes hit each alike. Figures: env steps/s
-over the whole `train` call (start-up included) and over the steady part (after the first quarter
+replay server). Runs alternate (processes, ray, rllib) per seed so load changes hit each alike.
+Figures: env steps/s over the whole `train` call (start-up included) and over the steady part (after the first quarter
 of the steps; for ray also after its learner's own actor handed over to the node agents), per
 seed, the ratio ray / processes beside them; the machine's load average before and after. Both
 runtimes step the learner's own actor while their actors start (plan.act_while_actors_start);
