@@ -112,8 +112,8 @@ def runtime_accepts(config, cand, extra_rounds: int = 200) -> bool:
 
     if cand.runtime in schedule.CLUSTER_RUNTIMES:
         # the replay server's credits (or the driver's grants) keep its band, not the limiter; a
-        # frame table stays in the learner's process (the builder refuses it on a server of its own)
-        return not config.replay.frame_stack or cand.placement == "learner"
+        # frame table's shards hold whole env streams (the builder refuses more shards than streams)
+        return not config.replay.frame_stack or cand.shards <= cand.nodes * cand.actors * cand.envs
     algo = config.algo_config
     limit = schedule.rate_limit(cand.runtime, cand.batch, algo.updates_per_step, algo.learning_starts, algo.n_step,
                                 cand.envs, cand.actors)

@@ -361,13 +361,13 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
-    if config.replay.frame_stack and (served.addressed or plan.runtime in CLUSTER_RUNTIMES
-                                      and plan.ray.replay != "learner"):
-        where = (f"plan.devices.sample: {plan.device_of('sample')}" if served.addressed
-                 else f"plan.ray.replay: {plan.ray.replay}")
-        raise ConfigError(f"replay.frame_stack: the frame table lives in the learner's process; {where} puts the "
-                          f"replay in a server of its own, which stores whole observations (expected the ray "
-                          f"runtime's replay: learner, or frame_stack: 0)")
+    if config.replay.frame_stack and served.addressed:
+        raise ConfigError(f"replay.frame_stack: plan.devices.sample: {plan.device_of('sample')} is a replay server "
+                          f"the learner writes whole transitions to; a frame table takes the actors' step records "
+                          f"(the ray runtime, any replay placement; or frame_stack: 0)")
+    if config.replay.frame_stack and plan.runtime in CLUSTER_RUNTIMES and plan.ray.shards > env_streams(plan):
+        raise ConfigError(f"plan.ray.shards: {plan.ray.shards} shards for a frame table of {env_streams(plan)} env "
+                          f"streams (each shard holds whole streams: at most nodes x actors x envs_per_actor shards)")
     replay = None if served.addressed else make_replay(
                          config.replay, obs_shape if len(obs_shape) > 1 else family.obs_dim,
                          obs_dtype=obs_dtype,

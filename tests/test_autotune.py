@@ -274,9 +274,9 @@ def test_a_processes_plan_gets_a_row_per_process_whose_learner_row_is_its_side(c
     assert (tmp_path / "gantt.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_frame_table_config_gets_ray_plans_of_the_learner_placement_only(cache):
-    """A frame table stays in the learner's process: for a config with replay.frame_stack autotune
-    ranks ray plans with the replay server in the learner only (the builder refuses the others)."""
+def test_a_frame_table_config_gets_ray_plans_whose_shards_hold_whole_streams(cache):
+    """A frame table's shards hold whole env streams: for a config with replay.frame_stack autotune
+    ranks ray plans of every placement with at most one shard per stream (the builder refuses more)."""
     from pathlib import Path
 
     pytest.importorskip("ale_py")
@@ -285,7 +285,8 @@ def test_a_frame_table_config_gets_ray_plans_of_the_learner_placement_only(cache
     assert config.replay.frame_stack
     result = autotune_of(config, ("sequential", "ray"))
     ray_plans = [p.candidate for p in result.ranking.predictions if p.candidate.runtime == "ray"]
-    assert ray_plans and {c.placement for c in ray_plans} == {"learner"} and result.ranking.refused > 0
+    assert {c.placement for c in ray_plans} == {"learner", "server", "node"}
+    assert all(c.shards <= c.nodes * c.actors * c.envs for c in ray_plans) and result.ranking.refused > 0
     whole = autotune_of(apply_overrides(config, {"replay.frame_stack": 0}), ("sequential", "ray"))
     assert {p.candidate.placement for p in whole.ranking.predictions if p.candidate.runtime == "ray"} >= {
         "learner", "server", "node"}

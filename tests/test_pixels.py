@@ -358,6 +358,14 @@ def test_a_frame_table_on_a_replay_server_is_refused_in_one_line():
 
     plan = Plan(devices={task: "server:tcp://127.0.0.1:1" for task in ("insert", "sample", "update_priorities")},
                 server=ServerAccess(plaintext=True))
-    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: the frame table lives in the learner's "
-                                                r"process; plan\.devices\.sample: server:tcp://127\.0\.0\.1:1 puts"):
+    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: plan\.devices\.sample: server:tcp://127"
+                                                r"\.0\.0\.1:1 is a replay server the learner writes whole transitions"):
+        frame_agent(plan)
+
+
+def test_a_ray_frame_table_of_more_shards_than_streams_is_refused_in_one_line():
+    from pearl.plan import RayPlan
+
+    plan = Plan(runtime="ray", actors=1, envs_per_actor=1, ray=RayPlan(nodes=2, replay="server", shards=3))
+    with pytest.raises(pearl.ConfigError, match=r"^plan\.ray\.shards: 3 shards for a frame table of 2 env streams"):
         frame_agent(plan)

@@ -241,14 +241,16 @@ def test_minatar_boards_reach_the_replay_as_uint8_from_both_nodes(cluster, repla
     assert np.isfinite(agent.evaluate(2)["mean"])
 
 
-def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster):
-    """replay.frame_stack under ray (the `learner` placement): each node's actors write the frame
-    table's streams after the nodes before theirs, every env step's record is stored once, each
-    sampled stack is one episode's consecutive frames; a second train call's actors take the
-    streams over mid-episode. Another placement is refused in one line."""
+@pytest.mark.parametrize("replay, shards", [("learner", 1), ("server", 2)])
+def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster, replay, shards):
+    """replay.frame_stack under ray: each node's actors write the frame table's streams after the
+    nodes before theirs, every env step's record is stored once, each sampled stack is one
+    episode's consecutive frames; a second train call's actors take the streams over mid-episode.
+    With 2 shards each holds whole streams (0 and 2; 1 and 3), and the run's table gathered back
+    from them is the same table: records per stream, sampleable stacks."""
     from test_pixels import check_frame_transitions, frame_agent
 
-    agent = frame_agent(on_ray(envs=2, chunk=32))
+    agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards))
     table = agent.parts.replay
     assert table.streams == 4
     agent.train(600)
@@ -262,9 +264,6 @@ def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(clu
     agent.train(200)
     assert table.inserted == agent.env_steps >= 800
     check_frame_transitions(agent, count=256)
-    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: the frame table lives in the learner's "
-                                                r"process; plan\.ray\.replay: server puts"):
-        frame_agent(on_ray(replay="server"))
 
 
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):

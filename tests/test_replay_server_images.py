@@ -112,6 +112,10 @@ def test_cli_observation_flags_are_checked(capsys):
     assert main(["--plaintext", "--bind", LOOPBACK, "--obs-shape", "4,10,10", "--obs-dtype", "int8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pearl: error: table.obs_dtype") and "\n" not in err
+    assert main(["--plaintext", "--bind", LOOPBACK, "--obs-shape", "84,84", "--frame-stack", "4", "--streams", "8",
+                 "--capacity", "32"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pearl: error: table.capacity: 32 leaves 4 records for each of 8 streams") and "\n" not in err
 
 
 def test_a_checkpoint_restores_its_schema_only(serve, tmp_path):
@@ -183,5 +187,107 @@ def test_an_embedded_server_writes_a_runs_frame_table_as_the_run_would(serve, ki
         client.close()
     finally:
         server.stop()
-    with pytest.raises(ConfigError, match=r"^table\.frame_stack: a frame table is served only around a run's own"):
-        make_table(ServerConfig(table=config))
+    assert isinstance(make_table(ServerConfig(table=config)), FrameReplay)  # (a server of its own: below)
+
+
+FRAMES = dict(obs_shape=(6, 6), obs_dtype="uint8", frame_stack=4, n_step=2, gamma=0.9)
+
+
+def frame_table(kind: str, capacity: int, streams: int):
+    from pearl.replay import FrameReplay
+
+    return FrameReplay(capacity, (6, 6), 4, streams=streams, n_step=2, gamma=0.9, kind=kind)
+
+
+def add_rounds(writers, rounds, rows_per_chunk: int = 10) -> None:
+    """The rounds in chunks of `rows_per_chunk` rounds (a node agent's chunk), to every writer."""
+    for first in range(0, len(rounds), rows_per_chunk):
+        chunk = [np.concatenate(column) for column in zip(*rounds[first:first + rows_per_chunk])]
+        for writer in writers:
+            writer.add(*chunk)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_replay_server_of_its_own_holds_a_frame_table(serve, kind):
+    """`pearl replay-server` with table.frame_stack: the table of table.streams env streams, each
+    frame stored once, the n-step returns made with table.gamma; writers send step records (the
+    HELLO names the 7 columns), batches come back as stacks equal to the local table's gather,
+    priority updates reach slots beyond the count of valid transitions."""
+    server = serve(TableConfig(kind=kind, capacity=240, streams=3, **FRAMES))
+    client = ReplayClient(server.address, writer=1, timeout=20)
+    assert client.info["frame_stack"] == 4 and client.info["streams"] == 3 and len(client.info["insert"]) == 7
+    reference = frame_table(kind, 240, 3)
+    add_rounds([client, reference], step_records(np.random.default_rng(3), 150, 3))
+    client.flush()
+    served = server.service.table
+    reference.progress = served.progress = 0
+    for name, values in reference.state_dict().items():
+        np.testing.assert_array_equal(served.state_dict()[name], values, err_msg=name)
+    for _ in range(5):
+        batch = client.sample(32)
+        expected = reference.gather(batch.indices)
+        assert batch.obs.shape == (32, 4, 6, 6) and batch.obs.dtype == np.uint8
+        for name in ("obs", "next_obs", "rewards", "discounts"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+        assert set(np.unique(batch.discounts)) <= set(np.float32([0.0, 0.9, 0.9 ** 2]))  # gamma, 2 steps
+        td = np.linspace(0.1, 3.0, 32)
+        client.update_priorities(batch.indices, td)
+        reference.update_priorities(batch.indices, td)
+    # slots are not 0 .. size - 1 in a frame table: valid transitions lie anywhere in each ring
+    high = reference.valid_indices()[reference.valid_indices() >= served.size][:16]
+    assert high.size
+    client.update_priorities(high, np.full(high.size, 5.0))
+    reference.update_priorities(high, np.full(high.size, 5.0))
+    client.sample(8)  # (the last update rides on this request)
+    assert server.service.counts["rejected"] == 0
+    np.testing.assert_allclose(served.tree.get(np.arange(240)), reference.tree.get(np.arange(240)))
+    client.close()
+
+
+def test_a_frame_tables_config_is_checked_in_one_line(tmp_path):
+    for table, field in ((dict(capacity=20, streams=4), "table.capacity"), (dict(streams=0), "table.streams"),
+                         (dict(gamma=1.5), "table.gamma"), (dict(n_step=0), "table.n_step")):
+        with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":") as refused:
+            load_config({"table": {**FRAMES, "obs_shape": [6, 6], **table}})
+        assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match=r"^checkpoint_dir: a frame table's server takes no checkpoints"):
+        load_config({"table": {**FRAMES, "obs_shape": [6, 6]}, "checkpoint_dir": str(tmp_path)})
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(serve, kind):
+    """A frame table over 2 shards (the ray runtime's `server` placement): each step record goes to
+    its stream's shard (stream s to shard s mod 2 as its stream s // 2, a first step ~s as
+    ~(s // 2)), so each shard's table is the run's table's streams; the shards' states merge into
+    the state one table fed the same records has, and split back into the same shards' states;
+    a batch's global indices name the run's slots whose stacks it holds."""
+    from pearl.runtime.ray_replay import FrameShards
+    from pearl.server.shards import SHIFT, SLOT, ShardedReplayClient
+
+    streams, length = 5, 48
+    layout = FrameShards(streams, length, 2)
+    assert [list(h) for h in layout.held] == [[0, 2, 4], [1, 3]] and layout.capacities == [144, 96]
+    servers = [serve(TableConfig(kind=kind, capacity=c, streams=len(h), **FRAMES))
+               for c, h in zip(layout.capacities, layout.held)]
+    client = ShardedReplayClient([s.address for s in servers], writer=1, timeout=20)
+    reference = frame_table(kind, streams * length, streams)
+    rounds = step_records(np.random.default_rng(4), 130, streams)
+    add_rounds([client, reference], rounds, rows_per_chunk=7)
+    client.flush()
+    assert [s.service.env_steps for s in servers] == [130 * 3, 130 * 2]  # a row's env step, on its shard
+    states = [s.service.table.state_dict() for s in servers]
+    merged, expected = layout.merge(states, 650, {}), reference.state_dict()
+    for name in expected:
+        if name != "progress":
+            np.testing.assert_array_equal(merged[name], expected[name], err_msg=name)
+    for (part, steps), state in zip(layout.split(expected, 650), states):
+        for name in FrameShards.ROWS + FrameShards.STREAMS + ("state",):
+            np.testing.assert_array_equal(part[name], state[name], err_msg=name)
+    client.refresh()
+    batch = client.sample(40, np.random.default_rng(0))
+    shard, slot = batch.indices >> SHIFT, batch.indices & SLOT
+    stream = np.array([layout.held[k][j] for k, j in zip(shard, slot // length)])
+    expected = reference.gather(stream * length + slot % length)
+    for name in ("obs", "next_obs", "rewards", "discounts", "actions"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+    client.close()

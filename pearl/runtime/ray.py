@@ -12,7 +12,8 @@ Ray does placement, lifecycle and control; PEARL does the data path (docs/RAY.md
   (ReplayService.sample_here: no socket), the previous batch's priority update applied before each draw;
 - `server` / `node` (_Remote): `shards` replay servers in Ray actors of their own
   (pearl/runtime/ray_replay.py) on this node or on nodes of their own (bundles of the placement
-  group); the agents write to them round-robin, the learner samples them through the sharded
+  group); the agents write to them round-robin (a frame table's step records: each to its
+  stream's shard), the learner samples them through the sharded
   client (exact prioritized sampling across shards), and the run's table is gathered back from
   them for each checkpoint and at the end;
 - weights go out at most every PUBLISH_S, inside the publish call (as bytes) when small, else as one
@@ -395,8 +396,12 @@ def table_schema(parts) -> dict:
     shape, float32 or uint8, as the run's own table stores them (a frame table: one frame each)."""
     fields = parts.transition_fields
     (obs_dtype, obs_shape), (action_dtype, action_shape) = fields["obs"], fields["actions"]
-    return dict(obs_shape=tuple(obs_shape), obs_dtype=str(obs_dtype), action_dtype=str(action_dtype),
-                action_shape=tuple(action_shape), frame_stack=parts.config.replay.frame_stack)
+    schema = dict(obs_shape=tuple(obs_shape), obs_dtype=str(obs_dtype), action_dtype=str(action_dtype),
+                  action_shape=tuple(action_shape), frame_stack=parts.config.replay.frame_stack)
+    if schema["frame_stack"]:
+        replay = parts.replay
+        schema.update(streams=replay.streams, n_step=replay.n_step, gamma=replay.gamma)
+    return schema
 
 
 class _InProcess:
@@ -512,7 +517,7 @@ class _Remote:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-        from pearl.runtime.ray_replay import ReplayShard, shard_capacities, split_states
+        from pearl.runtime.ray_replay import FrameShards, ReplayShard, shard_capacities, split_states
         from pearl.server.client import ClientAuth
         from pearl.server.config import TableConfig
         from pearl.server.shards import ShardedReplayClient
@@ -521,14 +526,18 @@ class _Remote:
         self.parts, self.counters, self.replay, self.nodes = parts, counters, replay, nodes
         self.start = counters.env_steps
         shards = plan.ray.shards
-        self.capacities = shard_capacities(replay.capacity, shards)
         schema = table_schema(parts)
         r = config.replay
+        # a frame table's shards hold whole env streams (their writers route each row by its stream)
+        self.frames = FrameShards(replay.streams, replay.length, shards) if r.frame_stack else None
+        self.capacities = self.frames.capacities if self.frames else shard_capacities(replay.capacity, shards)
         remote = ray.remote(ReplayShard)
         self.shards, self.client = [], None
         try:
             here = ray.get_runtime_context().get_node_id()
             for k, capacity in enumerate(self.capacities):
+                if self.frames:
+                    schema.update(streams=len(self.frames.held[k]))
                 table = TableConfig(kind=r.kind, capacity=capacity, **schema, alpha=r.alpha,
                                     beta=r.beta, beta_final=r.beta_final, beta_steps=max(1, config.total_steps),
                                     priority_eps=r.priority_eps, fanout=r.fanout, backend=r.backend)
@@ -541,7 +550,8 @@ class _Remote:
                     table, plan.ray.chunk, keys["server"], keys["client"][0]))
             addresses = ray.get([shard.address.remote() for shard in self.shards], timeout=120)
             # the run's table (empty, or a run that goes on) and env steps dealt out to the shards
-            parts_of = split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps)
+            parts_of = (self.frames.split(replay.state_dict(), counters.env_steps) if self.frames else
+                        split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps))
             ray.get([shard.load.remote(*part) for shard, part in zip(self.shards, parts_of)], timeout=120)
             auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
             self.client = ShardedReplayClient(addresses, auth, timeout=60.0)
@@ -611,8 +621,10 @@ class _Remote:
         env_steps = sum(steps for _, steps in states)
         limiter = self.replay.rate_limiter
         extra = {"rate_limiter": limiter.state_dict()} if limiter is not None else {}
-        return merge_states([state for state, _ in states], self.capacities, self.replay.capacity, env_steps,
-                            extra), env_steps
+        states = [state for state, _ in states]
+        if self.frames:
+            return self.frames.merge(states, env_steps, extra), env_steps
+        return merge_states(states, self.capacities, self.replay.capacity, env_steps, extra), env_steps
 
     def finish(self, counters) -> None:
         self.client.flush_updates()

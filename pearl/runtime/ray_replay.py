@@ -3,7 +3,8 @@
 `ReplayShard` is the body of a Ray actor that hosts one replay server (pearl.server.ReplayServer,
 as `pearl replay-server` runs it) in its own process: on the learner's node (`server`: node
 affinity) or on a node of its own (`node`: a bundle of the run's placement group). `shards`
-such servers split the table's capacity; the node agents write to them round-robin and the
+such servers split the table's capacity; the node agents write to them round-robin (a frame
+table's rows by stream) and the
 learner samples them through pearl.server.shards.ShardedReplayClient (exact prioritized sampling
 across the shards). The servers keep no replay ratio of their own: the driver keeps it
 (pearl/runtime/ray.py grants each node agent the env steps it may commit).
@@ -11,6 +12,8 @@ across the shards). The servers keep no replay ratio of their own: the driver ke
 The run's checkpoint holds the replay as with every runtime: `merge_states` gathers the shards'
 tables into the run's one table (oldest rows first), `split_states` deals it back out to fresh
 shards when a run continues (row j to shard j mod S, so each shard's share fits its capacity).
+A frame table (replay.frame_stack) is split by env stream instead (`FrameShards`): a stream's
+records must stay together and in order, so each shard holds whole streams.
 """
 from __future__ import annotations
 
@@ -79,6 +82,60 @@ def split_states(state: dict, capacity: int, capacities: list[int], env_steps: i
                         progress=steps)
         parts.append((part, steps))
     return parts
+
+
+class FrameShards:
+    """A frame table (pearl/replay/frames.py) over S shards: env stream s of the run's table lives on
+    shard s mod S as its stream s // S (pearl.server.shards.stream_shard routes the writers' step
+    records so), each stream's ring of the run's table's length. A stream's records, episode
+    bookkeeping and priorities move between the run's table and a shard as they are: only the
+    ring's place changes (the run's slot s x length + t is the shard's (s // S) x length + t)."""
+
+    ROWS = ("frames", "actions", "rewards", "ends", "back", "valid", "priorities")  # one per slot
+    STREAMS = ("counts", "episode_start", "starting")  # one per stream
+
+    def __init__(self, streams: int, length: int, shards: int):
+        self.length = length
+        self.held = [np.arange(k, streams, shards) for k in range(shards)]  # the run's streams, by shard
+        self.slots = [(held[:, None] * length + np.arange(length)).ravel() for held in self.held]
+        self.capacities = [len(held) * length for held in self.held]
+        self.capacity = streams * length
+
+    def split(self, state: dict, env_steps: int) -> list[tuple[dict, int]]:
+        """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]."""
+        shards, counts = len(self.held), np.asarray(state["counts"])
+        records = max(1, int(counts.sum()))
+        parts, done = [], 0
+        for k, (held, slots) in enumerate(zip(self.held, self.slots)):
+            mine = int(counts[held].sum())
+            inserted = int(state["inserted"]) * (done + mine) // records - int(state["inserted"]) * done // records
+            done += mine
+            part = {name: np.ascontiguousarray(np.asarray(state[name])[slots]) for name in self.ROWS}
+            part.update({name: np.asarray(state[name])[held].copy() for name in self.STREAMS})
+            part.update(state=np.array([int(np.count_nonzero(part["valid"])), int(state["state"][1])], np.int64),
+                        inserted=inserted, max_priority=state["max_priority"],
+                        progress=env_steps // shards + (k < env_steps % shards))
+            parts.append((part, part["progress"]))
+        return parts
+
+    def merge(self, states: list[dict], env_steps: int, extra: dict) -> dict:
+        """One frame table's state from the shards' states. `extra`: keys of the run's own table that
+        the shards do not have (its rate limiter's state)."""
+        first = states[0]
+        merged = {name: np.empty((self.capacity, *np.shape(first[name])[1:]), np.asarray(first[name]).dtype)
+                  for name in self.ROWS}
+        merged.update({name: np.empty(sum(map(len, self.held)), np.asarray(first[name]).dtype)
+                       for name in self.STREAMS})
+        for state, held, slots in zip(states, self.held, self.slots):
+            for name in self.ROWS:
+                merged[name][slots] = state[name]
+            for name in self.STREAMS:
+                merged[name][held] = state[name]
+        merged.update(state=np.array([sum(int(s["state"][0]) for s in states), max(int(s["state"][1]) for s in states)],
+                                     np.int64),
+                      inserted=sum(int(s["inserted"]) for s in states),
+                      max_priority=max(float(s["max_priority"]) for s in states), progress=env_steps, **extra)
+        return merged
 
 
 class ReplayShard:

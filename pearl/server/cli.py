@@ -25,6 +25,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--obs-dim", type=int, help="a vector observation's size")
     p.add_argument("--obs-shape", help="an observation's shape instead, e.g. 4,10,10 (MinAtar) or 4,84,84")
     p.add_argument("--obs-dtype", help="float32 (default) or uint8 (images)")
+    p.add_argument("--frame-stack", type=int, help="a frame table: frames per observation (each stored once; "
+                                                   "--obs-shape is one frame's; writers send step records)")
+    p.add_argument("--streams", type=int, help="a frame table's env streams (default 1)")
+    p.add_argument("--n-step", type=int, help="a frame table's return horizon (default 1)")
+    p.add_argument("--gamma", type=float, help="a frame table's discount (default 0.99)")
     p.add_argument("--action-dtype", help="int64 (discrete actions) or float32 (Box actions)")
     p.add_argument("--action-shape", help="per-row action shape, e.g. 6 (default: scalar)")
     p.add_argument("--updates-per-step", type=float, help="keep this replay ratio (one sample = one update)")
@@ -63,7 +68,8 @@ def run(args) -> int:
             raise ConfigError(f"{args.config}: expected a mapping at the top level")
     table = dict(raw.get("table") or {})
     for flag, key in (("capacity", "capacity"), ("kind", "kind"), ("obs_dim", "obs_dim"),
-                      ("obs_dtype", "obs_dtype"), ("action_dtype", "action_dtype")):
+                      ("obs_dtype", "obs_dtype"), ("action_dtype", "action_dtype"), ("frame_stack", "frame_stack"),
+                      ("streams", "streams"), ("n_step", "n_step"), ("gamma", "gamma")):
         if getattr(args, flag) is not None:
             table[key] = getattr(args, flag)
             if key == "obs_dim":  # a flag replaces the file's observation shape
@@ -137,7 +143,9 @@ def run(args) -> int:
         raise ConfigError(f"bind: could not listen on {config.bind}: {server._error}")
     restored = f", restored {server.restored['name']} ({server.restored['table']['size']} rows)" if server.restored else ""
     auth = "plaintext (no authentication)" if config.auth.plaintext else "CURVE, allow-list"
-    print(f"replay server: listening on {server.address} ({t.kind}, capacity {t.capacity}, {auth}{restored})",
+    frames = (f", frame table: {t.frame_stack} x {t.obs_dtype}{list(t.observation_shape)} frames per observation, "
+              f"{t.streams} streams, n_step {t.n_step}" if t.frame_stack else "")
+    print(f"replay server: listening on {server.address} ({t.kind}, capacity {t.capacity}{frames}, {auth}{restored})",
           flush=True)
     try:
         while thread.is_alive():

@@ -26,9 +26,12 @@ class TableConfig:
     obs_dim: int = 4                 # a vector observation's length (when obs_shape is empty)
     obs_shape: tuple = ()            # an observation's shape, e.g. [4, 10, 10] (MinAtar); (): (obs_dim,)
     obs_dtype: str = "float32"       # float32, or uint8 (images: converted only at the network's input)
-    # > 0: the table is a run's frame table (pearl/replay/frames.py) served by an embedded server (the
-    # ray runtime's `learner` placement): inserts are the actors' step records, obs_shape one frame's
+    # > 0: a frame table (pearl/replay/frames.py): each frame stored once per env stream; inserts are
+    # step records (stream id first), obs_shape one frame's; the table makes the n-step transitions
     frame_stack: int = 0
+    streams: int = 1                 # a frame table's env streams (each a ring of capacity // streams records)
+    n_step: int = 1                  # a frame table's return horizon
+    gamma: float = 0.99              # a frame table's discount
     action_dtype: str = "int64"      # int64 (discrete) or float32 (Box actions)
     action_shape: tuple = ()
     alpha: float = 0.6
@@ -42,11 +45,17 @@ class TableConfig:
     def check(self) -> None:
         if self.kind not in ("uniform", "prioritized", "amper"):
             raise ConfigError(f"table.kind: {self.kind!r} (expected uniform, prioritized or amper)")
-        for name in ("capacity", "obs_dim", "fanout", "beta_steps"):
+        for name in ("capacity", "obs_dim", "fanout", "beta_steps", "streams", "n_step"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"table.{name}: expected a positive integer, got {getattr(self, name)!r}")
         if not isinstance(self.frame_stack, int) or self.frame_stack < 0:
             raise ConfigError(f"table.frame_stack: expected an integer >= 0, got {self.frame_stack!r}")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError(f"table.gamma: expected 0 < gamma <= 1, got {self.gamma!r}")
+        if self.frame_stack and self.capacity // self.streams < self.frame_stack + self.n_step:
+            raise ConfigError(f"table.capacity: {self.capacity} leaves {self.capacity // self.streams} records for "
+                              f"each of {self.streams} streams; a transition reads frame_stack + n_step = "
+                              f"{self.frame_stack + self.n_step}")
         if self.action_dtype not in ("int64", "float32"):
             raise ConfigError(f"table.action_dtype: {self.action_dtype!r} (expected int64 or float32)")
         if self.obs_dtype not in ("float32", "uint8"):
@@ -137,6 +146,9 @@ class ServerConfig:
             raise ConfigError(f"bind: {self.bind!r} binds every interface; name one address")
         if not 0 <= self.spin_us <= MAX_SPIN_US:
             raise ConfigError(f"spin_us: {self.spin_us!r} (expected 0 .. {MAX_SPIN_US} microseconds)")
+        if self.table.frame_stack and self.checkpoint_dir is not None:
+            raise ConfigError("checkpoint_dir: a frame table's server takes no checkpoints of its own (its run's "
+                              "checkpoints hold it); remove checkpoint_dir or serve whole observations")
         if not 1 <= self.max_chunk_rows <= self.table.capacity:
             self.max_chunk_rows = min(max(1, self.max_chunk_rows), self.table.capacity)
 

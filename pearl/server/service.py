@@ -48,26 +48,25 @@ LATENCY_WINDOW = 4096
 
 
 def make_table(config: ServerConfig):
-    """The PEARL replay table a server config asks for (uniform, prioritized sum tree, AMPER)."""
+    """The PEARL replay table a server config asks for (uniform, prioritized sum tree, AMPER; with
+    table.frame_stack the frame table of table.streams env streams)."""
     from pearl.config import ReplayConfig
-    from pearl.errors import ConfigError
     from pearl.replay import RateLimiter, make_replay
 
     t = config.table
-    if t.frame_stack:
-        raise ConfigError("table.frame_stack: a frame table is served only around a run's own table (the ray "
-                          "runtime's replay: learner); a replay server of its own stores whole observations")
     replay = ReplayConfig(kind=t.kind, capacity=t.capacity, alpha=t.alpha, beta=t.beta,
                           beta_final=t.beta_final, priority_eps=t.priority_eps,
                           backend=t.backend if t.backend in ("auto", "numba", "numpy") else "auto",
-                          fanout=t.fanout)
+                          fanout=t.fanout, frame_stack=t.frame_stack)
     limiter = None
     if config.rate_limiter is not None:
         r = config.rate_limiter
         limiter = RateLimiter(r.samples_per_insert, r.min_size_to_sample, r.error_buffer)
-    return make_replay(replay, t.observation_shape, obs_dtype=np.dtype(t.obs_dtype),
-                       action_dtype=np.dtype(t.action_dtype), action_shape=tuple(t.action_shape),
-                       total_steps=t.beta_steps, rate_limiter=limiter)
+    # a frame table's observations are stacks of frame_stack frames of obs_shape
+    obs_shape = (t.frame_stack, *t.observation_shape) if t.frame_stack else t.observation_shape
+    return make_replay(replay, obs_shape, obs_dtype=np.dtype(t.obs_dtype), action_dtype=np.dtype(t.action_dtype),
+                       action_shape=tuple(t.action_shape), total_steps=t.beta_steps, rate_limiter=limiter,
+                       streams=t.streams, n_step=t.n_step, gamma=t.gamma)
 
 
 def selector_masses(table, indices: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -105,8 +104,8 @@ class ReplayService:
         self.config = config
         self.schema = config.schema()
         self.table = make_table(config) if table is None else table
-        if table is None:  # fault the ring's pages in now, not during the first pass of inserts
-            for view in self.table.storage.values():
+        if table is None and not config.table.frame_stack:  # fault the ring's pages in now, not during
+            for view in self.table.storage.values():           # the first pass of inserts
                 view[...] = 0
         self.rng = np.random.default_rng(config.seed)
         self.env_steps = 0           # from the writers' commit records
@@ -210,7 +209,8 @@ class ReplayService:
     def _hello(self, peer, header, columns, arrays):
         t = self.config.table
         info = {"version": 1, "kind": t.kind, "capacity": t.capacity, "obs_shape": list(t.observation_shape),
-                "obs_dtype": t.obs_dtype, "frame_stack": t.frame_stack,
+                "obs_dtype": t.obs_dtype, "frame_stack": t.frame_stack, "streams": t.streams, "n_step": t.n_step,
+                "gamma": t.gamma,
                 "insert": [[c.dtype.name, list(c.shape)] for c in self.schema],
                 "action_dtype": t.action_dtype, "action_shape": list(t.action_shape),
                 "prioritized": bool(self.table.prioritized), "alpha": t.alpha, "beta": t.beta,
@@ -298,14 +298,19 @@ class ReplayService:
         check_columns(columns, UPDATE_FLOAT32 if columns[1].dtype == np.float32 else UPDATE_FLOAT64, what)
         indices, td = arrays
         if rows:
-            bad = _check_update(indices, td, self.table.size)
+            bad = _check_update(indices, td, self._index_bound())
             if bad == 1:
                 raise WireError(ErrorCode.BAD_VALUE, f"{what}: non-finite priority")
             if bad == 2:
                 raise WireError(ErrorCode.BAD_VALUE, f"{what}: negative |td| {float(td.min())}")
             if bad == 3:
-                raise WireError(ErrorCode.BAD_VALUE, f"{what}: index outside [0, {self.table.size})")
+                raise WireError(ErrorCode.BAD_VALUE, f"{what}: index outside [0, {self._index_bound()})")
         return indices, td
+
+    def _index_bound(self) -> int:
+        """Sampled indices lie below this: a ring's stored rows, a frame table's slots (one ring per
+        stream, each filling from its own start)."""
+        return self.table.capacity if self.config.table.frame_stack else self.table.size
 
     def _apply_update(self, indices, td) -> None:
         if len(indices):

@@ -13,7 +13,9 @@ minimum after that request's priority update) and are refreshed by `refresh()`; 
 since the last reply are not in them until the next one (a table of one shard has the same
 staleness between a learner's steps). Indices handed to the learner are global: shard << 40 | slot.
 Shards are separate servers with no shared replay ratio: give them none (the ratio is a single
-server's feature; see docs/REPLAY_SERVER.md).
+server's feature; see docs/REPLAY_SERVER.md). Writers' chunks go round-robin, except a frame
+table's step records: each row goes to its env stream's shard (`stream_shard`), whose table holds
+that stream's whole ring.
 """
 from __future__ import annotations
 
@@ -30,6 +32,16 @@ SHIFT = 40
 SLOT = (1 << SHIFT) - 1
 
 
+def stream_shard(streams: np.ndarray, shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """A frame table's env streams over S shards: stream s lives on shard s mod S as that shard's
+    stream s // S (so each stream's records stay in order on one shard). A writer's first step of
+    a stream (~s, negative) stays a first step (~(s // S)). Returns (shard of each row, its id there)."""
+    first = streams < 0
+    stream = np.where(first, ~streams, streams)
+    local = stream // shards
+    return stream % shards, np.where(first, ~local, local)
+
+
 class ShardedReplayClient:
     """The table interface over S shard servers (writers: round-robin chunks to the shards)."""
 
@@ -39,12 +51,13 @@ class ShardedReplayClient:
         first = self.shards[0].info
         for shard in self.shards[1:]:
             for key in ("kind", "obs_shape", "obs_dtype", "action_dtype", "action_shape", "alpha", "beta",
-                        "beta_final", "beta_steps"):
+                        "beta_final", "beta_steps", "frame_stack", "n_step", "gamma"):
                 if shard.info[key] != first[key]:
                     raise ValueError(f"shard {shard.address}: {key} {shard.info[key]!r} != {first[key]!r}")
         if any(s.info["ratio"] is not None for s in self.shards):
             raise ValueError("sharded replay: the shards must not enforce a replay ratio each")
         self.info = first
+        self.frame_stack = first.get("frame_stack", 0)
         self.prioritized = bool(first["prioritized"])
         self.capacity = sum(s.capacity for s in self.shards)
         self.totals = np.zeros(len(self.shards))
@@ -75,10 +88,26 @@ class ShardedReplayClient:
             self.mins[s] = stats.get("min_mass", np.inf)
             self.progress_of[s] = stats["env_steps"]
 
-    def add(self, *columns, env_steps: int | None = None) -> int:
-        shard = self.shards[self._next_shard]
-        self._next_shard = (self._next_shard + 1) % len(self.shards)
-        return shard.add(*columns, env_steps=env_steps)
+    def add(self, *columns, env_steps: int | None = None) -> None:
+        """Whole transitions: the chunk to the next shard (round-robin). A frame table's step records:
+        each row to its stream's shard (`stream_shard`), as that shard's stream, in order; the
+        chunk's env steps shared out by rows."""
+        if not self.frame_stack:
+            shard = self.shards[self._next_shard]
+            self._next_shard = (self._next_shard + 1) % len(self.shards)
+            shard.add(*columns, env_steps=env_steps)
+            return
+        streams = np.asarray(columns[0], np.int64)
+        shard_of, local = stream_shard(streams, len(self.shards))
+        rows = len(streams)
+        steps = rows if env_steps is None else int(env_steps)
+        done = 0
+        for s in np.unique(shard_of):
+            mask = shard_of == s
+            part = int(mask.sum())
+            share = steps * (done + part) // rows - steps * done // rows
+            done += part
+            self.shards[s].add(local[mask], *(np.asarray(c)[mask] for c in columns[1:]), env_steps=share)
 
     def flush(self) -> None:
         for shard in self.shards:
