@@ -244,14 +244,65 @@ def test_a_replay_server_of_its_own_holds_a_frame_table(serve, kind):
     client.close()
 
 
-def test_a_frame_tables_config_is_checked_in_one_line(tmp_path):
+def test_a_frame_tables_config_is_checked_in_one_line():
     for table, field in ((dict(capacity=20, streams=4), "table.capacity"), (dict(streams=0), "table.streams"),
                          (dict(gamma=1.5), "table.gamma"), (dict(n_step=0), "table.n_step")):
         with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":") as refused:
             load_config({"table": {**FRAMES, "obs_shape": [6, 6], **table}})
         assert "\n" not in str(refused.value)
-    with pytest.raises(ConfigError, match=r"^checkpoint_dir: a frame table's server takes no checkpoints"):
-        load_config({"table": {**FRAMES, "obs_shape": [6, 6]}, "checkpoint_dir": str(tmp_path)})
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind):
+    """A frame table's checkpoint (its whole state, copied between two requests) taken while a
+    writer goes on: a server restarted from it holds exactly the table its acknowledged chunks
+    made (records, episode bookkeeping, priorities), its writer's sequence number and env steps;
+    one of another frame layout is refused."""
+    import threading
+
+    from pearl.server.checkpoint import restore
+    from pearl.server.service import ReplayService
+
+    config = TableConfig(kind=kind, capacity=240, streams=3, **FRAMES)
+    server = serve(config, checkpoint_dir=str(tmp_path))
+    writer, learner = ReplayClient(server.address, writer=1, timeout=20), ReplayClient(server.address, timeout=20)
+    rounds = step_records(np.random.default_rng(5), 300, 3)
+    chunks = [[np.concatenate(column) for column in zip(*rounds[k:k + 5])] for k in range(0, 300, 5)]
+    for chunk in chunks[:20]:
+        writer.add(*chunk)
+    writer.flush()
+    batch = learner.sample(32)
+    td = np.linspace(0.5, 4.0, 32, dtype=np.float32)  # (as the wire carries |td|)
+    learner.update_priorities(batch.indices, td)
+    learner.sample(8)  # (the update rides on it)
+    info = {}
+    asked = threading.Thread(target=lambda: info.update(learner.checkpoint()))
+    asked.start()
+    for chunk in chunks[20:]:  # inserts while the checkpoint is taken and written
+        writer.add(*chunk)
+    writer.flush()
+    asked.join(30)
+    writer.close()
+    learner.close()
+    acked = info["acked"]["1"]
+    assert 20 <= acked <= len(chunks)
+    again = ReplayService(ServerConfig(table=config))
+    manifest = restore(again, tmp_path)
+    assert manifest["frame_table"] and again.acked == {1: acked} and again.env_steps == 15 * acked
+    reference = frame_table(kind, 240, 3)
+    for chunk in chunks[:20]:
+        reference.add(*chunk)
+    reference.update_priorities(batch.indices, td)
+    for chunk in chunks[20:acked]:
+        reference.add(*chunk)
+    reference.progress = again.table.progress
+    restored = again.table.state_dict()
+    for name, values in reference.state_dict().items():
+        np.testing.assert_array_equal(restored[name], values, err_msg=name)
+    for other in (dict(streams=4), dict(n_step=1), dict(frame_stack=3)):
+        with pytest.raises(ValueError, match="checkpoint table." + next(iter(other))):
+            table = TableConfig(kind=kind, capacity=240, **{**FRAMES, "streams": 3, **other})
+            restore(ReplayService(ServerConfig(table=table)), tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])

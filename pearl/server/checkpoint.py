@@ -7,7 +7,11 @@ a copy of the priorities (8 bytes per row). The rows themselves are copied by a 
 in blocks of BLOCK rows while inserts and samples go on: before an insert overwrites rows of a
 block the thread has not copied yet, the server thread copies that block first (copy-on-write), so
 the file holds exactly the rows as they were at the start. Samples and priority updates never
-change stored rows.
+change stored rows. A frame table (table.frame_stack) writes each stream's records and the
+validity of older transitions as it goes, so its state (pearl/replay/frames.py `state_dict`) is
+copied whole in that step, requests waiting meanwhile (Atari's 100k frames, 0.71 GB: 0.13 s, 1.6 s
+when the copy's pages are new to the process, measured on the 2-core EPYC), and only the writing
+is left to the thread.
 
 On disk: DIR/ckpt-NNNNNN/ with one .npy per field (+ priorities.npy) and manifest.json, written in
 DIR/.tmp-ckpt-NNNNNN, fsynced, renamed into place, then DIR/LATEST (the name of the newest
@@ -49,11 +53,21 @@ class Snapshot:
         number = _latest_number(self.directory) + 1
         self.name = f"ckpt-{number:06d}"
         self.size = int(table.size)
-        self.fields = {name: view for name, view in table.storage.items()}
+        self.frames = bool(service.config.table.frame_stack)
+        if self.frames:  # a private copy: nothing for the server thread to copy on write
+            state = table.state_dict()
+            counts = {"inserted": int(state.pop("inserted")), "max_priority": float(state.pop("max_priority")),
+                      "progress": int(state.pop("progress"))}
+            state.pop("rate_limiter", None)
+            self.fields = {name: np.asarray(values) for name, values in state.items()}
+            described = {"size": self.size, **counts}
+        else:
+            self.fields = {name: view for name, view in table.storage.items()}
+            described = {"cursor": int(table.cursor), "size": self.size, "inserted": int(table.inserted),
+                         "progress": int(table.progress)}
         self.manifest = {
-            "format": 1, "name": self.name, "time": time.time(),
-            "table": {"cursor": int(table.cursor), "size": self.size, "inserted": int(table.inserted),
-                      "progress": int(table.progress)},
+            "format": 1, "name": self.name, "time": time.time(), "frame_table": self.frames,
+            "table": described,
             "config_table": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(service.config.table).items()},
             "env_steps": service.env_steps, "updates": service.updates,
             "acked": {str(k): v for k, v in service.acked.items()},
@@ -65,10 +79,10 @@ class Snapshot:
         if table.rate_limiter is not None:
             self.manifest["rate_limiter"] = table.rate_limiter.state_dict()
         self.priorities = None
-        if table.prioritized:
+        if table.prioritized and not self.frames:  # (a frame table's state holds its priorities)
             self.manifest["table"]["max_priority"] = float(table.max_priority)
             self.priorities = np.array(table.tree.get(np.arange(self.size)), dtype=np.float64)
-        self.blocks = -(-self.size // BLOCK)
+        self.blocks = 0 if self.frames else -(-self.size // BLOCK)
         self.pending = set(range(self.blocks))
         self.saved: dict[int, dict] = {}
         self.lock = threading.Lock()
@@ -103,9 +117,13 @@ class Snapshot:
             tmp = self.directory / f".tmp-{self.name}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
+            rows = (lambda view: view.shape[0]) if self.frames else (lambda view: self.size)
             outputs = {name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=view.dtype,
-                                                       shape=(self.size,) + view.shape[1:])
+                                                       shape=(rows(view),) + view.shape[1:])
                        for name, view in self.fields.items()}
+            if self.frames:
+                for name, values in self.fields.items():
+                    outputs[name][...] = values
             for block in range(self.blocks):
                 with self.lock:
                     data = self.saved.pop(block) if block in self.saved else self._copy_block(block)
@@ -189,18 +207,26 @@ def restore(service, directory: str | Path, name: str | None = None) -> dict | N
     path = Path(directory) / name
     manifest = json.loads((path / "manifest.json").read_text())
     mine = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(service.config.table).items()}
-    saved = {"obs_shape": [], "obs_dtype": "float32", **manifest["config_table"]}  # (keys older checkpoints lack)
-    for key in ("kind", "capacity", "obs_dim", "obs_shape", "obs_dtype", "action_dtype", "action_shape"):
+    # (keys older checkpoints lack)
+    saved = {"obs_shape": [], "obs_dtype": "float32", "frame_stack": 0, "streams": 1, "n_step": 1, "gamma": 0.99,
+             **manifest["config_table"]}
+    for key in ("kind", "capacity", "obs_dim", "obs_shape", "obs_dtype", "action_dtype", "action_shape",
+                "frame_stack") + (("streams", "n_step", "gamma") if mine["frame_stack"] else ()):
         if saved[key] != mine[key]:
             raise ValueError(f"{path}: checkpoint table.{key} = {saved[key]!r}, the server's is {mine[key]!r}")
     t = manifest["table"]
-    state = {"storage": {f: np.load(path / f"{f}.npy", allow_pickle=False, mmap_mode="r") for f in manifest["fields"]},
-             "cursor": t["cursor"], "size": t["size"], "inserted": t["inserted"]}
+    if manifest.get("frame_table"):  # the frame table's state_dict, array by array
+        state = {f: np.load(path / f"{f}.npy", allow_pickle=False) for f in manifest["fields"]}
+        state.update(inserted=t["inserted"], max_priority=t["max_priority"], progress=t["progress"])
+    else:
+        state = {"storage": {f: np.load(path / f"{f}.npy", allow_pickle=False, mmap_mode="r")
+                             for f in manifest["fields"]}, "cursor": t["cursor"], "size": t["size"],
+                 "inserted": t["inserted"]}
+        if service.table.prioritized:
+            state.update(priorities=np.load(path / "priorities.npy", allow_pickle=False),
+                         max_priority=t["max_priority"], progress=t["progress"])
     if "rate_limiter" in manifest:
         state["rate_limiter"] = manifest["rate_limiter"]
-    if service.table.prioritized:
-        state.update(priorities=np.load(path / "priorities.npy", allow_pickle=False),
-                     max_priority=t["max_priority"], progress=t["progress"])
     service.table.load_state_dict(state)
     service.table.progress = t["progress"]
     service.env_steps, service.updates = manifest["env_steps"], manifest["updates"]

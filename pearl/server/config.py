@@ -146,9 +146,6 @@ class ServerConfig:
             raise ConfigError(f"bind: {self.bind!r} binds every interface; name one address")
         if not 0 <= self.spin_us <= MAX_SPIN_US:
             raise ConfigError(f"spin_us: {self.spin_us!r} (expected 0 .. {MAX_SPIN_US} microseconds)")
-        if self.table.frame_stack and self.checkpoint_dir is not None:
-            raise ConfigError("checkpoint_dir: a frame table's server takes no checkpoints of its own (its run's "
-                              "checkpoints hold it); remove checkpoint_dir or serve whole observations")
         if not 1 <= self.max_chunk_rows <= self.table.capacity:
             self.max_chunk_rows = min(max(1, self.max_chunk_rows), self.table.capacity)
 
