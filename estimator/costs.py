@@ -220,7 +220,7 @@ class Costs:
         if task == "act":
             return w.act_cost(cand.envs)
         if task == "insert":
-            return Cost(flops=cand.envs * (20 if prioritized else 0), bytes=cand.envs * w.transition_bytes)
+            return Cost(flops=cand.envs * (20 if prioritized else 0), bytes=cand.envs * w.insert_bytes)
         if task == "sample":
             return Cost(flops=tree.flops, bytes=cand.batch * w.transition_bytes + tree.bytes)
         if task == "update_priorities":
@@ -301,7 +301,7 @@ class Costs:
             return seconds
         host = self.platform.host
         return (RING_WRITE_CALLS * host.call_overhead_us * 1e-6
-                + cand.envs * self.workload.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9))
+                + cand.envs * self.workload.insert_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9))
 
     # -- the ray runtime (pearl/schedule/models.py Ray) ---------------------------------------------
     def cluster(self, cand):
@@ -365,7 +365,7 @@ class Costs:
                  "agent_pass": wire.agent_pass_s(cand.actors, self) * 1e6,
                  "agent_rings": wire.agent_pass_s(cand.actors, self, nap=False) * 1e6,
                  "agent_chunk": wire.agent_chunk_s(rows, self, kind) * 1e6,
-                 "chunk_wire": rows * self.workload.transition_bytes / (bandwidth * 1e3),
+                 "chunk_wire": rows * self.workload.insert_bytes / (bandwidth * 1e3),
                  "insert_rtt": wire.round_trip_s("insert", rows, self, kind, insert) * 1e6,
                  "round": per_round * rows}
         if cand.placement != "learner":
@@ -409,7 +409,7 @@ class Costs:
         is measured (the runtime's copy is inside the measured call) or an FPGA (the FPGA model
         counts its own transfers)."""
         w, u = self.workload, self.workload.updates_per_step
-        edges = [("act", "insert", cand.envs * w.transition_bytes, 1.0 / cand.envs),
+        edges = [("act", "insert", cand.envs * w.insert_bytes, 1.0 / cand.envs),
                  ("sample", "learn", cand.batch * (w.transition_bytes + 16), u),
                  ("learn", "sync_weights", 0, 0.0)]
         if cand.replay_kind != "uniform":

@@ -119,7 +119,7 @@ def messages_s(task: str, rows: int, costs, latency_us: float, bandwidth_gb_s: f
     weights), or for update_priorities its indices and |TD| riding on the next sample request."""
     w = costs.workload
     if task == "insert":
-        return 2 * message_s(0, latency_us, bandwidth_gb_s) + rows * w.transition_bytes / (bandwidth_gb_s * 1e9)
+        return 2 * message_s(0, latency_us, bandwidth_gb_s) + rows * w.insert_bytes / (bandwidth_gb_s * 1e9)
     if task == "sample":
         return 2 * message_s(0, latency_us, bandwidth_gb_s) + rows * (w.transition_bytes + 16) / (bandwidth_gb_s * 1e9)
     return rows * 12 / (bandwidth_gb_s * 1e9)
@@ -160,7 +160,7 @@ def agent_chunk_s(rows: int, costs, kind: str = "") -> float:
     client's insert, the rows' copies."""
     host, w = costs.platform.host, costs.workload
     return AGENT_CALLS_PER_CHUNK * host.call_overhead_us * 1e-6 + client_s("insert", costs, rows=rows, kind=kind) + \
-        AGENT_COPIES * rows * w.transition_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)
+        AGENT_COPIES * rows * w.insert_bytes / (host.memory_bandwidth_gb_s / host.cores * 1e9)
 
 
 def task_seconds(task: str, cand, costs) -> float:

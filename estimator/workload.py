@@ -47,6 +47,7 @@ class Workload:
     obs_shape: tuple[int, ...] = ()
     obs_itemsize: int = 4
     conv: tuple[tuple[int, int, int], ...] = ()
+    frame_stack: int = 0  # replay.frame_stack: the actors write step records of one frame each
 
     @property
     def image(self) -> bool:
@@ -82,6 +83,17 @@ class Workload:
         """obs + next_obs + action + reward + discount, as the replay stores and ships them."""
         return (2 * self.obs_dim * self.obs_itemsize // FLOAT_BYTES + (self.n_actions if self.continuous else 1)
                 + 2) * FLOAT_BYTES
+
+    @property
+    def insert_bytes(self) -> int:
+        """What an actor writes per env step (its ring, a replay server's wire, the table's insert):
+        the transition, or for a frame table the step record: the stream id, the newest frame of
+        obs and of next obs, action, reward and how the step ended."""
+        if not self.frame_stack:
+            return self.transition_bytes
+        frame = self.obs_dim * self.obs_itemsize // self.frame_stack
+        action = self.n_actions * FLOAT_BYTES if self.continuous else 8  # float32 vector, or an int64
+        return 2 * frame + 8 + action + FLOAT_BYTES + 2
 
     @property
     def learner_kernels(self) -> tuple[str, ...]:
@@ -125,7 +137,8 @@ class Workload:
                  f"b{self.batch_size}|{self.replay_kind}|{self.replay_backend}")
         if self.continuous:
             return f"{self.algo}|{shape}" + (f"|delay{self.policy_delay}" if self.algo == "td3" else "")
-        image = f"|img{'x'.join(map(str, self.obs_shape))}|conv{self.conv}" if self.image else ""
+        image = (f"|img{'x'.join(map(str, self.obs_shape))}|conv{self.conv}" if self.image else "") + (
+            f"|frames{self.frame_stack}" if self.frame_stack else "")
         return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}{image}"
 
 
@@ -141,7 +154,7 @@ def workload_of(config, obs_dim: int, n_actions: int, obs_shape: tuple = (), obs
                     learning_starts=cfg.learning_starts, double=getattr(cfg, "double", False),
                     dueling=getattr(cfg, "dueling", False), algo=config.algo,
                     policy_delay=getattr(cfg, "policy_delay", 1), n_step=cfg.n_step, batch_size=cfg.batch_size,
-                    replay_backend=config.replay.backend, **image)
+                    replay_backend=config.replay.backend, frame_stack=config.replay.frame_stack, **image)
 
 
 def workload_from_config(config) -> Workload:

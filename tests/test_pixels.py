@@ -167,6 +167,22 @@ def test_an_image_workload_is_costed_with_its_convolutions():
     assert workload.act_cost(1).flops == conv.flops + fc
     assert workload.n_params == conv_parameter_count((4, 10, 10), [[16, 3, 1]]) + 1024 * 128 + 128 + 128 * 3 + 3
     assert workload.transition_bytes == 2 * 400 + 3 * 4  # uint8 obs and next obs, action, reward, discount
+    assert workload.insert_bytes == workload.transition_bytes  # (whole observations)
+
+
+def test_the_estimator_prices_a_frame_tables_step_records_as_the_wire_carries_them():
+    """With replay.frame_stack the actors write, and a replay server receives, one frame of obs and
+    of next obs per env step (not two stacks): the workload's insert bytes are the server's
+    insert columns' bytes, ~1/4 of the transition's for Atari's 4 x 84 x 84."""
+    from pearl.estimator.workload import Workload
+    from pearl.server.config import ServerConfig, TableConfig
+
+    atari = Workload(env="ALE/Breakout-v5", obs_dim=4 * 84 * 84, n_actions=4, hidden=(512,), replay_kind="uniform",
+                     capacity=100_000, fanout=16, updates_per_step=0.25, learning_starts=0, obs_shape=(4, 84, 84),
+                     obs_itemsize=1, conv=((32, 8, 4),), frame_stack=4)
+    columns = ServerConfig(table=TableConfig(obs_shape=(84, 84), obs_dtype="uint8", frame_stack=4)).schema()
+    assert atari.insert_bytes == sum(c.dtype.itemsize * int(np.prod(c.shape)) for c in columns) == 2 * 84 * 84 + 22
+    assert atari.transition_bytes == 2 * 4 * 84 * 84 + 12 and "frames4" in atari.key()
 
 
 def test_minatar_trains_end_to_end_with_uint8_replay(tmp_path):
