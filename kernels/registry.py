@@ -143,10 +143,11 @@ class Backend(ABC):
         """The `learn` task's kernel where this backend has its own (not the generic torch one)."""
         self._none(device, "learner kernel")
 
-    def replay_table(self, device: DeviceId, config, fields: dict, auth=None):
+    def replay_table(self, device: DeviceId, config, fields: dict, auth=None, frames: dict | None = None):
         """A whole replay table on `device` with pearl.contracts.ReplayTable's interface (an
         `addressed` kind: a client of a table served there). `config`: the run's ReplayConfig;
-        `fields`: the transition schema (name -> (dtype, shape)); `auth`: how to authenticate."""
+        `fields`: the transition schema (name -> (dtype, shape)); `auth`: how to authenticate;
+        `frames`: a frame table's streams, n_step and gamma (config.frame_stack > 0)."""
         self._none(device, "replay table")
 
 

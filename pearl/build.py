@@ -361,10 +361,6 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                                 cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
-    if config.replay.frame_stack and served.addressed:
-        raise ConfigError(f"replay.frame_stack: plan.devices.sample: {plan.device_of('sample')} is a replay server "
-                          f"the learner writes whole transitions to; a frame table takes the actors' step records "
-                          f"(the ray runtime, any replay placement; or frame_stack: 0)")
     if config.replay.frame_stack and plan.runtime in CLUSTER_RUNTIMES and plan.ray.shards > env_streams(plan):
         raise ConfigError(f"plan.ray.shards: {plan.ray.shards} shards for a frame table of {env_streams(plan)} env "
                           f"streams (each shard holds whole streams: at most nodes x actors x envs_per_actor shards)")
@@ -388,5 +384,6 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
                   np.random.default_rng(config.seed))
     if replay is None:
         parts.replay = served.replay_table(parse_device(plan.device_of("sample")), config.replay,
-                                           parts.transition_fields, plan.server)
+                                           parts.transition_fields, plan.server,
+                                           frames=dict(streams=env_streams(plan), n_step=cfg.n_step, gamma=cfg.gamma))
     return parts

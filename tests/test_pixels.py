@@ -324,6 +324,10 @@ def check_frame_transitions(agent, count=64):
     limiter, replay.rate_limiter = replay.rate_limiter, None  # the run is over: this extra batch is the test's
     batch = replay.sample(count, np.random.default_rng(0))
     replay.rate_limiter = limiter
+    check_frame_batch(batch)
+
+
+def check_frame_batch(batch):
     for obs, next_obs, discount in zip(batch.obs, batch.next_obs, batch.discounts):
         steps, tags = obs[:, 0, 0].astype(int), obs[:, 0, 1]
         assert len(set(tags)) == 1 and set(next_obs[:, 0, 1]) == set(tags)
@@ -368,15 +372,48 @@ def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
     check_frame_transitions(agent, count=256)
 
 
-def test_a_frame_table_on_a_replay_server_is_refused_in_one_line():
+@pytest.mark.parametrize("runtime, actors", [("sequential", 1), ("processes", 2)])
+def test_a_frame_table_on_a_replay_server_takes_the_actors_step_records(runtime, actors):
+    """`plan.devices.sample: server:ADDR` with a frame table: the actors' step records go to a
+    `pearl replay-server` frame table (one stream per env), every env step's record stored once;
+    the learner's batches are stacks of one episode's consecutive frames. A server of fewer
+    streams, another n_step, or whole observations is refused in one line."""
     pytest.importorskip("zmq")
     from pearl.plan import ServerAccess
+    from pearl.server.config import ServerConfig, TableConfig
+    from pearl.server.server import ReplayServer
 
-    plan = Plan(devices={task: "server:tcp://127.0.0.1:1" for task in ("insert", "sample", "update_priorities")},
-                server=ServerAccess(plaintext=True))
-    with pytest.raises(pearl.ConfigError, match=r"^replay\.frame_stack: plan\.devices\.sample: server:tcp://127"
-                                                r"\.0\.0\.1:1 is a replay server the learner writes whole transitions"):
-        frame_agent(plan)
+    def serve(**table):
+        keys = dict(capacity=1000, obs_shape=(6, 6), obs_dtype="uint8", frame_stack=4, streams=2 * actors)
+        return ReplayServer(ServerConfig(table=TableConfig(**{**keys, **table}), bind="tcp://127.0.0.1:0")).start()
+
+    def on(server):
+        return Plan(runtime=runtime, actors=actors, envs_per_actor=2,
+                    devices={task: f"server:{server.address}" for task in ("insert", "sample", "update_priorities")},
+                    server=ServerAccess(plaintext=True))
+
+    server = serve()
+    try:
+        agent = frame_agent(on(server))
+        agent.train(300)
+        agent.parts.replay.flush()  # (the last chunks' acknowledgements)
+        table = server.service.table
+        assert table.inserted == agent.env_steps >= 300 and agent.updates == (agent.env_steps - 50) // 4
+        assert (table._counts > 0).all()  # every env's stream
+        check_frame_batch(agent.parts.replay.sample(64))
+        agent.parts.replay.close()
+    finally:
+        server.stop()
+    for table, says in ((dict(streams=1), "has 1 env streams; this run's actors step 2"),
+                        (dict(n_step=3), "'n_step': 3"), (dict(obs_shape=(4, 6, 6), frame_stack=0), "holds")):
+        if "streams" in table and actors > 1:
+            says = f"has 1 env streams; this run's actors step {2 * actors}"
+        server = serve(**table)
+        try:
+            with pytest.raises(pearl.ConfigError, match=r"^plan\.devices\.sample: the replay server at .*" + says):
+                frame_agent(on(server))
+        finally:
+            server.stop()
 
 
 def test_a_ray_frame_table_of_more_shards_than_streams_is_refused_in_one_line():

@@ -50,12 +50,14 @@ class ServerBackend(Backend):
             return None
         return "is a replay server: it runs the replay tasks (insert, sample, update_priorities) only"
 
-    def replay_table(self, device, config, fields: dict, auth=None):
+    def replay_table(self, device, config, fields: dict, auth=None, frames: dict | None = None):
         """A ReplayClient of the server at `device.address`, checked against the run's replay kind
         and transition schema (pearl/server/client.py `connect_table`). `auth`: pearl.plan.ServerAccess."""
         from pearl.server.client import connect_table
 
-        return connect_table(device.address, config.kind, fields, auth, CONNECT_TIMEOUT_S, "plan.devices.sample")
+        frames = dict(frames, frame_stack=config.frame_stack) if config.frame_stack else None
+        return connect_table(device.address, config.kind, fields, auth, CONNECT_TIMEOUT_S, "plan.devices.sample",
+                             frames)
 
 
 register(ServerBackend())

@@ -456,12 +456,14 @@ class ReplayClient:
 
 
 def connect_table(address: str, kind: str, fields: dict, auth=None, connect_timeout: float = 10.0,
-                  field: str = "replay") -> ReplayClient:
+                  field: str = "replay", frames: dict | None = None) -> ReplayClient:
     """A ReplayClient (a writer stream of its own) of the server at `address` for a run whose
     replay is `kind` with transition `fields` (name -> (dtype, shape)): a one-line ConfigError
     naming `field` if no server answers, or it holds another table, or it keeps a replay ratio of
     its own (the caller's runtime keeps the ratio). `auth`: plaintext, client_secret and
-    server_public (pearl.plan.ServerAccess); None: plaintext."""
+    server_public (pearl.plan.ServerAccess); None: plaintext. `frames`: the run writes a frame
+    table's step records (frame_stack, streams, n_step, gamma): the server's table must be a frame
+    table of that stack, n_step and gamma with at least that many streams."""
     import os
 
     from pearl.errors import ConfigError
@@ -487,10 +489,29 @@ def connect_table(address: str, kind: str, fields: dict, auth=None, connect_time
     elif info.get("ratio"):
         problem = (f"the replay server at {address} keeps a replay ratio of its own; this run's runtime keeps "
                    f"the ratio (start the server without `ratio`)")
+    else:
+        problem = _frames_problem(address, info, frames)
     if problem:
         client.close()
         raise ConfigError(f"{field}: {problem}")
     return client
+
+
+def _frames_problem(address: str, info: dict, frames: dict | None) -> str | None:
+    """Why a run that writes `frames` (None: whole transitions) cannot use the server's table."""
+    stack = info.get("frame_stack", 0)
+    if not frames:
+        return (f"the replay server at {address} holds a frame table (frame_stack {stack}); this run writes whole "
+                f"transitions (serve frame_stack 0, or set replay.frame_stack)") if stack else None
+    served = {key: info.get(key) for key in ("frame_stack", "n_step", "gamma")}
+    wanted = {key: frames[key] for key in served}
+    if served != wanted:
+        return (f"the replay server at {address} holds a table of {served}; this run writes the step records of "
+                f"{wanted} (start it with matching table keys)")
+    if info["streams"] < frames["streams"]:
+        return (f"the replay server at {address} has {info['streams']} env streams; this run's actors step "
+                f"{frames['streams']} envs (start it with table.streams >= {frames['streams']})")
+    return None
 
 
 def _describe(kind, obs_shape, obs_dtype, action_dtype, action_shape) -> str:
