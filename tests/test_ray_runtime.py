@@ -241,29 +241,38 @@ def test_minatar_boards_reach_the_replay_as_uint8_from_both_nodes(cluster, repla
     assert np.isfinite(agent.evaluate(2)["mean"])
 
 
-@pytest.mark.parametrize("replay, shards", [("learner", 1), ("server", 2)])
+@pytest.mark.parametrize("replay, shards", [("learner", 1), ("server", 2), ("node", 1)])
 def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster, replay, shards):
     """replay.frame_stack under ray: each node's actors write the frame table's streams after the
     nodes before theirs, every env step's record is stored once, each sampled stack is one
     episode's consecutive frames; a second train call's actors take the streams over mid-episode.
-    With 2 shards each holds whole streams (0 and 2; 1 and 3), and the run's table gathered back
-    from them is the same table: records per stream, sampleable stacks."""
+    On replay servers (`server` x 2 shards, `node` on a third node) each shard holds whole streams
+    (0 and 2; 1 and 3), and the run's table gathered back from them is the same table: records per
+    stream, sampleable stacks."""
     from test_pixels import check_frame_transitions, frame_agent
 
-    agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards))
-    table = agent.parts.replay
-    assert table.streams == 4
-    agent.train(600)
-    assert table.inserted == agent.env_steps >= 600
-    assert agent.updates == int((agent.env_steps - 50) * 0.25)
-    # records per stream (a step's, and an episode's first frame): node 0's streams 0-1, node 1's 2-3
-    counts, steps = table._counts, [n["env_steps"] for n in agent.counters.node_rates]
-    assert sum(steps) == agent.env_steps and min(steps) > 0
-    assert counts[:2].sum() >= steps[0] and counts[2:].sum() >= steps[1] and (counts > 0).all()
-    check_frame_transitions(agent, count=256)
-    agent.train(200)
-    assert table.inserted == agent.env_steps >= 800
-    check_frame_transitions(agent, count=256)
+    extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=STORE) \
+        if replay == "node" else None  # (a node for the replay server)
+    try:
+        if extra is not None:
+            cluster.wait_for_nodes()
+        agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards))
+        table = agent.parts.replay
+        assert table.streams == 4
+        agent.train(600)
+        assert table.inserted == agent.env_steps >= 600
+        assert agent.updates == int((agent.env_steps - 50) * 0.25)
+        # records per stream (a step's, and an episode's first frame): node 0's streams 0-1, node 1's 2-3
+        counts, steps = table._counts, [n["env_steps"] for n in agent.counters.node_rates]
+        assert sum(steps) == agent.env_steps and min(steps) > 0
+        assert counts[:2].sum() >= steps[0] and counts[2:].sum() >= steps[1] and (counts > 0).all()
+        check_frame_transitions(agent, count=256)
+        agent.train(200)
+        assert table.inserted == agent.env_steps >= 800
+        check_frame_transitions(agent, count=256)
+    finally:
+        if extra is not None:
+            cluster.remove_node(extra)
 
 
 def test_a_killed_node_agent_is_restarted_and_the_run_completes(cluster, capfd):
