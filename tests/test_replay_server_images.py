@@ -246,7 +246,9 @@ def test_a_replay_server_of_its_own_holds_a_frame_table(serve, kind):
 
 def test_a_frame_tables_config_is_checked_in_one_line():
     for table, field in ((dict(capacity=20, streams=4), "table.capacity"), (dict(streams=0), "table.streams"),
-                         (dict(gamma=1.5), "table.gamma"), (dict(n_step=0), "table.n_step")):
+                         (dict(gamma=1.5), "table.gamma"), (dict(n_step=0), "table.n_step"),
+                         (dict(frame_stack=300), "table.frame_stack"),
+                         (dict(frame_stack=0, streams=4), "table.streams"), (dict(frame_stack=0, n_step=3), "table.n_step")):
         with pytest.raises(ConfigError, match="^" + field.replace(".", r"\.") + ":") as refused:
             load_config({"table": {**FRAMES, "obs_shape": [6, 6], **table}})
         assert "\n" not in str(refused.value)

@@ -48,10 +48,15 @@ class TableConfig:
         for name in ("capacity", "obs_dim", "fanout", "beta_steps", "streams", "n_step"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"table.{name}: expected a positive integer, got {getattr(self, name)!r}")
-        if not isinstance(self.frame_stack, int) or self.frame_stack < 0:
-            raise ConfigError(f"table.frame_stack: expected an integer >= 0, got {self.frame_stack!r}")
+        if not isinstance(self.frame_stack, int) or not 0 <= self.frame_stack <= 256:
+            raise ConfigError(f"table.frame_stack: expected an integer 0 .. 256, got {self.frame_stack!r}")
         if not 0 < self.gamma <= 1:
             raise ConfigError(f"table.gamma: expected 0 < gamma <= 1, got {self.gamma!r}")
+        frame_keys = {"streams": 1, "n_step": 1, "gamma": 0.99}
+        for name, default in frame_keys.items():
+            if not self.frame_stack and getattr(self, name) != default:
+                raise ConfigError(f"table.{name}: a frame table's key (with frame_stack > 0); a table of whole "
+                                  f"transitions takes them as its writers assembled them")
         if self.frame_stack and self.capacity // self.streams < self.frame_stack + self.n_step:
             raise ConfigError(f"table.capacity: {self.capacity} leaves {self.capacity // self.streams} records for "
                               f"each of {self.streams} streams; a transition reads frame_stack + n_step = "
