@@ -517,7 +517,7 @@ class _Remote:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-        from pearl.runtime.ray_replay import FrameShards, ReplayShard, shard_capacities, split_states
+        from pearl.runtime.ray_replay import FrameShards, ReplayShard, shard_capacities, split_states, step_shares
         from pearl.server.client import ClientAuth
         from pearl.server.config import TableConfig
         from pearl.server.shards import ShardedReplayClient
@@ -549,9 +549,14 @@ class _Remote:
                 self.shards.append(remote.options(max_restarts=0, **options).remote(
                     table, plan.ray.chunk, keys["server"], keys["client"][0]))
             addresses = ray.get([shard.address.remote() for shard in self.shards], timeout=120)
-            # the run's table (empty, or a run that goes on) and env steps dealt out to the shards
-            parts_of = (self.frames.split(replay.state_dict(), counters.env_steps) if self.frames else
-                        split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps))
+            # the run's table (if a run goes on) and env steps dealt out to the shards: an empty table's
+            # state is not sent (a frame table's arrays are whole: 0.7 GB for Atari's 100k frames)
+            if not counters.env_steps and not len(replay):  # (a fresh run)
+                parts_of = [(None, steps) for steps in step_shares(counters.env_steps, shards)]
+            elif self.frames:
+                parts_of = self.frames.split(replay.state_dict(), counters.env_steps)
+            else:
+                parts_of = split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps)
             ray.get([shard.load.remote(*part) for shard, part in zip(self.shards, parts_of)], timeout=120)
             auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
             self.client = ShardedReplayClient(addresses, auth, timeout=60.0)

@@ -46,6 +46,11 @@ def shard_capacities(capacity: int, shards: int) -> list[int]:
     return [capacity // shards + (k < capacity % shards) for k in range(shards)]
 
 
+def step_shares(env_steps: int, shards: int) -> list[int]:
+    """A run's env steps dealt out to its shards (the count each shard's beta annealing reads)."""
+    return [env_steps // shards + (k < env_steps % shards) for k in range(shards)]
+
+
 def _oldest_first(state: dict, capacity: int) -> np.ndarray:
     size, cursor = int(state["size"]), int(state["cursor"])
     return (cursor + np.arange(size)) % capacity if size == capacity else np.arange(size)
@@ -71,9 +76,8 @@ def split_states(state: dict, capacity: int, capacities: list[int], env_steps: i
     order = _oldest_first(state, capacity)
     older = int(state["inserted"]) - len(order)  # rows inserted and since overwritten
     parts = []
-    for k, cap in enumerate(capacities):
+    for k, (cap, steps) in enumerate(zip(capacities, step_shares(env_steps, shards))):
         rows = order[k::shards]
-        steps = env_steps // shards + (k < env_steps % shards)
         part = {"storage": {name: np.ascontiguousarray(values[rows]) for name, values in state["storage"].items()},
                 "cursor": len(rows) % cap, "size": len(rows),
                 "inserted": len(rows) + older // shards + (k < older % shards)}
@@ -106,16 +110,15 @@ class FrameShards:
         shards, counts = len(self.held), np.asarray(state["counts"])
         records = max(1, int(counts.sum()))
         parts, done = [], 0
-        for k, (held, slots) in enumerate(zip(self.held, self.slots)):
+        for held, slots, steps in zip(self.held, self.slots, step_shares(env_steps, shards)):
             mine = int(counts[held].sum())
             inserted = int(state["inserted"]) * (done + mine) // records - int(state["inserted"]) * done // records
             done += mine
             part = {name: np.ascontiguousarray(np.asarray(state[name])[slots]) for name in self.ROWS}
             part.update({name: np.asarray(state[name])[held].copy() for name in self.STREAMS})
             part.update(state=np.array([int(np.count_nonzero(part["valid"])), int(state["state"][1])], np.int64),
-                        inserted=inserted, max_priority=state["max_priority"],
-                        progress=env_steps // shards + (k < env_steps % shards))
-            parts.append((part, part["progress"]))
+                        inserted=inserted, max_priority=state["max_priority"], progress=steps)
+            parts.append((part, steps))
         return parts
 
     def merge(self, states: list[dict], env_steps: int, extra: dict) -> dict:
@@ -165,12 +168,13 @@ class ReplayShard:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    def load(self, state: dict, env_steps: int) -> None:
-        """A run that goes on: its share of the table and of the env steps (the count the sharded
-        client's beta annealing reads)."""
+    def load(self, state: dict | None, env_steps: int) -> None:
+        """A run that goes on: its share of the table (None: the run's table is empty, as this
+        shard's is) and of the env steps (the count the sharded client's beta annealing reads)."""
         with self.server.lock:
             service = self.server.service
-            service.table.load_state_dict(state)
+            if state is not None:
+                service.table.load_state_dict(state)
             service.env_steps = service.table.progress = env_steps
 
     def state(self) -> tuple[dict, int]:
