@@ -455,6 +455,59 @@ def ray_latency(args, rng) -> None:
 
 
 # ---- Reverb (its own environment) -------------------------------------------------------------
+# ---- image batches --------------------------------------------------------------------------
+def image_rows(rng, rows: int, frames: bool, first: bool) -> tuple:
+    """A chunk of Atari-sized rows: a frame table's step records of one stream (84 x 84 frames),
+    or whole transitions of 4 x 84 x 84 stacks."""
+    if frames:
+        ids = np.zeros(rows, np.int64)
+        ids[0] = ~0 if first else 0
+        frame = rng.integers(0, 256, (rows, 84, 84), dtype=np.uint8)
+        return (ids, frame, rng.integers(0, 4, rows), np.ones(rows, np.float32), frame, np.zeros(rows, bool),
+                np.zeros(rows, bool))
+    stack = rng.integers(0, 256, (rows, 4, 84, 84), dtype=np.uint8)
+    return stack, rng.integers(0, 4, rows), np.ones(rows, np.float32), stack, np.full(rows, 0.99, np.float32)
+
+
+def images(args) -> None:
+    """Sample round trips of Atari batches from a `pearl replay-server` process over loopback TCP:
+    whole 4 x 84 x 84 observations and a frame table's stacks, at each batch size; the tables
+    hold --image-rows rows, the sampled batches are checked to be stacks of 84 x 84 uint8."""
+    from pearl.server.client import ReplayClient
+
+    rng = np.random.default_rng(0)
+    batches = [int(b) for b in args.image_batches.split(",")]
+    print(f"image batches: {args.image_rows} rows, batches {batches}, {args.repeats} rounds of {args.image_calls} "
+          f"samples each (median us per sample; the server in a process of its own)")
+    for label, frames, table in (("whole 4x84x84", False, ("--obs-shape", "4,84,84")),
+                                 ("frame table 4 x 84x84", True, ("--obs-shape", "84,84", "--frame-stack", "4"))):
+        process, address = start_server("--capacity", str(2 * args.image_rows), "--obs-dtype", "uint8", *table)
+        try:
+            writer, learner = ReplayClient(address, writer=1), ReplayClient(address)
+            for start in range(0, args.image_rows, 100):
+                writer.add(*image_rows(rng, 100, frames, start == 0))
+            writer.flush()
+            for batch in batches:
+                medians = []
+                for _ in range(args.repeats):
+                    for _ in range(10):
+                        learner.sample(batch)
+                    times = []
+                    for _ in range(args.image_calls):
+                        start = time.perf_counter()
+                        got = learner.sample(batch)
+                        times.append(time.perf_counter() - start)
+                    assert got.obs.shape == (batch, 4, 84, 84) and got.obs.dtype == np.uint8
+                    medians.append(float(np.median(times)) * 1e6)
+                server = learner.stats()["latency"]["sample"]
+                print(f"  {label}, batch {batch}: sample round trip {', '.join(f'{m:.0f}' for m in medians)} us "
+                      f"(server's handling p50 {server['p50_us']:.0f} us)", flush=True)
+            writer.close()
+            learner.close()
+        finally:
+            stop(process)
+
+
 def run_reverb(python: str, *args: str) -> dict | None:
     """benchmarks/reverb_rival.py in the Reverb environment, inside a network namespace with only
     loopback when `unshare -n` works (Reverb's server listens on every interface)."""
@@ -507,7 +560,7 @@ def main() -> None:
         writer_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["ingest", "latency", "reverb", "all"])
+    parser.add_argument("what", choices=["ingest", "latency", "reverb", "images", "all"])
     parser.add_argument("--reverb-python", default="/tmp/reverb-venv/bin/python",
                         help="python of the Reverb environment (TensorFlow 2.15 + dm-reverb 0.14)")
     parser.add_argument("--reverb-rows", type=int, default=200_000, help="rows over all Reverb writers")
@@ -525,6 +578,9 @@ def main() -> None:
                         help="latency: server/learner spin_us configurations, interleaved, e.g. d/d,0/0,0/200,d/d@curve "
                              "(d: the shipped default; @curve: CURVE over loopback TCP, @ipc: a Unix socket; "
                              "else plaintext loopback TCP)")
+    parser.add_argument("--image-rows", type=int, default=4000, help="images: rows in each table")
+    parser.add_argument("--image-batches", default="32,256", help="images: batch sizes")
+    parser.add_argument("--image-calls", type=int, default=200, help="images: timed samples per round")
     args = parser.parse_args()
     header()
     if args.what in ("ingest", "all"):
@@ -533,6 +589,8 @@ def main() -> None:
         latency(args)
     if args.what in ("reverb", "all"):
         reverb(args)
+    if args.what in ("images", "all"):
+        images(args)
 
 
 if __name__ == "__main__":

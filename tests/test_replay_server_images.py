@@ -344,3 +344,59 @@ def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(s
     for name in ("obs", "next_obs", "rewards", "discounts", "actions"):
         np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
     client.close()
+
+
+@pytest.mark.parametrize("frames", [False, True])
+def test_pipelined_large_batches_each_hold_their_own_rows(serve, frames):
+    """Batches over one inline frame (Atari-sized rows) leave the server as copies of the table's
+    sample buffers, which the next draw reuses: eight batches asked at once each come back with the
+    rows of their own indices (whole observations, and a frame table's stacks staged contiguous)."""
+    from pearl.server.shards import SLOT, ShardedReplayClient
+
+    rng = np.random.default_rng(6)
+    if frames:
+        server = serve(TableConfig(capacity=600, obs_shape=(84, 84), obs_dtype="uint8", frame_stack=4))
+        reference = make_replay(ReplayConfig(capacity=600, frame_stack=4), (4, 84, 84), obs_dtype=np.dtype(np.uint8))
+        ids = np.zeros(300, np.int64)
+        ids[0] = ~0
+        f = rng.integers(0, 256, (300, 84, 84), dtype=np.uint8)
+        rows = (ids, f, rng.integers(0, 4, 300), np.ones(300, np.float32), f, np.zeros(300, bool), np.zeros(300, bool))
+    else:
+        server = serve(TableConfig(capacity=600, obs_shape=(4, 84, 84), obs_dtype="uint8"))
+        reference = make_replay(ReplayConfig(capacity=600), (4, 84, 84), obs_dtype=np.dtype(np.uint8))
+        rows = transitions(rng, 300, (4, 84, 84), "uint8")
+    writer = ReplayClient(server.address, writer=1, timeout=20)
+    writer.add(*rows)
+    reference.add(*rows)
+    writer.flush()
+    learner = ShardedReplayClient([server.address], timeout=20)
+    learner.refresh()
+    for _ in range(8):
+        learner.ask(128, rng)
+    for _ in range(8):
+        batch = learner.take()
+        expected = reference.gather(batch.indices & SLOT) if frames else None
+        for name in ("obs", "next_obs"):
+            want = getattr(expected, name) if frames else reference.storage[name][batch.indices & SLOT]
+            np.testing.assert_array_equal(getattr(batch, name), want, err_msg=name)
+    learner.close()
+    writer.close()
+
+
+def test_a_run_on_a_server_without_checkpoints_warns_once_and_goes_on(serve, tmp_path):
+    """A run's checkpoint asks its replay server for one: a server without checkpoint_dir says so
+    in HELLO, and the client's state_dict records no replay checkpoint (one warning), instead of
+    failing the run's checkpoint; a server with one writes it."""
+    bare = ReplayClient(serve(TableConfig(capacity=100)).address, timeout=20)
+    assert bare.info["checkpoints"] is False
+    with pytest.warns(UserWarning, match="has no checkpoint_dir: the run's checkpoints hold no replay"):
+        assert bare.state_dict() == {"replay_server": bare.address, "checkpoint": None}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bare.state_dict()  # (told once)
+    kept = ReplayClient(serve(TableConfig(capacity=100), checkpoint_dir=str(tmp_path)).address, timeout=20)
+    assert kept.info["checkpoints"] is True and kept.state_dict()["checkpoint"]["name"] == "ckpt-000001"
+    bare.close()
+    kept.close()

@@ -325,6 +325,7 @@ class ReplayClient:
         self._packers: dict[int, Packer] = {}  # rows -> the packer of an update of that many rows
         self._dtypes = tuple(np.dtype(dtype) for dtype, _ in self.info["insert"])  # the server's insert columns
         self._progress = 0
+        self._told_no_checkpoints = False
 
     # ---- the table interface ----------------------------------------------------------------
     @property
@@ -440,7 +441,17 @@ class ReplayClient:
 
     def state_dict(self) -> dict:
         """The server's table stays on the server: this writes a checkpoint there and returns
-        where (restart the server from its checkpoint_dir to load it)."""
+        where (restart the server from its checkpoint_dir to load it). A server without a
+        checkpoint_dir keeps its table only while it runs: the run's checkpoint says so
+        (`checkpoint: None`) and the run goes on, with one warning."""
+        if not self.info.get("checkpoints", True):
+            if not self._told_no_checkpoints:
+                import warnings
+
+                self._told_no_checkpoints = True
+                warnings.warn(f"the replay server at {self.address} has no checkpoint_dir: the run's checkpoints "
+                              f"hold no replay (a restarted server starts empty)", stacklevel=2)
+            return {"replay_server": self.address, "checkpoint": None}
         return {"replay_server": self.address, "checkpoint": self.checkpoint()}
 
     def load_state_dict(self, state: dict) -> None:

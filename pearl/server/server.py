@@ -211,6 +211,8 @@ class ReplayServer:
                     socket.send(peer, zmq.SNDMORE)  # send_multipart's ~6 us
                     socket.send(frames[0])
                 else:
+                    # copy=True: ZeroMQ copies each frame now (a batch's columns are the table's
+                    # sample buffers, which the next draw reuses)
                     socket.send_multipart([peer] + frames, copy=True)
             except zmq.ZMQError:  # the peer left (EHOSTUNREACH, raised at its id): nothing to deliver
                 if bytes(memoryview(frames[0])[6:8]) == BATCH_OP:
