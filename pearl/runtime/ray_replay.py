@@ -4,10 +4,9 @@
 as `pearl replay-server` runs it) in its own process: on the learner's node (`server`: node
 affinity) or on a node of its own (`node`: a bundle of the run's placement group). `shards`
 such servers split the table's capacity; the node agents write to them round-robin (a frame
-table's rows by stream) and the
-learner samples them through pearl.server.shards.ShardedReplayClient (exact prioritized sampling
-across the shards). The servers keep no replay ratio of their own: the driver keeps it
-(pearl/runtime/ray.py grants each node agent the env steps it may commit).
+table's rows by stream) and the learner samples them through pearl.server.shards.ShardedReplayClient
+(exact prioritized sampling across the shards). The servers keep no replay ratio of their own:
+the driver keeps it (pearl/runtime/ray.py grants each node agent the env steps it may commit).
 
 The run's checkpoint holds the replay as with every runtime: `merge_states` gathers the shards'
 tables into the run's one table (oldest rows first), `split_states` deals it back out to fresh
@@ -99,7 +98,6 @@ class FrameShards:
     STREAMS = ("counts", "episode_start", "starting")  # one per stream
 
     def __init__(self, streams: int, length: int, shards: int):
-        self.length = length
         self.held = [np.arange(k, streams, shards) for k in range(shards)]  # the run's streams, by shard
         self.slots = [(held[:, None] * length + np.arange(length)).ravel() for held in self.held]
         self.capacities = [len(held) * length for held in self.held]
