@@ -32,6 +32,7 @@ import numpy as np
 
 from pearl.runtime.processes import HEALTH_CHECK_S, _ActorProcesses
 from pearl.runtime.shared import _CREATED, ACT_CPU_NS, ACT_NS, ALLOWED, ROUNDS, WAIT_NS
+from pearl.schedule import share
 from pearl.schedule import AGENT_NAP_S, FLUSH_S
 
 # the actors' own clocks the reports sum: time in act rounds, waiting (allowance, ring space), CPU
@@ -253,8 +254,7 @@ class NodeAgent:
         total = len(columns[2])
         for first in range(0, total, self.chunk):
             last = min(total, first + self.chunk)
-            share = steps * last // total - steps * first // total
-            self.client.add(*(c[first:last] for c in columns), env_steps=share)
+            self.client.add(*(c[first:last] for c in columns), env_steps=share(steps, first, last, total))
         self.committed += steps
 
     def _janitor(self, names: set[str]) -> None:

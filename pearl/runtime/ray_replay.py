@@ -21,6 +21,8 @@ import tempfile
 
 import numpy as np
 
+from pearl.schedule import share
+
 
 def server_keys(directory: str) -> dict:
     """A CURVE key pair for the replay server(s) (the secret in a private file of `directory`, and
@@ -110,7 +112,7 @@ class FrameShards:
         parts, done = [], 0
         for held, slots, steps in zip(self.held, self.slots, step_shares(env_steps, shards)):
             mine = int(counts[held].sum())
-            inserted = int(state["inserted"]) * (done + mine) // records - int(state["inserted"]) * done // records
+            inserted = share(int(state["inserted"]), done, done + mine, records)
             done += mine
             part = {name: np.ascontiguousarray(np.asarray(state[name])[slots]) for name in self.ROWS}
             part.update({name: np.asarray(state[name])[held].copy() for name in self.STREAMS})

@@ -96,6 +96,12 @@ def burst_updates_due(env_steps: int, learning_starts: int, train_freq: int, gra
     return max(0, env_steps // train_freq - learning_starts // train_freq) * gradient_steps
 
 
+def share(amount: int, start: int, stop: int, whole: int) -> int:
+    """The part of `amount` (env steps, inserted counts) that rows [start, stop) of `whole` rows
+    carry: whole numbers in proportion to the rows, consecutive parts summing to `amount` exactly."""
+    return amount * stop // whole - amount * start // whole
+
+
 def crossed(previous: int, current: int, interval: int) -> bool:
     """Whether going from `previous` to `current` env steps passed a multiple of `interval` (0: never)."""
     return bool(interval) and current // interval > previous // interval

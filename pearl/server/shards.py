@@ -25,6 +25,7 @@ import numpy as np
 
 from pearl.contracts import Batch
 from pearl.replay.prioritized import annealed_beta
+from pearl.schedule import share
 from pearl.server.client import ClientAuth, Connection, NoReply, ReplayClient, ServerError  # noqa: F401
 from pearl.server.wire import FLAG_MASSES, Header, Op, pack
 
@@ -105,9 +106,9 @@ class ShardedReplayClient:
         for s in np.unique(shard_of):
             mask = shard_of == s
             part = int(mask.sum())
-            share = steps * (done + part) // rows - steps * done // rows
+            self.shards[s].add(local[mask], *(np.asarray(c)[mask] for c in columns[1:]),
+                               env_steps=share(steps, done, done + part, rows))
             done += part
-            self.shards[s].add(local[mask], *(np.asarray(c)[mask] for c in columns[1:]), env_steps=share)
 
     def flush(self) -> None:
         for shard in self.shards:
