@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_us, median_us_interleaved  # noqa: E402  (benchmarks/ is the script's own directory)
-from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
+from pearl.kernels.cpu.backend import cpu_model, memory_available  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
 FRAME_BYTES = FRAME[0] * FRAME[1]
@@ -71,14 +71,6 @@ def huge_page_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
-
-
-def available_bytes() -> int:
-    with open("/proc/meminfo") as info:
-        for line in info:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
     return 0
 
 
@@ -318,7 +310,7 @@ def worker(args) -> int:
 def run_one(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
     # one table of one frame per transition at a time, plus headroom: skip what cannot fit now
     need = capacity * FRAME_BYTES * 1.15
-    free = available_bytes()
+    free = memory_available()
     if need > free - 2 * 2**30:
         return {"unavailable": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available"}
     command = [sys.executable, __file__, "--worker", system, "--capacity", str(capacity), "--repeats", str(repeats),

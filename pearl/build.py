@@ -303,24 +303,24 @@ def learner_precision(requested: str, learn_device: str, workload, kernel: str) 
     return backend(kind_of(learn_device)).learner_precisions(workload, kernel)[-1]
 
 
-def check_memory(config: ExperimentConfig, obs_dim: int, action_dim: int, obs_itemsize: int = 4,
-                 features: int | None = None) -> None:
-    """Refuses (one line naming the field) a replay table or networks larger than this machine's
-    memory, before anything is allocated: numpy and torch would fail deep inside with a traceback.
-    `features`: what the first fc layer takes (a CNN's flattened conv output; default obs_dim)."""
-    import os
+def check_memory(config: ExperimentConfig, family, features: int | None, table: bool) -> None:
+    """Refuses (one line naming the field) a replay table (`table`: the run holds one; not one on a
+    replay server) or networks larger than this machine's free memory, before anything is
+    allocated: numpy and torch would fail deep inside with a traceback, or the run be killed when
+    its table filled. `features`: what the first fc layer takes (a CNN's flattened conv output;
+    None: the observation's size)."""
+    from pearl.kernels.cpu.backend import memory_available
+    from pearl.replay import check_table_fits
 
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    # a transition: obs and next_obs (float32, or uint8 frames), the action, reward and discount,
-    # the sum-tree leaves
-    replay = config.replay.capacity * (2 * obs_itemsize * obs_dim + 8 * action_dim + 8 + 16)
-    widths = [features or obs_dim, *config.algo_config.hidden, action_dim]
+    (obs_dtype, obs_shape), (action_dtype, action_shape) = family.obs_field, family.action_field
+    if table:
+        check_table_fits("replay.capacity", config.replay, obs_shape, obs_dtype, action_dtype, action_shape)
+    widths = [features or int(np.prod(obs_shape)), *config.algo_config.hidden, family.action_size]
     # weights, gradients, two Adam moments and a target copy, float32, for up to three networks
     networks = 3 * 5 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
-    for name, size in (("replay.capacity", replay), (f"{config.algo}.hidden", networks)):
-        if size > memory:
-            raise ConfigError(f"{name}: needs about {size / 2**30:,.0f} GiB; this machine has "
-                              f"{memory / 2**30:,.0f} GiB of memory")
+    if networks > (free := memory_available()):
+        raise ConfigError(f"{config.algo}.hidden: networks of widths {widths} need about {networks / 2**30:,.0f} GiB; "
+                          f"this machine has {free / 2**30:,.1f} GiB available")
 
 
 def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
@@ -332,10 +332,11 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     algo_class = algorithm_class(config.algo)
     family = FAMILIES[algo_class.family](config)
     obs_dtype, obs_shape = family.obs_field
-    check_memory(config, family.obs_dim, family.action_size, obs_dtype.itemsize,
-                 int(np.prod(conv_shapes(obs_shape, config.algo_config.conv)[-1])) if len(obs_shape) > 1 else None)
     workload = workload_of(config, family.obs_dim, family.action_size, obs_shape, obs_dtype.itemsize)
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
+    served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
+    check_memory(config, family, int(np.prod(conv_shapes(obs_shape, config.algo_config.conv)[-1]))
+                 if len(obs_shape) > 1 else None, table=not served.addressed)
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
     plan = dataclasses.replace(plan, learner_precision=learner_precision(plan.learner_precision, plan.device_of("learn"),
                                                                          workload, kernel))
@@ -360,7 +361,6 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     limit = schedule.rate_limit(plan.runtime, plan.batch_size, cfg.updates_per_step, cfg.learning_starts,
                                 cfg.n_step, plan.envs_per_actor, actors, burst=cfg.gradient_steps or 1)
     action_dtype, action_shape = family.action_field
-    served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
     if config.replay.frame_stack and plan.runtime in CLUSTER_RUNTIMES and plan.ray.shards > env_streams(plan):
         raise ConfigError(f"plan.ray.shards: {plan.ray.shards} shards for a frame table of {env_streams(plan)} env "
                           f"streams (each shard holds whole streams: at most nodes x actors x envs_per_actor shards)")

@@ -359,6 +359,28 @@ def test_actors_feed_the_frame_table_step_records():
     check_frame_transitions(agent)
 
 
+def test_a_saved_frame_table_holds_its_stored_records_and_trains_on(tmp_path):
+    """An agent's checkpoint with a frame table far from full holds the records written, not the
+    table's capacity (pearl.load reads it back through pearl/checkpoint.py's shape checks), and the
+    loaded agent holds the same transitions and trains on."""
+    agent = frame_agent()
+    agent.train(120)
+    agent.save(tmp_path / "agent")
+    arrays = np.load(tmp_path / "agent.npz")
+    records = int(agent.parts.replay._counts.sum())  # a record per env step, and per episode its first frame
+    assert 120 < arrays["replay.frames"].shape[0] == records < agent.parts.replay.capacity // 2
+    loaded = pearl.load(tmp_path / "agent.npz")
+    table, again = agent.parts.replay, loaded.parts.replay
+    valid = np.flatnonzero(table._valid)
+    assert valid.size > 64 and np.array_equal(np.flatnonzero(again._valid), valid)
+    a, b = table.gather(valid), again.gather(valid)
+    for name in ("obs", "next_obs", "actions", "rewards", "discounts"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    loaded.train(200)
+    assert again.inserted == loaded.env_steps == 320  # (train(n): n more steps)
+    check_frame_transitions(loaded)
+
+
 @pytest.mark.slow
 def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
     """The learner's own actor writes actor 0's streams while the actor processes start; a second

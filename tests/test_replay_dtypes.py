@@ -55,3 +55,52 @@ def test_frame_stack_is_checked_in_the_config():
 
     with pytest.raises(ConfigError, match="replay.frame_stack"):
         apply_overrides(ExperimentConfig(), {"replay.frame_stack": -1})
+
+
+def _allocated_bytes(obj, seen: set, depth: int = 0) -> int:
+    """Bytes of the distinct numpy buffers an object's attributes (and their objects') hold."""
+    total = 0
+    for value in vars(obj).values():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, np.ndarray):
+                while isinstance(item.base, np.ndarray):
+                    item = item.base
+                if id(item) not in seen:
+                    seen.add(id(item))
+                    total += item.nbytes
+            elif depth < 2 and hasattr(item, "__dict__") and not isinstance(item, type) and not callable(item):
+                total += _allocated_bytes(item, seen, depth + 1)
+    return total
+
+
+@pytest.mark.parametrize("frame_stack", [0, 4])
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+@pytest.mark.parametrize("capacity,shape,dtype,action", [(5000, (4, 6, 6), np.uint8, (np.int64, ())),
+                                                          (70000, (4, 3), np.float32, (np.float32, (2,)))])
+def test_table_bytes_is_what_the_table_allocates(frame_stack, kind, capacity, shape, dtype, action):
+    """The memory check's figure (pearl.replay.table_bytes) against the arrays the table holds: the
+    rows (a frame table's records hold one frame: a quarter of a 4-stack), and the sum tree, padded
+    to a power of its fanout (capacity 70,000: 1,048,576 leaves)."""
+    from pearl.replay import table_bytes
+
+    config = ReplayConfig(kind=kind, capacity=capacity, frame_stack=frame_stack)
+    replay = make_replay(config, shape, obs_dtype=dtype, action_dtype=action[0], action_shape=action[1])
+    held = _allocated_bytes(replay, set())
+    expected = table_bytes(config, shape, dtype, *action)
+    # what the estimate leaves out: a frame table's per-stream counters, the batch outputs, alignment
+    assert expected <= held <= expected + 4096
+
+
+def test_a_table_larger_than_free_memory_is_refused_in_one_line(monkeypatch):
+    """Atari's 1M transitions fit as a frame table (~6.6 GiB of 84x84 uint8 frames) and not as whole
+    stacks (~53 GiB): the builder's check prices the table it will build."""
+    import pearl.kernels.cpu.backend as cpu
+    from pearl.replay import check_table_fits
+
+    monkeypatch.setattr(cpu, "memory_available", lambda: 8 * 2**30)
+    frames = ReplayConfig(capacity=1_000_000, frame_stack=4)
+    check_table_fits("replay.capacity", frames, (4, 84, 84), np.uint8, np.int64)
+    with pytest.raises(ConfigError, match=r"^replay\.capacity: 1,000,000 transitions of 4x84x84 uint8 observations "
+                                          r"need about 52\.6 GiB; this machine has 8\.0 GiB available$"):
+        check_table_fits("replay.capacity", ReplayConfig(capacity=1_000_000), (4, 84, 84), np.uint8, np.int64)

@@ -118,6 +118,30 @@ def test_cli_observation_flags_are_checked(capsys):
     assert err.startswith("pearl: error: table.capacity: 32 leaves 4 records for each of 8 streams") and "\n" not in err
 
 
+def test_a_table_larger_than_free_memory_is_refused_before_it_binds(capsys, monkeypatch):
+    """1M whole 84x84 float32 observations (--frame-stack 0, the default capacity) need ~53 GiB:
+    one line, exit 2, instead of numpy's MemoryError or a table killed as it fills; the same
+    observations as a frame table of uint8 frames fit."""
+    import pearl.kernels.cpu.backend as cpu
+    from pearl.server.cli import main
+    from pearl.server.service import make_table
+
+    monkeypatch.setattr(cpu, "memory_available", lambda: 8 * 2**30)
+    assert main(["--plaintext", "--bind", LOOPBACK, "--obs-shape", "84,84", "--frame-stack", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pearl: error: table.capacity: 1,000,000 transitions of 84x84 float32 observations "
+                          "need about 52.6 GiB; this machine has 8.0 GiB available") and "\n" not in err
+    frames = ServerConfig(table=TableConfig(capacity=1_000_000, obs_shape=(84, 84), obs_dtype="uint8",
+                                            frame_stack=4, streams=8))
+    frames.table.check()
+    table = make_table(frames)  # ~6.6 GiB, mapped lazily: nothing is touched here
+    assert table.capacity == 1_000_000
+    monkeypatch.setattr(cpu, "memory_available", lambda: 6 * 2**30)
+    with pytest.raises(ConfigError, match=r"^table\.capacity: 1,000,000 records of one 84x84 uint8 frame need "
+                                          r"about 6\.6 GiB; this machine has 6\.0 GiB available$"):
+        make_table(frames)
+
+
 def test_a_checkpoint_restores_its_schema_only(serve, tmp_path):
     from pearl.server.checkpoint import restore
     from pearl.server.service import ReplayService
@@ -307,13 +331,14 @@ def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind
             restore(ReplayService(ServerConfig(table=table)), tmp_path)
 
 
-@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
-def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(serve, kind):
+@pytest.mark.parametrize("kind,steps", [("uniform", 130), ("prioritized", 130), ("prioritized", 30)])
+def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(serve, kind, steps):
     """A frame table over 2 shards (the ray runtime's `server` placement): each step record goes to
     its stream's shard (stream s to shard s mod 2 as its stream s // 2, a first step ~s as
     ~(s // 2)), so each shard's table is the run's table's streams; the shards' states merge into
     the state one table fed the same records has, and split back into the same shards' states;
-    a batch's global indices name the run's slots whose stacks it holds."""
+    a batch's global indices name the run's slots whose stacks it holds. 30 steps: no ring is full
+    (the states hold each stream's stored records only)."""
     from pearl.runtime.ray_replay import FrameShards
     from pearl.server.shards import SHIFT, SLOT, ShardedReplayClient
 
@@ -324,16 +349,18 @@ def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(s
                for c, h in zip(layout.capacities, layout.held)]
     client = ShardedReplayClient([s.address for s in servers], writer=1, timeout=20)
     reference = frame_table(kind, streams * length, streams)
-    rounds = step_records(np.random.default_rng(4), 130, streams)
+    rounds = step_records(np.random.default_rng(4), steps, streams)
     add_rounds([client, reference], rounds, rows_per_chunk=7)
     client.flush()
-    assert [s.service.env_steps for s in servers] == [130 * 3, 130 * 2]  # a row's env step, on its shard
+    assert [s.service.env_steps for s in servers] == [steps * 3, steps * 2]  # a row's env step, on its shard
     states = [s.service.table.state_dict() for s in servers]
-    merged, expected = layout.merge(states, 650, {}), reference.state_dict()
+    merged, expected = layout.merge(states, steps * streams, {}), reference.state_dict()
+    stored = int(np.minimum(expected["counts"], length).sum())
+    assert len(expected["frames"]) == stored and (stored < streams * length) == (steps < length)
     for name in expected:
         if name != "progress":
             np.testing.assert_array_equal(merged[name], expected[name], err_msg=name)
-    for (part, steps), state in zip(layout.split(expected, 650), states):
+    for (part, _), state in zip(layout.split(expected, steps * streams), states):
         for name in FrameShards.ROWS + FrameShards.STREAMS + ("state",):
             np.testing.assert_array_equal(part[name], state[name], err_msg=name)
     client.refresh()

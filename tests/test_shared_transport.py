@@ -215,5 +215,6 @@ def test_version_board_hands_out_exactly_the_version_asked_for():
         assert board.round(0) == (0.125, 7, 1)
         view = board.view()
         assert view.try_read(out, 7, 1) and (out == 7).all() and not view.owner
+        del view  # its arrays export the mapping: close() could not unmap it while they live
     finally:
         board.close()

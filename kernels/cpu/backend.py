@@ -53,6 +53,20 @@ def _memory_gib() -> float | None:
         return None
 
 
+def memory_available() -> int:
+    """Bytes this machine can give a new table now: MemAvailable (free memory plus the page cache
+    it can reclaim), or the physical memory where /proc/meminfo is missing. np.zeros maps a table
+    lazily, so a table larger than this starts fine and is killed when it fills."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 class CPUBackend(Backend):
     kind = "cpu"
     platform_keys = {"cores": True, "clock_mhz": True, "peak_gflops": True, "memory_bandwidth_gb_s": True,

@@ -234,17 +234,7 @@ class RowRing:
     def __init__(self, capacity: int, layout):
         self.capacity = int(capacity)
         self.layout = tuple((name, np.dtype(dtype), tuple(shape)) for name, dtype, shape in layout)
-        # widest items first keeps every field aligned to its own item size inside the row
-        order = sorted(range(len(self.layout)), key=lambda f: -self.layout[f][1].itemsize)
-        offsets, cursor = {}, 0
-        for f in order:
-            name, dtype, shape = self.layout[f]
-            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-            # rows hold whole 4-byte words: a field of another size (3 uint8) is padded
-            offsets[name], cursor = cursor, cursor + -(-nbytes // 4) * 4
-        row_bytes = max(cursor, 4)
-        # a power of two up to a line (rows never straddle lines), whole lines above
-        stride = 1 << (row_bytes - 1).bit_length() if row_bytes <= LINE else -(-row_bytes // LINE) * LINE
+        offsets, stride = self.row_plan(self.layout)
         self.row_bytes = stride
         self.rows = _aligned_words(self.capacity, stride // 4)
         as_bytes = self.rows.view(np.uint8)
@@ -265,6 +255,26 @@ class RowRing:
         self._row_arrays = None if padded else tuple(
             (dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
             for _, dtype, shape in self.layout)
+
+    @staticmethod
+    def row_plan(layout) -> tuple[dict, int]:
+        """(each field's byte offset in a row, the row's stride in bytes) for a layout of
+        (name, dtype, shape) fields."""
+        layout = [(name, np.dtype(dtype), tuple(shape)) for name, dtype, shape in layout]
+        offsets, cursor = {}, 0
+        # widest items first keeps every field aligned to its own item size inside the row
+        for name, dtype, shape in sorted(layout, key=lambda field: -field[1].itemsize):
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            # rows hold whole 4-byte words: a field of another size (3 uint8) is padded
+            offsets[name], cursor = cursor, cursor + -(-nbytes // 4) * 4
+        row_bytes = max(cursor, 4)
+        # a power of two up to a line (rows never straddle lines), whole lines above
+        return offsets, 1 << (row_bytes - 1).bit_length() if row_bytes <= LINE else -(-row_bytes // LINE) * LINE
+
+    @classmethod
+    def bytes_needed(cls, capacity: int, layout) -> int:
+        """The bytes a ring of `capacity` rows of `layout` allocates."""
+        return int(capacity) * cls.row_plan(layout)[1]
 
     def insert(self, start: int, count: int, values) -> None:
         """Writes `count` transitions (a value per field, in layout order: rows on a leading axis,

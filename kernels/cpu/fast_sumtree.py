@@ -744,13 +744,7 @@ class NumbaSumTree:
         if capacity < 1 or fanout < 2:
             raise ValueError(f"sum tree needs capacity >= 1 and fanout >= 2, got {capacity}, {fanout}")
         self.capacity, self.fanout = int(capacity), int(fanout)
-        self.depth = 1
-        while fanout ** self.depth < capacity:
-            self.depth += 1
-        self.sizes = [fanout ** d for d in range(self.depth + 1)]
-        self.offsets = np.zeros(self.depth + 2, dtype=np.int64)  # offsets[depth + 1]: all slots
-        for d, size in enumerate(self.sizes):
-            self.offsets[d + 1] = -(-(self.offsets[d] + size) // LINE_FLOATS) * LINE_FLOATS
+        self.depth, self.sizes, self.offsets = self.layout(self.capacity, self.fanout)
         slots, internal = int(self.offsets[-1]), int(self.offsets[self.depth])
         buffer = np.zeros(slots + 2 * internal)  # [sums | prefix | mins], each line-aligned
         buffer[slots + internal:] = np.inf
@@ -760,6 +754,26 @@ class NumbaSumTree:
         self._scratch_nodes = np.empty(0, dtype=np.int64)
         self._scratch_floats = np.empty(0, dtype=np.float64)
         self._td_kernels: dict[int, partial] = {}
+
+    @staticmethod
+    def layout(capacity: int, fanout: int) -> tuple[int, list[int], np.ndarray]:
+        """(depth, nodes per level, each level's line-aligned offset; the last: all nodes) of a
+        tree whose leaf level is the power of `fanout` that holds `capacity`."""
+        depth = 1
+        while fanout ** depth < capacity:
+            depth += 1
+        sizes = [fanout ** d for d in range(depth + 1)]
+        offsets = np.zeros(depth + 2, dtype=np.int64)  # offsets[depth + 1]: all slots
+        for d, size in enumerate(sizes):
+            offsets[d + 1] = -(-(offsets[d] + size) // LINE_FLOATS) * LINE_FLOATS
+        return depth, sizes, offsets
+
+    @classmethod
+    def bytes_needed(cls, capacity: int, fanout: int = 16) -> int:
+        """What the tree allocates: its sums, the inner levels' prefixes and mins, the marks."""
+        depth, _, offsets = cls.layout(int(capacity), int(fanout))
+        slots, internal = int(offsets[-1]), int(offsets[depth])
+        return 8 * (slots + 2 * internal) + 8 * (internal + 1)
 
     def _views(self) -> None:
         slots, internal = int(self.offsets[-1]), int(self.offsets[self.depth])

@@ -7,6 +7,38 @@ from pearl.replay.prioritized import PrioritizedReplay  # noqa: F401
 from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded, RateLimitTimeout  # noqa: F401
 from pearl.replay.uniform import UniformReplay  # noqa: F401
 
+def table_bytes(config, obs_shape: tuple, obs_dtype, action_dtype, action_shape=()) -> int:
+    """About what the table `make_replay` builds for `config` (a ReplayConfig) takes in memory once
+    full: its rows (a frame table's step records, one frame each) and its selector's slots."""
+    if config.frame_stack:
+        rows = FrameReplay.bytes_needed(config.capacity, tuple(obs_shape)[1:], obs_dtype, action_dtype, action_shape)
+    else:
+        rows = Replay.bytes_needed(config.capacity, obs_shape, obs_dtype, action_dtype, action_shape)
+    if config.kind == "uniform" and not config.frame_stack:
+        return rows  # uniform draws of whole transitions need no selector
+    # the compiled sum tree's (prioritized; a frame table's 0/1 uniform); AMPER's and the numpy
+    # reference tree's are of its order
+    from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
+
+    return rows + NumbaSumTree.bytes_needed(config.capacity, config.fanout)
+
+
+def check_table_fits(field: str, config, obs_shape: tuple, obs_dtype, action_dtype, action_shape=()) -> None:
+    """Refuses, in one line naming `field`, a table larger than the memory this machine has free
+    now (np.zeros would map it and the run be killed once it filled, or numpy fail with a traceback)."""
+    import numpy as np
+
+    from pearl.kernels.cpu.backend import memory_available
+    from pearl.errors import ConfigError
+
+    size, free = table_bytes(config, obs_shape, obs_dtype, action_dtype, action_shape), memory_available()
+    if size > free:
+        obs = "x".join(map(str, tuple(obs_shape)[config.frame_stack > 0:]))
+        what = f"records of one {obs} {np.dtype(obs_dtype).name} frame" if config.frame_stack else \
+            f"transitions of {obs} {np.dtype(obs_dtype).name} observations"
+        raise ConfigError(f"{field}: {config.capacity:,} {what} need about {size / 2**30:,.1f} GiB; this machine "
+                          f"has {free / 2**30:,.1f} GiB available")
+
 
 def make_replay(config, obs_dim: int | tuple, action_dtype=None, action_shape=(), total_steps: int = 1,
                 rate_limiter: RateLimiter | None = None, device: str = "cpu", obs_dtype=None, streams: int = 1,

@@ -53,15 +53,22 @@ class Replay(ABC):
         self.obs_dim = int(np.prod(self.obs_shape))
         self.obs_dtype = np.dtype(obs_dtype)
         # one row per transition (kernels/cpu/fast_storage.py); `storage[name]` are numpy views
-        self._ring = RowRing(capacity, (("obs", self.obs_dtype, self.obs_shape),
-                                        ("actions", action_dtype, tuple(action_shape)),
-                                        ("rewards", np.float32, ()),
-                                        ("next_obs", self.obs_dtype, self.obs_shape),
-                                        ("discounts", np.float32, ())))
+        self._ring = RowRing(capacity, self.layout(self.obs_shape, self.obs_dtype, action_dtype, action_shape))
         self.storage = self._ring.fields
         self.cursor = 0  # next slot to write
         self.size = 0
         self.inserted = 0  # transitions ever inserted
+
+    @staticmethod
+    def layout(obs_shape: tuple, obs_dtype, action_dtype, action_shape) -> tuple:
+        """A transition's row: (name, dtype, shape) of each field."""
+        return (("obs", obs_dtype, tuple(obs_shape)), ("actions", action_dtype, tuple(action_shape)),
+                ("rewards", np.float32, ()), ("next_obs", obs_dtype, tuple(obs_shape)), ("discounts", np.float32, ()))
+
+    @classmethod
+    def bytes_needed(cls, capacity: int, obs_shape: tuple, obs_dtype, action_dtype, action_shape) -> int:
+        """The bytes a table of `capacity` transitions allocates for them (the selector's apart)."""
+        return RowRing.bytes_needed(capacity, cls.layout(obs_shape, obs_dtype, action_dtype, action_shape))
 
     def __len__(self) -> int:
         return self.size

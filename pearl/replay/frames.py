@@ -73,6 +73,13 @@ def _column(values, dtype: np.dtype, count: int) -> np.ndarray:
     return values.reshape(count)
 
 
+def stored_slots(counts, length: int) -> np.ndarray:
+    """The slots that hold records, stream after stream (a checkpoint's rows): stream s's ring
+    fills slots s x length, s x length + 1, ... and stays full once it has wrapped."""
+    filled = np.minimum(np.asarray(counts, np.int64), length)
+    return np.concatenate([np.empty(0, np.int64)] + [s * length + np.arange(f) for s, f in enumerate(filled)])
+
+
 @implements(ReplayTable)
 class FrameReplay:
     """Stacked-frame transitions of `streams` env streams, each frame stored once."""
@@ -105,7 +112,7 @@ class FrameReplay:
         self.rate_limiter = rate_limiter
         self.alpha, self.beta0, self.beta_final = alpha, beta, beta_final
         self.beta_steps, self.priority_eps = max(1, beta_steps), priority_eps
-        frame_bytes = self.frame_dtype.itemsize * int(np.prod(self.frame_shape, dtype=np.int64))
+        frame_bytes = self.frame_bytes(self.frame_shape, self.frame_dtype)
         action_items = int(np.prod(self.action_shape, dtype=np.int64))
         # np.zeros maps untouched pages lazily: memory grows with the frames written; numpy madvises
         # it for huge pages, so random frame reads of a GB table miss the TLB far less (~10%, measured)
@@ -211,6 +218,17 @@ class FrameReplay:
             self.tree.update(changed, self._changed_priorities[:filled])
         return changed
 
+    @staticmethod
+    def frame_bytes(frame_shape: tuple, frame_dtype) -> int:
+        return np.dtype(frame_dtype).itemsize * int(np.prod(frame_shape, dtype=np.int64))
+
+    @classmethod
+    def bytes_needed(cls, capacity: int, frame_shape: tuple, frame_dtype, action_dtype, action_shape) -> int:
+        """The bytes a table of `capacity` records allocates for them (the selector's apart): a
+        record's frame, action, reward, end, back and valid flags and listing mark (`__init__`)."""
+        action = np.dtype(action_dtype).itemsize * int(np.prod(action_shape, dtype=np.int64))
+        return int(capacity) * (cls.frame_bytes(frame_shape, frame_dtype) + action + 4 + 3 + 8)
+
     # -- sampling
     def outputs(self, batch: int) -> tuple:
         """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch) for a
@@ -310,24 +328,43 @@ class FrameReplay:
             self.tree.update(indices[left], 0.0)
 
     # -- checkpoints
-    _ARRAYS = ("_frames", "_actions", "_rewards", "_ends", "_back", "_valid", "_counts", "_episode_start",
-               "_starting", "_state")
+    # one value per slot: a checkpoint keeps the slots that hold records (`stored_slots`), so a run
+    # that has written 3,000 steps into a 1M-frame table saves 21 MB, not the table's 7 GB
+    ROWS = ("frames", "actions", "rewards", "ends", "back", "valid")
+    _WHOLE = ("counts", "episode_start", "starting", "state")  # per stream, and the kernel's state
 
-    def state_dict(self) -> dict:
-        state = {name.lstrip("_"): getattr(self, name).copy() for name in self._ARRAYS}
+    def state_dict(self, detached: bool = False) -> dict:
+        """The table's state; once every ring is full (a long run's), its row arrays are the table's
+        own, not a copy of its GBs (the run's checkpoint writes them before the next insert), unless
+        `detached` (for a caller that keeps the state while records are written)."""
+        slots = stored_slots(self._counts, self.length)
+        own = len(slots) == self.capacity and not detached
+        state = {name: getattr(self, "_" + name) if own else getattr(self, "_" + name)[slots] for name in self.ROWS}
+        state.update({name: getattr(self, "_" + name).copy() for name in self._WHOLE})
         state.update(inserted=self.inserted, max_priority=self.max_priority, progress=self.progress,
-                     priorities=self.tree.get(np.arange(self.capacity)))
+                     priorities=self.tree.get(slots))
         if self.rate_limiter is not None:
             state["rate_limiter"] = self.rate_limiter.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for name in self._ARRAYS:
-            getattr(self, name)[...] = state[name.lstrip("_")]
+        rows = len(state["frames"])
+        # a state of every slot (checkpoints before stored_slots; the same rows once every ring is full)
+        slots = np.arange(self.capacity) if rows == self.capacity else stored_slots(state["counts"], self.length)
+        if len(slots) != rows:
+            raise ValueError(f"frame replay state: {rows} records, but its streams' counts store {len(slots)}")
+        if self.inserted:  # a table that held records: the slots the state leaves out hold none
+            for name in (*self.ROWS, "marks"):
+                getattr(self, "_" + name)[...] = 0
+        for name in self.ROWS:
+            getattr(self, "_" + name)[slots] = state[name]
+        for name in self._WHOLE:
+            getattr(self, "_" + name)[...] = state[name]
         self.inserted, self.max_priority = int(state["inserted"]), float(state["max_priority"])
         self.progress = int(state["progress"])
         self._set_selector(self._new_selector())
-        stored = np.flatnonzero(np.asarray(state["priorities"]) > 0)
-        self.tree.update(stored, np.asarray(state["priorities"])[stored])
+        priorities = np.asarray(state["priorities"])
+        stored = np.flatnonzero(priorities > 0)
+        self.tree.update(slots[stored], priorities[stored])
         if self.rate_limiter is not None and "rate_limiter" in state:
             self.rate_limiter.load_state_dict(state["rate_limiter"])

@@ -21,6 +21,7 @@ import tempfile
 
 import numpy as np
 
+from pearl.replay.frames import FrameReplay, stored_slots
 from pearl.schedule import share
 
 
@@ -93,28 +94,36 @@ class FrameShards:
     """A frame table (pearl/replay/frames.py) over S shards: env stream s of the run's table lives on
     shard s mod S as its stream s // S (pearl.server.shards.stream_shard routes the writers' step
     records so), each stream's ring of the run's table's length. A stream's records, episode
-    bookkeeping and priorities move between the run's table and a shard as they are: only the
-    ring's place changes (the run's slot s x length + t is the shard's (s // S) x length + t)."""
+    bookkeeping and priorities move between the run's table and a shard as they are: a state's
+    rows are its streams' stored records, stream after stream (FrameReplay.state_dict), so a
+    shard's rows are the run's rows of its streams, in the same order."""
 
-    ROWS = ("frames", "actions", "rewards", "ends", "back", "valid", "priorities")  # one per slot
+    ROWS = FrameReplay.ROWS + ("priorities",)  # one per stored record
     STREAMS = ("counts", "episode_start", "starting")  # one per stream
 
     def __init__(self, streams: int, length: int, shards: int):
         self.held = [np.arange(k, streams, shards) for k in range(shards)]  # the run's streams, by shard
-        self.slots = [(held[:, None] * length + np.arange(length)).ravel() for held in self.held]
         self.capacities = [len(held) * length for held in self.held]
-        self.capacity = streams * length
+        self.streams, self.length = streams, length
+
+    def _shard_of_rows(self, counts) -> np.ndarray:
+        """The shard each of a run state's rows goes to (its stream's, s mod S)."""
+        return np.repeat(np.arange(self.streams) % len(self.held), np.minimum(np.asarray(counts), self.length))
 
     def split(self, state: dict, env_steps: int) -> list[tuple[dict, int]]:
         """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]."""
         shards, counts = len(self.held), np.asarray(state["counts"])
+        if len(state["frames"]) == self.streams * self.length:  # a state of every slot (FrameReplay.load_state_dict)
+            slots = stored_slots(counts, self.length)
+            state = {**state, **{name: np.asarray(state[name])[slots] for name in self.ROWS}}
+        owner = self._shard_of_rows(counts)
         records = max(1, int(counts.sum()))
         parts, done = [], 0
-        for held, slots, steps in zip(self.held, self.slots, step_shares(env_steps, shards)):
+        for k, (held, steps) in enumerate(zip(self.held, step_shares(env_steps, shards))):
             mine = int(counts[held].sum())
             inserted = share(int(state["inserted"]), done, done + mine, records)
             done += mine
-            part = {name: np.ascontiguousarray(np.asarray(state[name])[slots]) for name in self.ROWS}
+            part = {name: np.ascontiguousarray(np.asarray(state[name])[owner == k]) for name in self.ROWS}
             part.update({name: np.asarray(state[name])[held].copy() for name in self.STREAMS})
             part.update(state=np.array([int(np.count_nonzero(part["valid"])), int(state["state"][1])], np.int64),
                         inserted=inserted, max_priority=state["max_priority"], progress=steps)
@@ -125,15 +134,16 @@ class FrameShards:
         """One frame table's state from the shards' states. `extra`: keys of the run's own table that
         the shards do not have (its rate limiter's state)."""
         first = states[0]
-        merged = {name: np.empty((self.capacity, *np.shape(first[name])[1:]), np.asarray(first[name]).dtype)
-                  for name in self.ROWS}
-        merged.update({name: np.empty(sum(map(len, self.held)), np.asarray(first[name]).dtype)
-                       for name in self.STREAMS})
-        for state, held, slots in zip(states, self.held, self.slots):
-            for name in self.ROWS:
-                merged[name][slots] = state[name]
+        merged = {name: np.empty(self.streams, np.asarray(first[name]).dtype) for name in self.STREAMS}
+        for state, held in zip(states, self.held):
             for name in self.STREAMS:
                 merged[name][held] = state[name]
+        owner = self._shard_of_rows(merged["counts"])
+        merged.update({name: np.empty((len(owner), *np.shape(first[name])[1:]), np.asarray(first[name]).dtype)
+                       for name in self.ROWS})
+        for k, state in enumerate(states):
+            for name in self.ROWS:
+                merged[name][owner == k] = state[name]
         merged.update(state=np.array([sum(int(s["state"][0]) for s in states), max(int(s["state"][1]) for s in states)],
                                      np.int64),
                       inserted=sum(int(s["inserted"]) for s in states),
@@ -179,8 +189,10 @@ class ReplayShard:
 
     def state(self) -> tuple[dict, int]:
         """The table's state and the env steps its chunks committed, taken between two requests."""
-        with self.server.lock:
-            return self.server.service.table.state_dict(), self.server.service.env_steps
+        with self.server.lock:  # (Ray serializes the state after the lock is released)
+            table = self.server.service.table
+            state = table.state_dict(detached=True) if isinstance(table, FrameReplay) else table.state_dict()
+            return state, self.server.service.env_steps
 
     def close(self) -> None:
         self.server.stop()

@@ -55,7 +55,7 @@ class Snapshot:
         self.size = int(table.size)
         self.frames = bool(service.config.table.frame_stack)
         if self.frames:  # a private copy: nothing for the server thread to copy on write
-            state = table.state_dict()
+            state = table.state_dict(detached=True)
             counts = {"inserted": int(state.pop("inserted")), "max_priority": float(state.pop("max_priority")),
                       "progress": int(state.pop("progress"))}
             state.pop("rate_limiter", None)

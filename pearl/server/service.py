@@ -51,7 +51,7 @@ def make_table(config: ServerConfig):
     """The PEARL replay table a server config asks for (uniform, prioritized sum tree, AMPER; with
     table.frame_stack the frame table of table.streams env streams)."""
     from pearl.config import ReplayConfig
-    from pearl.replay import RateLimiter, make_replay
+    from pearl.replay import RateLimiter, check_table_fits, make_replay
 
     t = config.table
     replay = ReplayConfig(kind=t.kind, capacity=t.capacity, alpha=t.alpha, beta=t.beta,
@@ -64,6 +64,7 @@ def make_table(config: ServerConfig):
         limiter = RateLimiter(r.samples_per_insert, r.min_size_to_sample, r.error_buffer)
     # a frame table's observations are stacks of frame_stack frames of obs_shape
     obs_shape = (t.frame_stack, *t.observation_shape) if t.frame_stack else t.observation_shape
+    check_table_fits("table.capacity", replay, obs_shape, t.obs_dtype, t.action_dtype, tuple(t.action_shape))
     return make_replay(replay, obs_shape, obs_dtype=np.dtype(t.obs_dtype), action_dtype=np.dtype(t.action_dtype),
                        action_shape=tuple(t.action_shape), total_steps=t.beta_steps, rate_limiter=limiter,
                        streams=t.streams, n_step=t.n_step, gamma=t.gamma)
