@@ -24,17 +24,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
+from pearl.kernels.cpu.backend import cpu_model, proc_bytes  # noqa: E402
 
 WAYS = ("own", "detached")
 
 
 def rss_gib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
+    return (proc_bytes("/proc/self/status", "VmRSS") or 0) / 2**30
 
 
 def worker(capacity: int, way: str, directory: str) -> dict:

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_us, median_us_interleaved  # noqa: E402  (benchmarks/ is the script's own directory)
-from pearl.kernels.cpu.backend import cpu_model, memory_available  # noqa: E402
+from pearl.kernels.cpu.backend import cpu_model, memory_available, proc_bytes  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
 FRAME_BYTES = FRAME[0] * FRAME[1]
@@ -53,25 +53,14 @@ WARMUP_CALLS = 500
 
 
 def rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return proc_bytes("/proc/self/status", "VmRSS") or 0
 
 
 def huge_page_bytes() -> int:
     """The process's anonymous memory on transparent huge pages: a random 7 KB frame read of a
     GB table on 4 KB pages misses the TLB (numpy madvises arrays of 4 MB and more for huge pages,
     which Linux's default `madvise` THP mode honours; NUMPY_MADVISE_HUGEPAGE=0 turns that off)."""
-    try:
-        with open("/proc/self/smaps_rollup") as rollup:
-            for line in rollup:
-                if line.startswith("AnonHugePages:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return proc_bytes("/proc/self/smaps_rollup", "AnonHugePages") or 0
 
 
 class Steps:

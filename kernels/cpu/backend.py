@@ -53,18 +53,24 @@ def _memory_gib() -> float | None:
         return None
 
 
+def proc_bytes(path: str, key: str) -> int | None:
+    """The bytes of a `key: N kB` line of a /proc file (None where the file or the key is missing)."""
+    try:
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def memory_available() -> int:
     """Bytes this machine can give a new table now: MemAvailable (free memory plus the page cache
     it can reclaim), or the physical memory where /proc/meminfo is missing. np.zeros maps a table
     lazily, so a table larger than this starts fine and is killed when it fills."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    available = proc_bytes("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class CPUBackend(Backend):
