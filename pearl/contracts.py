@@ -85,7 +85,9 @@ class ReplayTable(Protocol):
 
     def update_priorities(self, indices, td_errors) -> None: ...
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self, detached: bool = False) -> dict:
+        """The stored rows, priorities and counters; its arrays may be the table's own (a
+        checkpoint written before the next insert) unless `detached`."""
 
     def load_state_dict(self, state: dict) -> None: ...
 

@@ -104,3 +104,29 @@ def test_a_table_larger_than_free_memory_is_refused_in_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"^replay\.capacity: 1,000,000 transitions of 4x84x84 uint8 observations "
                                           r"need about 52\.6 GiB; this machine has 8\.0 GiB available$"):
         check_table_fits("replay.capacity", ReplayConfig(capacity=1_000_000), (4, 84, 84), np.uint8, np.int64)
+
+
+@pytest.mark.parametrize("frame_stack", [0, 4])
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_state_is_the_tables_rows_unless_detached(frame_stack, kind):
+    """A checkpoint writes the table's own rows (no second copy of a GB table in memory); a
+    detached state (the server's snapshot, a ray shard's) keeps what it held while rows go on."""
+    rng = np.random.default_rng(0)
+    replay = make_replay(ReplayConfig(kind=kind, capacity=64, frame_stack=frame_stack), (4, 3, 3), obs_dtype=np.uint8)
+
+    def add(rows: int):
+        obs = rng.integers(0, 256, (rows, 4, 3, 3), dtype=np.uint8)
+        if frame_stack:
+            replay.add(np.zeros(rows, np.int64), obs, np.zeros(rows, np.int64), np.ones(rows, np.float32), obs[:, -1],
+                       np.zeros(rows, bool), np.zeros(rows, bool))
+        else:
+            replay.add(obs, np.zeros(rows, np.int64), np.ones(rows, np.float32), obs, np.full(rows, 0.99, np.float32))
+
+    add(80)  # past full: every slot stored
+    own, detached = replay.state_dict(), replay.state_dict(detached=True)
+    rows = (lambda state: state["frames"]) if frame_stack else (lambda state: state["storage"]["obs"])
+    table = replay._frames if frame_stack else replay._ring.rows
+    assert np.shares_memory(rows(own), table) and not np.shares_memory(rows(detached), table)
+    kept = rows(detached).copy()
+    add(30)
+    assert np.array_equal(rows(detached), kept) and not np.array_equal(rows(own), kept)

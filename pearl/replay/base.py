@@ -122,8 +122,11 @@ class Replay(ABC):
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replays ignore priorities; prioritized ones override this."""
 
-    def state_dict(self) -> dict:
-        state = {"storage": {k: v[:self.size].copy() for k, v in self.storage.items()},
+    def state_dict(self, detached: bool = False) -> dict:
+        """The table's state: its stored rows are views of the table, not a copy (the run's
+        checkpoint writes them before the next insert), unless `detached` (for a caller that keeps
+        the state while rows are written)."""
+        state = {"storage": {k: v[:self.size].copy() if detached else v[:self.size] for k, v in self.storage.items()},
                  "cursor": self.cursor, "size": self.size, "inserted": self.inserted}
         if self.rate_limiter is not None:
             state["rate_limiter"] = self.rate_limiter.state_dict()

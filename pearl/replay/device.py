@@ -97,8 +97,8 @@ class DeviceReplay:
         self._max_priority = torch.maximum(self._max_priority, priorities.max())
         self.tree.update(indices, priorities ** self.alpha)
 
-    def state_dict(self) -> dict:
-        size = self.size
+    def state_dict(self, detached: bool = False) -> dict:
+        size = self.size  # (copies off the device whether detached or not)
         state = {"storage": {name: self.ring.storage[name][:size].cpu().numpy() for name in FIELDS},
                  "cursor": self.ring.cursor, "size": size, "inserted": self.ring.inserted}
         if self.prioritized:

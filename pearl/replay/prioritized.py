@@ -125,8 +125,8 @@ class PrioritizedReplay(Replay):
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities ** self.alpha)
 
-    def state_dict(self) -> dict:
-        state = super().state_dict()
+    def state_dict(self, detached: bool = False) -> dict:
+        state = super().state_dict(detached)
         state.update(priorities=self.tree.get(np.arange(self.size)), max_priority=self.max_priority,
                      progress=self.progress)
         return state

@@ -190,9 +190,7 @@ class ReplayShard:
     def state(self) -> tuple[dict, int]:
         """The table's state and the env steps its chunks committed, taken between two requests."""
         with self.server.lock:  # (Ray serializes the state after the lock is released)
-            table = self.server.service.table
-            state = table.state_dict(detached=True) if isinstance(table, FrameReplay) else table.state_dict()
-            return state, self.server.service.env_steps
+            return self.server.service.table.state_dict(detached=True), self.server.service.env_steps
 
     def close(self) -> None:
         self.server.stop()

@@ -439,9 +439,9 @@ class ReplayClient:
         self.flush_updates()
         return self.learner.info(Op.CHECKPOINT)
 
-    def state_dict(self) -> dict:
-        """The server's table stays on the server: this writes a checkpoint there and returns
-        where (restart the server from its checkpoint_dir to load it). A server without a
+    def state_dict(self, detached: bool = False) -> dict:
+        """The server's table stays on the server (so nothing here to detach): this writes a
+        checkpoint there and returns where (restart the server from its checkpoint_dir to load it). A server without a
         checkpoint_dir keeps its table only while it runs: the run's checkpoint says so
         (`checkpoint: None`) and the run goes on, with one warning."""
         if not self.info.get("checkpoints", True):

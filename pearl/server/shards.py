@@ -193,7 +193,7 @@ class ShardedReplayClient:
     def stats(self) -> list[dict]:
         return [shard.stats() for shard in self.shards]
 
-    def state_dict(self) -> dict:
+    def state_dict(self, detached: bool = False) -> dict:
         return {"shards": [shard.state_dict() for shard in self.shards]}
 
     def load_state_dict(self, state: dict) -> None:
