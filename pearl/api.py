@@ -141,6 +141,7 @@ class Agent:
         checkpoint_seconds = config.log.checkpoint_seconds if run_path is not None else 0
         last = [counters.env_steps]  # env steps at the previous round: runtimes advance by rounds
         last_checkpoint = [time.monotonic()]
+        checkpoint_now: list[bool | None] = [None]  # this round's decision (checkpoint_due)
         if tensorboard_dir is None and config.log.tensorboard and run_path is not None:
             tensorboard_dir = run_path
         board = (TensorBoardLog(Path(tensorboard_dir), config.algo, config.algo_config.lr)
@@ -167,15 +168,23 @@ class Agent:
             if board is not None and len(log.rows) > rows[0]:
                 rows[0] = len(log.rows)
                 board.write(log.rows[-1], self.logger.take())
-            if (crossed(previous, counters.env_steps, checkpoint_every)
-                    or checkpoint_seconds and time.monotonic() - last_checkpoint[0] >= checkpoint_seconds):
+            if checkpoint_due(previous, counters.env_steps):
                 self.checkpoint(run_path / "checkpoint.npz")
                 last_checkpoint[0] = time.monotonic()
+            checkpoint_now[0] = None
             if on_round is not None:
                 on_round(self)
 
-        def quiet(a, b):  # rounds whose hook reads the weights see the threaded learner paused
-            return (crossed(a, b, log_every) or crossed(a, b, eval_every)
+        def checkpoint_due(previous: int, now: int) -> bool:
+            """Whether this round writes the checkpoint, decided once per round: the threaded
+            runtime's quiet() asks first, and its answer must hold when the round's hook runs."""
+            if checkpoint_now[0] is None:
+                checkpoint_now[0] = bool(crossed(previous, now, checkpoint_every) or checkpoint_seconds and
+                                         time.monotonic() - last_checkpoint[0] >= checkpoint_seconds)
+            return checkpoint_now[0]
+
+        def quiet(a, b):  # rounds whose hook reads the weights (or saves them) see the threaded learner paused
+            return (crossed(a, b, log_every) or crossed(a, b, eval_every) or checkpoint_due(a, b)
                     or callback is not None and needs_pause(callback, a, b))
 
         hooks = Hooks(after_round, quiet, counters.task_timer if time_tasks else None)

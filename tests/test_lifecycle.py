@@ -50,6 +50,32 @@ def test_periodic_checkpoints_and_rng_state(tmp_path):
     assert restored.parts.actor_rng_state == agent.actor.rng.bit_generator.state
 
 
+@pytest.mark.parametrize("every", [dict(checkpoint_interval=700), dict(checkpoint_seconds=0.05)])
+def test_the_threaded_learner_is_paused_while_a_checkpoint_is_written(tmp_path, every):
+    """A checkpoint round that logs nothing (700 steps, not a multiple of the 1,000-step rows; or
+    one due by wall time) is written with the learner thread between updates: weights, optimizer
+    and priorities of one moment."""
+    agent = pearl.DQN("CartPole-v1", total_steps=3000, plan=pearl.Plan(runtime="threaded"), **FAST, **every)
+    learner, updating, torn = agent.learner, [False], []
+    update, state_dict = learner.update, learner.state_dict
+
+    def slow_update(batch):
+        updating[0] = True
+        try:
+            time.sleep(0.001)  # most of the learner thread's time is inside an update
+            return update(batch)
+        finally:
+            updating[0] = False
+
+    def checked_state_dict():
+        torn.append(updating[0])
+        return state_dict()
+
+    learner.update, learner.state_dict = slow_update, checked_state_dict
+    agent.train(run_dir=tmp_path)
+    assert len(torn) >= 3 and not any(torn)
+
+
 SCRIPT = """
 import json, sys, pearl
 agent = pearl.DQN("CartPole-v1", total_steps={total}, checkpoint_interval=500, seed=2,
