@@ -22,7 +22,7 @@ from pearl.callbacks import as_callback, needs_pause
 from pearl.checkpoint import agent_state, read_checkpoint, restore_state, save_checkpoint
 from pearl.config import ExperimentConfig, apply_overrides, resolve_config
 from pearl.envs import episode_returns, register_source
-from pearl.sb3 import check_policy, is_policy, sb3_overrides, vector_env
+from pearl.sb3 import check_policy, fit_observations, is_policy, sb3_overrides, vector_env
 from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
@@ -61,10 +61,13 @@ class Agent:
                 options.setdefault("envs_per_actor", n_envs)
         if policy is not None:
             check_policy(policy)
-        dotted = sb3_overrides(self.algo_name, options, policy is not None, n_envs)
+        frames_once = options.pop("optimize_memory_usage", False)
+        dotted = sb3_overrides(self.algo_name, options, policy, n_envs)
         if dotted:
             config = apply_overrides(config or ExperimentConfig(algo=self.algo_name, env=self.default_env), dotted)
-        self.parts = build(resolve_config(self.algo_name, env, config, options, self.default_env), plan)
+        config = fit_observations(resolve_config(self.algo_name, env, config, options, self.default_env), policy,
+                                  frames_once)
+        self.parts = build(config, plan)
         self.counters = Counters()
         self.logger = Logger()  # what callbacks record for the next metric row
         self._policy_version = None  # (updates, learner) whose weights the numpy policy holds

@@ -2,11 +2,13 @@
 (and DDPG, TD3, SAC): an SB3 script runs after changing its imports (README, "Coming from
 Stable-Baselines3").
 
-`sb3_overrides(algo, options, sb3_style, n_envs)` takes SB3's keyword names out of an agent's
+`sb3_overrides(algo, options, policy, n_envs)` takes SB3's keyword names out of an agent's
 options and returns them as dotted config keys; built SB3-style (a policy name first), the agent
-starts from SB3's own defaults instead of PEARL's. What PEARL cannot do the SB3 way (a learning
-rate schedule, train_freq in episodes, state-dependent exploration, Ornstein-Uhlenbeck noise, a
-custom replay buffer class, ...) is one line naming the argument.
+starts from SB3's own defaults instead of PEARL's (CnnPolicy's for images); `fit_observations`
+checks the policy name against the env and makes `optimize_memory_usage=True` the frame table.
+What PEARL cannot do the SB3 way (a learning rate schedule, train_freq in episodes,
+state-dependent exploration, Ornstein-Uhlenbeck noise, a custom replay buffer class, ...) is one
+line naming the argument.
 """
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ import numpy as np
 from pearl.callbacks import evaluate_policy  # SB3's stable_baselines3.common.evaluation.evaluate_policy
 from pearl.errors import ConfigError
 
-POLICIES = ("MlpPolicy",)
+POLICIES = ("MlpPolicy", "CnnPolicy")
+# SB3's CnnPolicy reads an image with NatureCNN: the Nature convolutions (PEARL's default `conv`) and
+# a 512-wide layer, then the policy's net_arch (its CnnPolicy defaults: none for DQN)
+NATURE_FEATURES = 512
+CNN_NET_ARCH = {"dqn": [], "ddpg": [400, 300], "td3": [400, 300], "sac": [256, 256]}
 
 # SB3 2.x's defaults, as dotted PEARL config keys (where PEARL's own defaults differ): SB3's DQN is
 # not double DQN and bootstraps one step; its continuous algorithms add no action noise by default
@@ -44,7 +50,7 @@ _SECTION_NAMES = {
     "sac": {"learning_rate", "learning_starts", "batch_size", "tau", "gamma"},
 }
 # arguments accepted only at SB3's default (PEARL has no other behaviour for them)
-_ONLY_DEFAULT = {"optimize_memory_usage": False, "replay_buffer_class": None, "replay_buffer_kwargs": None,
+_ONLY_DEFAULT = {"replay_buffer_class": None, "replay_buffer_kwargs": None,
                  "use_sde": False, "sde_sample_freq": -1, "use_sde_at_warmup": False, "stats_window_size": 100,
                  "_init_setup_model": True, "create_eval_env": False}
 
@@ -93,16 +99,63 @@ def is_policy(value) -> bool:
 
 def check_policy(policy: str) -> None:
     if policy not in POLICIES:
-        raise ConfigError(f"policy: PEARL's agents take flat observations with an MLP: expected "
-                          f"{' or '.join(map(repr, POLICIES))}, got {policy!r}")
+        raise ConfigError(f"policy: expected 'MlpPolicy' (flat observations) or 'CnnPolicy' (images), got {policy!r}")
 
 
-def sb3_overrides(algo: str, options: dict, sb3_style: bool, n_envs: int) -> dict:
+def fit_observations(config, policy: str | None, frames_once: bool):
+    """The config once SB3's policy name is checked against the env's observations ('MlpPolicy'
+    flat, 'CnnPolicy' images: SB3's MlpPolicy would flatten an image, PEARL reads one with its CNN)
+    and `optimize_memory_usage=True` made PEARL's frame table (replay.frame_stack: each frame stored
+    once) for observations stacked by gymnasium's FrameStackObservation, as Atari ids are."""
+    if not isinstance(frames_once, bool):
+        raise ConfigError(f"optimize_memory_usage: expected True or False, got {frames_once!r}")
+    if policy is None and not frames_once:
+        return config
+    from pearl.config import apply_overrides
+    from pearl.envs import make_env, observation_layout
+    from pearl.nets import is_image
+
+    probe = make_env(config.env)
+    try:
+        shape = observation_layout(probe, config.env, config.algo)[0]
+        stack = _frame_stack(probe)
+    finally:
+        probe.close()
+    if policy is not None and is_image(shape) != (policy == "CnnPolicy"):
+        raise ConfigError(f"policy: {config.env}'s observations {shape} are "
+                          + ("images: use 'CnnPolicy' (PEARL reads images with a CNN; SB3's MlpPolicy would "
+                             "flatten them)" if is_image(shape) else "flat: 'CnnPolicy' reads images; use 'MlpPolicy'"))
+    if not frames_once:
+        return config
+    if config.algo != "dqn":
+        raise ConfigError(f"optimize_memory_usage: PEARL's frame table feeds DQN; {config.algo.upper()} stores whole "
+                          f"observations")
+    if stack is None or shape[0] != stack:
+        raise ConfigError(f"optimize_memory_usage: PEARL stores each frame once for observations stacked by "
+                          f"gymnasium's FrameStackObservation (padding 'reset'), as Atari ids are; {config.env}'s "
+                          f"observations {shape} are not")
+    return apply_overrides(config, {"replay.frame_stack": stack})
+
+
+def _frame_stack(env) -> int | None:
+    """The stack size of a FrameStackObservation (padding 'reset': the frame table's) wrapping `env`."""
+    import gymnasium as gym
+
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.FrameStackObservation):
+            return env.stack_size if env.padding_type == "reset" else None
+        env = env.env
+    return None
+
+
+def sb3_overrides(algo: str, options: dict, policy: str | None, n_envs: int) -> dict:
     """Removes SB3's names from `options` (PEARL's own stay) and returns them as dotted config keys,
-    over SB3's defaults if `sb3_style`. `n_envs`: the vector env's size (SB3 counts train_freq in
-    vector steps; PEARL in env steps)."""
+    over SB3's defaults for `policy` if the agent is built SB3's way. `n_envs`: the vector env's
+    size (SB3 counts train_freq in vector steps; PEARL in env steps)."""
     section = _SECTION_NAMES[algo]
-    dotted = {_key(algo, k): v for k, v in SB3_DEFAULTS[algo].items()} if sb3_style else {}
+    dotted = {_key(algo, k): v for k, v in SB3_DEFAULTS[algo].items()} if policy is not None else {}
+    if policy == "CnnPolicy":
+        dotted[f"{algo}.hidden"] = [NATURE_FEATURES, *CNN_NET_ARCH[algo]]
     for name in list(options):
         value = options[name]
         if name in section:
@@ -117,7 +170,7 @@ def sb3_overrides(algo: str, options: dict, sb3_style: bool, n_envs: int) -> dic
         elif name == "buffer_size":
             dotted["replay.capacity"] = _number(name, value, integer=True)
         elif name == "policy_kwargs":
-            dotted.update(_policy_kwargs(algo, value))
+            dotted.update(_policy_kwargs(algo, value, policy == "CnnPolicy"))
         elif name == "action_noise":
             dotted[f"{algo}.action_noise"] = _action_noise(algo, value)
         elif name == "ent_coef" and algo == "sac":
@@ -166,7 +219,8 @@ def _train_freq(value) -> int:
     return value
 
 
-def _policy_kwargs(algo: str, kwargs) -> dict:
+def _policy_kwargs(algo: str, kwargs, cnn: bool) -> dict:
+    """`cnn`: SB3's CnnPolicy, whose net_arch follows NatureCNN's 512 features."""
     import torch
 
     if not isinstance(kwargs, dict):
@@ -180,7 +234,8 @@ def _policy_kwargs(algo: str, kwargs) -> dict:
                     raise ConfigError(f"policy_kwargs.net_arch: PEARL's actor and critics share their widths; "
                                       f"expected a list or dict(pi=W, qf=W) with one W, got {value!r}")
                 value = list(widths.pop())
-            out[f"{algo}.hidden"] = list(value) if isinstance(value, (list, tuple)) else value
+            value = list(value) if isinstance(value, (list, tuple)) else value
+            out[f"{algo}.hidden"] = [NATURE_FEATURES, *value] if cnn and isinstance(value, list) else value
         elif name == "activation_fn":
             if value is not torch.nn.ReLU:
                 raise ConfigError(f"policy_kwargs.activation_fn: PEARL's networks use ReLU, got {value!r}")

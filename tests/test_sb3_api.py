@@ -86,12 +86,15 @@ def test_env_forms(tmp_path):
 
 
 @pytest.mark.parametrize("build,message", [
-    (lambda: pearl.DQN("CnnPolicy", "CartPole-v1"), "policy: PEARL's agents take flat observations"),
+    (lambda: pearl.DQN("CnnPolicy", "CartPole-v1"), "policy: CartPole-v1's observations (4,) are flat: 'CnnPolicy'"),
+    (lambda: pearl.DQN("ConvPolicy", "CartPole-v1"), "policy: expected 'MlpPolicy' (flat observations) or 'CnnPolicy'"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", learning_rate=lambda p: 1e-3), "learning_rate: PEARL takes a constant"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", train_freq=(1, "episode")), "train_freq: PEARL trains every N env steps"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", train_freq=0), "train_freq: expected an integer >= 1"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", gradient_steps=0), "dqn.gradient_steps: expected an integer >= 1"),
-    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", optimize_memory_usage=True), "optimize_memory_usage: PEARL supports only"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", optimize_memory_usage=True),
+     "optimize_memory_usage: PEARL stores each frame once for observations stacked by gymnasium's"),
+    (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", optimize_memory_usage=1), "optimize_memory_usage: expected True"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(features_extractor_class=1)),
      "policy_kwargs.features_extractor_class: not supported"),
     (lambda: pearl.DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(activation_fn=__import__("torch").nn.Tanh)),
@@ -114,6 +117,51 @@ def test_what_pearl_does_not_do_is_one_line(build, message):
     with pytest.raises(ConfigError) as err:
         build()
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+class Frames(gym.Env):
+    """36x36 uint8 frames (the Nature convolutions' smallest fit): the frame's value is the step."""
+
+    observation_space = gym.spaces.Box(0, 255, (36, 36), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros((36, 36), np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full((36, 36), self.t % 256, np.uint8), float(action == 1), self.t >= 50, False, {}
+
+
+def stacked_frames(padding: str = "reset"):
+    return gym.wrappers.FrameStackObservation(Frames(), 4, padding_type=padding)
+
+
+def test_cnn_policy_on_images_with_frames_stored_once():
+    """SB3's CnnPolicy: the Nature convolutions and NatureCNN's 512 features before its net_arch
+    (none for DQN); optimize_memory_usage=True stores each frame of the env's stacks once (PEARL's
+    frame table). MlpPolicy on images, and frames once without a reset-padded frame stack, are one
+    line each."""
+    from pearl.replay import FrameReplay
+    from pearl.sb3 import sb3_overrides
+
+    model = pearl.DQN("CnnPolicy", stacked_frames, buffer_size=2000, optimize_memory_usage=True, learning_starts=100,
+                      target_update_interval=100, seed=0)
+    assert isinstance(model.replay, FrameReplay) and model.config.replay.frame_stack == 4
+    assert model.config.dqn.hidden == [512] and model.config.dqn.conv == [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
+    model.learn(300)
+    assert model.num_timesteps == 300 and model.replay.inserted == 300 and model.updates == (300 - 100) // 4
+    whole = pearl.DQN("CnnPolicy", stacked_frames, buffer_size=500, policy_kwargs=dict(net_arch=[64]))
+    assert not isinstance(whole.replay, FrameReplay) and whole.config.dqn.hidden == [512, 64]
+    assert sb3_overrides("td3", {}, "CnnPolicy", 1)["td3.hidden"] == [512, 400, 300]
+    assert sb3_overrides("sac", {}, "CnnPolicy", 1)["sac.hidden"] == [512, 256, 256]
+    for build, message in ((lambda: pearl.DQN("MlpPolicy", stacked_frames), "are images: use 'CnnPolicy'"),
+                           (lambda: pearl.DQN("CnnPolicy", lambda: stacked_frames("zero"), optimize_memory_usage=True),
+                            "optimize_memory_usage: PEARL stores each frame once")):
+        with pytest.raises(ConfigError, match=message):
+            build()
 
 
 def test_learn_sizes_the_schedules_returns_self_and_continues():
