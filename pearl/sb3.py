@@ -19,9 +19,10 @@ from pearl.errors import ConfigError
 
 POLICIES = ("MlpPolicy", "CnnPolicy")
 # SB3's CnnPolicy reads an image with NatureCNN: the Nature convolutions (PEARL's default `conv`) and
-# a 512-wide layer, then the policy's net_arch (its CnnPolicy defaults: none for DQN)
+# a 512-wide layer, then the policy's net_arch (its CnnPolicy defaults: none for DQN, 256-256 for
+# DDPG and TD3, whose MlpPolicy has 400-300, and for SAC)
 NATURE_FEATURES = 512
-CNN_NET_ARCH = {"dqn": [], "ddpg": [400, 300], "td3": [400, 300], "sac": [256, 256]}
+CNN_NET_ARCH = {"dqn": [], "ddpg": [256, 256], "td3": [256, 256], "sac": [256, 256]}
 
 # SB3 2.x's defaults, as dotted PEARL config keys (where PEARL's own defaults differ): SB3's DQN is
 # not double DQN and bootstraps one step; its continuous algorithms add no action noise by default

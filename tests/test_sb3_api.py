@@ -155,7 +155,7 @@ def test_cnn_policy_on_images_with_frames_stored_once():
     assert model.num_timesteps == 300 and model.replay.inserted == 300 and model.updates == (300 - 100) // 4
     whole = pearl.DQN("CnnPolicy", stacked_frames, buffer_size=500, policy_kwargs=dict(net_arch=[64]))
     assert not isinstance(whole.replay, FrameReplay) and whole.config.dqn.hidden == [512, 64]
-    assert sb3_overrides("td3", {}, "CnnPolicy", 1)["td3.hidden"] == [512, 400, 300]
+    assert sb3_overrides("td3", {}, "CnnPolicy", 1)["td3.hidden"] == [512, 256, 256]  # (MlpPolicy's: 400-300)
     assert sb3_overrides("sac", {}, "CnnPolicy", 1)["sac.hidden"] == [512, 256, 256]
     for build, message in ((lambda: pearl.DQN("MlpPolicy", stacked_frames), "are images: use 'CnnPolicy'"),
                            (lambda: pearl.DQN("CnnPolicy", lambda: stacked_frames("zero"), optimize_memory_usage=True),
