@@ -304,8 +304,8 @@ def learner_precision(requested: str, learn_device: str, workload, kernel: str) 
 
 
 def check_memory(config: ExperimentConfig, family, features: int | None, table: bool) -> None:
-    """Refuses (one line naming the field) a replay table (`table`: the run holds one; not one on a
-    replay server) or networks larger than this machine's free memory, before anything is
+    """Refuses (one line naming the field) a replay table (`table`: the run holds one in host
+    memory; not one on a replay server or a GPU) or networks larger than this machine's free memory, before anything is
     allocated: numpy and torch would fail deep inside with a traceback, or the run be killed when
     its table filled. `features`: what the first fc layer takes (a CNN's flattened conv output;
     None: the observation's size)."""
@@ -336,7 +336,7 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     check_placement(plan.devices, workload, plan.learner_kernel, plan.platform)
     served = backend(kind_of(plan.device_of("sample")))  # a table on a replay server: its client, below
     check_memory(config, family, int(np.prod(conv_shapes(obs_shape, config.algo_config.conv)[-1]))
-                 if len(obs_shape) > 1 else None, table=not served.addressed)
+                 if len(obs_shape) > 1 else None, table=not (served.addressed or served.table_on_device))
     kernel = learner_kernel(plan.learner_kernel, plan.device_of("learn"), workload)
     plan = dataclasses.replace(plan, learner_precision=learner_precision(plan.learner_precision, plan.device_of("learn"),
                                                                          workload, kernel))

@@ -7,6 +7,7 @@ from pearl.replay.prioritized import PrioritizedReplay  # noqa: F401
 from pearl.replay.rate_limiter import RateLimiter, RateLimitExceeded, RateLimitTimeout  # noqa: F401
 from pearl.replay.uniform import UniformReplay  # noqa: F401
 
+
 def table_bytes(config, obs_shape: tuple, obs_dtype, action_dtype, action_shape=()) -> int:
     """About what the table `make_replay` builds for `config` (a ReplayConfig) takes in memory once
     full: its rows (a frame table's step records, one frame each) and its selector's slots."""
