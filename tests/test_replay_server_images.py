@@ -339,6 +339,7 @@ def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(s
     the state one table fed the same records has, and split back into the same shards' states;
     a batch's global indices name the run's slots whose stacks it holds. 30 steps: no ring is full
     (the states hold each stream's stored records only)."""
+    from pearl.replay.frames import FrameReplay
     from pearl.runtime.ray_replay import FrameShards
     from pearl.server.shards import SHIFT, SLOT, ShardedReplayClient
 
@@ -360,9 +361,12 @@ def test_sharded_frame_tables_hold_whole_streams_and_merge_into_the_runs_table(s
     for name in expected:
         if name != "progress":
             np.testing.assert_array_equal(merged[name], expected[name], err_msg=name)
-    for (part, _), state in zip(layout.split(expected, steps * streams), states):
-        for name in FrameShards.ROWS + FrameShards.STREAMS + ("state",):
-            np.testing.assert_array_equal(part[name], state[name], err_msg=name)
+    every_slot = dict(expected, **{name: getattr(reference, "_" + name).copy() for name in FrameReplay.ROWS},
+                      priorities=reference.tree.get(np.arange(streams * length)))  # (older checkpoints)
+    for run_state in (expected, every_slot):
+        for (part, _), state in zip(layout.split(run_state, steps * streams), states):
+            for name in FrameShards.ROWS + FrameShards.STREAMS + ("state",):
+                np.testing.assert_array_equal(part[name], state[name], err_msg=name)
     client.refresh()
     batch = client.sample(40, np.random.default_rng(0))
     shard, slot = batch.indices >> SHIFT, batch.indices & SLOT

@@ -113,8 +113,8 @@ class FrameShards:
     def split(self, state: dict, env_steps: int) -> list[tuple[dict, int]]:
         """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]."""
         shards, counts = len(self.held), np.asarray(state["counts"])
-        if len(state["frames"]) == self.streams * self.length:  # a state of every slot (FrameReplay.load_state_dict)
-            slots = stored_slots(counts, self.length)
+        slots = stored_slots(counts, self.length)
+        if len(state["frames"]) != len(slots):  # a state of every slot, rings not full (older checkpoints)
             state = {**state, **{name: np.asarray(state[name])[slots] for name in self.ROWS}}
         owner = self._shard_of_rows(counts)
         records = max(1, int(counts.sum()))
