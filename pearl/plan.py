@@ -233,7 +233,8 @@ def replanned(config: ExperimentConfig, saved: Plan, plan: Plan) -> tuple[Experi
 def reconcile(config: ExperimentConfig, plan: Plan | None) -> tuple[ExperimentConfig, Plan]:
     """The run's config and complete plan: the plan's unset fields from the config, the config's
     overlapping fields from the plan. Raises ConfigError on a field both set differently (the
-    config's value counts as set when it is not its default)."""
+    config's value counts as set when it is neither its default nor "auto"; the plan's "auto"
+    yields to a value the config set)."""
     from pearl.config import apply_overrides
 
     plan = dataclasses.replace(plan, devices=dict(plan.devices)) if plan is not None else Plan()
@@ -242,10 +243,12 @@ def reconcile(config: ExperimentConfig, plan: Plan | None) -> tuple[ExperimentCo
     chosen = {}
     for name, dotted in overlaps.items():
         mine, theirs = getattr(plan, name), _config_value(config, dotted)
-        if mine is not None and mine != theirs and theirs != _config_value(default, dotted):
+        # "auto" chooses nothing: a run's saved plan holds what its config's auto resolved to
+        configured = theirs != _config_value(default, dotted) and theirs != "auto"
+        if mine is not None and mine != "auto" and configured and mine != theirs:
             raise ConfigError(f"plan.{name}: {mine}, but the config's {dotted} is {theirs}: make them agree "
                               f"or leave one unset")
-        chosen[name] = theirs if mine is None else mine
+        chosen[name] = theirs if mine is None or mine == "auto" and configured else mine
     learn, configured = plan.devices.get("learn"), _normal_device(config.runtime.device)
     if learn is not None and _normal_device(learn) != configured and configured != default.runtime.device:
         raise ConfigError(f"plan.devices.learn: {learn}, but the config's runtime.device is "

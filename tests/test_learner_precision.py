@@ -164,6 +164,13 @@ def test_precision_errors():
     with pytest.raises(ConfigError, match=r"^plan.learner_precision: fp32, but the config's "
                                           r"runtime.learner_precision is bf16"):
         reconcile(bf16, Plan(learner_precision="fp32"))
+    # "auto" chooses nothing: a saved plan's resolved precision stands beside its config's auto,
+    # and a plan's auto takes the config's value (or stays auto beside the default)
+    default = ExperimentConfig(algo="td3", env="Pendulum-v1")
+    auto = apply_overrides(default, {"runtime.learner_precision": "auto"})
+    for configured, planned, want in ((auto, "bf16", "bf16"), (auto, "fp32", "fp32"), (bf16, "auto", "bf16"),
+                                      (default, "auto", "auto")):
+        assert reconcile(configured, Plan(learner_precision=planned))[1].learner_precision == want
 
 
 @pytest.mark.slow

@@ -231,6 +231,20 @@ def test_auto_precision_is_bf16_where_the_cpu_has_bfloat16_units(monkeypatch, fl
     assert mlp.learner.kernel_impl.precision == want
 
 
+def test_a_run_of_auto_precision_loads_and_resumes(monkeypatch, tmp_path):
+    """The run's saved plan holds the precision auto resolved to (bf16 here) and its config auto:
+    pearl.load and pearl.resume take that pair (they were refused as a conflict)."""
+    from pearl.kernels.cpu import backend as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="auto", total_steps=300, **MINATAR)
+    agent.train(150, run_dir=tmp_path)
+    assert agent.plan.learner_precision == "bf16" and agent.config.runtime.learner_precision == "auto"
+    assert pearl.load(tmp_path).learner.precision == "bf16"
+    resumed, _ = pearl.resume(tmp_path)
+    assert resumed.env_steps == 300 and resumed.learner.precision == "bf16"
+
+
 def test_the_estimator_offers_and_prices_the_bf16_cnn_learner(monkeypatch):
     """On a cpu with bfloat16 units the mapper offers DQN's torch CNN learner in bf16 (an MLP
     Q-network's bf16 is its fused learner's), and its analytic learn divides the FLOP time by the
