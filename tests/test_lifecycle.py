@@ -76,6 +76,22 @@ def test_the_threaded_learner_is_paused_while_a_checkpoint_is_written(tmp_path, 
     assert len(torn) >= 3 and not any(torn)
 
 
+SHIPPED = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_every_shipped_config_saves_and_loads(path, tmp_path):
+    """Each shipped config's agent (its table shrunk) loads back as it was built: the plan its build
+    resolved (learner_precision auto's bf16 on a CPU with bfloat16 units, Breakout's) beside its
+    config (auto) is one run, not a conflict."""
+    from pearl.config import apply_overrides, load_config
+
+    agent = pearl.make_agent(apply_overrides(load_config(path), {"replay.capacity": 2000}))
+    agent.save(tmp_path / "agent")
+    back = pearl.load(tmp_path / "agent.npz")
+    assert back.plan == agent.plan and back.learner.precision == agent.learner.precision
+
+
 SCRIPT = """
 import json, sys, pearl
 agent = pearl.DQN("CartPole-v1", total_steps={total}, checkpoint_interval=500, seed=2,
