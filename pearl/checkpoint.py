@@ -1,7 +1,6 @@
 """Checkpoints: one .npz file (no pickle) holding arrays plus a JSON header, written atomically."""
 from __future__ import annotations
 
-import io
 import json
 import zipfile
 from pathlib import Path
@@ -10,17 +9,17 @@ import numpy as np
 
 from pearl.config import ExperimentConfig, parse_config, read_yaml
 from pearl.errors import ConfigError, PearlError
-from pearl.io import atomic_write_bytes
+from pearl.io import atomic_write
 from pearl.plan import Plan
 
 FORMAT = "pearl-checkpoint/1"
 
 
 def save_checkpoint(path: str | Path, header: dict, arrays: dict[str, np.ndarray]) -> None:
-    buffer = io.BytesIO()
-    header = {"format": FORMAT, **header}
-    np.savez(buffer, __header__=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
-    atomic_write_bytes(path, buffer.getvalue())
+    """Streams the arrays into the file (np.savez stores them uncompressed, which `load_checkpoint`
+    maps), so a replay table of GBs is written without a copy of it in memory."""
+    header = np.frombuffer(json.dumps({"format": FORMAT, **header}).encode(), dtype=np.uint8)
+    atomic_write(path, lambda handle: np.savez(handle, __header__=header, **arrays))
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -28,8 +27,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
     if not path.is_file():
         raise PearlError(f"{path}: no such checkpoint file")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
+        arrays = _read_arrays(path)
         header = json.loads(arrays.pop("__header__").tobytes().decode())
     except (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError):
         raise PearlError(f"{path}: not a PEARL checkpoint (unreadable or truncated)") from None
@@ -38,6 +36,44 @@ def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
     if header.get("format") != FORMAT:
         raise PearlError(f"{path}: checkpoint format {header.get('format')!r}, expected {FORMAT!r}")
     return header, arrays
+
+
+MAPPED_BYTES = 1 << 20  # arrays this big or bigger are mapped from the file rather than read
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The .npz file's arrays (never unpickled). A big one stored uncompressed is mapped
+    copy-on-write from the file: resuming a run whose replay table takes most of the memory must
+    not need a second copy of the table; the mapped pages are the page cache's, given back under
+    pressure, and whoever writes to such an array writes to its own copy of the pages written."""
+    arrays = {}
+    with open(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
+        for member in archive.infolist():
+            name = member.filename.removesuffix(".npy")
+            mapped = member.compress_type == zipfile.ZIP_STORED and member.file_size >= MAPPED_BYTES
+            arrays[name] = (_mapped_member(path, handle, member) if mapped else
+                            np.lib.format.read_array(archive.open(member), allow_pickle=False))
+    return arrays
+
+
+def _mapped_member(path: Path, handle, member: zipfile.ZipInfo) -> np.ndarray:
+    handle.seek(member.header_offset)
+    local = handle.read(30)  # a zip local file header: its name and extra field come before the data
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise ValueError(f"{member.filename}: no local file header")
+    start = member.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+    handle.seek(start)
+    version = np.lib.format.read_magic(handle)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in read_header:
+        raise ValueError(f"{member.filename}: .npy format {version}")
+    shape, fortran_order, dtype = read_header[version](handle)
+    if dtype.hasobject:
+        raise ValueError(f"{member.filename}: an object array (would need unpickling)")
+    offset = handle.tell()
+    if offset - start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != member.file_size:
+        raise ValueError(f"{member.filename}: its size does not match its header")
+    return np.memmap(path, dtype, "c", offset, shape, "F" if fortran_order else "C").view(np.ndarray)
 
 
 def check_header(path: str | Path, header: dict) -> None:

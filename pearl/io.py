@@ -10,6 +10,7 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 from pearl.errors import PearlError
 
@@ -17,8 +18,9 @@ LOCK_NAME = ".pearl.lock"
 TEMP_SUFFIX = ".tmp"  # of atomic writes' temporary files, ".<name>.<random>.tmp"
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes via a temporary file in the same directory, fsyncs, then renames over `path`. A
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Calls `write` on a temporary file in the same directory, fsyncs, then renames it over `path`
+    (the bytes go straight to the file: a checkpoint of GBs is never held in memory whole). A
     process killed meanwhile leaves the temporary file; `owned_run_dir` removes it at the next start."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,7 +28,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                write(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
@@ -36,7 +38,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+    atomic_write(path, lambda handle: handle.write(text.encode()))
 
 
 @contextmanager
