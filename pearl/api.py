@@ -247,13 +247,31 @@ class Agent:
         """The action for one observation (or a batch of them): DQN's action index, a continuous
         algorithm's action in the env's bounds; with the policy's exploration if not deterministic
         (DQN: epsilon_final)."""
-        obs = np.asarray(obs, dtype=np.float32)
-        self._current_policy()
-        actions = self.parts.family.act(self.policy, obs.reshape(-1, self.parts.family.obs_dim), self.rng,
-                                        deterministic, self.config)
-        if obs.ndim != 1:
+        batch, single = self._observations(obs, "obs")
+        actions = self._actions(batch, deterministic)
+        if not single:
             return actions
         return int(actions[0]) if self.parts.family.action_field[1] == () else actions[0]
+
+    def _observations(self, obs, field: str) -> tuple[np.ndarray, bool]:
+        """(a batch of flat float32 observations, whether `obs` was one): the env's observation shape
+        or a batch of them. An image (C, H, W) may come channel-last, (H, W, C), as SB3's
+        VecFrameStack stacks Atari frames (SB3's predict transposes such an image too)."""
+        shape = self.parts.family.obs_shape
+        obs = np.asarray(obs, dtype=np.float32)
+        channel_last = (*shape[1:], shape[0]) if len(shape) == 3 else shape
+        if channel_last != shape and obs.shape[-3:] == channel_last:
+            obs = np.moveaxis(obs, -1, -3)
+        if obs.shape != shape and obs.shape[1:] != shape:
+            wanted = f"{shape} or (n, {', '.join(map(str, shape))})"
+            if channel_last != shape:
+                wanted += f", channel-last {channel_last} or (n, {', '.join(map(str, channel_last))})"
+            raise ConfigError(f"{field}: expected shape {wanted}, got {obs.shape}")
+        return obs.reshape(-1, self.parts.family.obs_dim), obs.shape == shape
+
+    def _actions(self, batch: np.ndarray, deterministic: bool) -> np.ndarray:
+        self._current_policy()
+        return self.parts.family.act(self.policy, batch, self.rng, deterministic, self.config)
 
     def _current_policy(self) -> None:
         """Loads the learner's weights into the numpy policy if an update or a load may have
@@ -304,16 +322,11 @@ class Agent:
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = False):
         """SB3's predict: (action, None) for one observation or (actions, None) for a batch, as
         numpy arrays in the env's action space (DQN with deterministic=False: epsilon_final)."""
-        family = self.parts.family
-        obs = np.asarray(observation, dtype=np.float32)
-        if obs.shape[-1:] != (family.obs_dim,) or obs.ndim > 2:
-            raise ConfigError(f"observation: expected shape ({family.obs_dim},) or (n, {family.obs_dim}), "
-                              f"got {obs.shape}")
-        self._current_policy()
-        actions = family.act(self.policy, obs.reshape(-1, family.obs_dim), self.rng, deterministic, self.config)
-        if family.action_field[1] == ():
-            actions = actions + family.action_start
-        return (actions if obs.ndim == 2 else actions[0]), state
+        batch, single = self._observations(observation, "observation")
+        actions = self._actions(batch, deterministic)
+        if self.parts.family.action_field[1] == ():
+            actions = actions + self.parts.family.action_start
+        return (actions[0] if single else actions), state
 
     @classmethod
     def load(cls, path: str | Path, env=None, device: str = "auto", **kwargs) -> "Agent":

@@ -188,6 +188,40 @@ def test_predict_single_and_batched():
     assert actions.shape == (4, 1) and np.all(np.abs(actions) <= 2.0)
 
 
+def test_predict_and_evaluate_policy_on_images():
+    """CnnPolicy's predict takes the env's (C, H, W) uint8 stacks, a batch of them, and SB3's
+    channel-last stacks (VecFrameStack's); the action is the Q-network's argmax."""
+    import torch
+
+    from pearl.callbacks import evaluate_policy
+
+    model = pearl.DQN("CnnPolicy", stacked_frames, buffer_size=2000, seed=0)
+    env = stacked_frames()
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (8, 4, 36, 36), dtype=np.uint8)
+    with torch.no_grad():  # actions near a tie on these frames, so that which frame decides the action
+        model.algo.online.trunk[-1].bias -= model.algo.online(torch.as_tensor(frames, dtype=torch.float32)).mean(0)
+        wanted = model.algo.online(torch.as_tensor(frames, dtype=torch.float32)).argmax(-1).numpy()
+    assert len(set(wanted)) > 1  # the frames tell actions apart: the checks below can fail
+    actions, state = model.predict(frames, deterministic=True)
+    assert state is None and actions.dtype.kind == "i"
+    np.testing.assert_array_equal(actions, wanted)
+    np.testing.assert_array_equal(model.predict(np.moveaxis(frames, 1, -1), deterministic=True)[0], wanted)
+    assert [model.predict(f, deterministic=True)[0] for f in frames] == list(wanted)
+    assert model.predict(np.moveaxis(frames[0], 0, -1), deterministic=True)[0] == wanted[0]
+    assert [model.act(f) for f in frames] == list(wanted)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 36, 36) and obs.dtype == np.uint8
+    mean, std = evaluate_policy(model, env, n_eval_episodes=2)
+    assert np.isfinite(mean) and std >= 0
+    for wrong in (frames[0, :3], frames[:, :, :35], np.zeros(4 * 36 * 36)):
+        with pytest.raises(ConfigError, match=r"observation: expected shape \(4, 36, 36\) or \(n, 4, 36, 36\), "
+                                              r"channel-last \(36, 36, 4\) or \(n, 36, 36, 4\), got"):
+            model.predict(wrong)
+    with pytest.raises(ConfigError, match=r"obs: expected shape \(4,\) or \(n, 4\), got \(8,\)"):
+        pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).act(np.zeros(8))  # was two observations' worth, silently
+
+
 def test_save_and_load_the_sb3_way(tmp_path):
     model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(300)
     model.save(tmp_path / "m")
