@@ -1,7 +1,8 @@
 """The Python API: `pearl.DQN(env=...)` (and DDPG, TD3, SAC), `.train()`, `.evaluate()`, `.act()`,
 `.save()`, `pearl.load()`, `pearl.resume()`; and Stable-Baselines3's: `pearl.DQN("MlpPolicy", env,
-learning_rate=...)`, `.learn()`, `.predict()`, `DQN.load()`, `.num_timesteps` (pearl/sb3.py,
-pearl/callbacks.py).
+learning_rate=...)`, `.learn()`, `.predict()`, `DQN.load()`, `.num_timesteps`, its hyperparameter
+attributes, `get_parameters` / `set_parameters`, `save_replay_buffer` / `load_replay_buffer`
+(pearl/sb3.py, pearl/callbacks.py).
 
 An agent is the user's verbs over the parts the builder made (pearl/build.py) and the counters a
 runtime advances (pearl/runtime/counters.py); it keeps the run directory.
@@ -9,6 +10,8 @@ runtime advances (pearl/runtime/counters.py); it keeps the run directory.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import time
 import warnings
 from pathlib import Path
@@ -19,10 +22,12 @@ import yaml
 from pearl import runtime
 from pearl.build import build
 from pearl.callbacks import as_callback, needs_pause
-from pearl.checkpoint import agent_state, read_checkpoint, restore_state, save_checkpoint
+from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpoint, read_checkpoint, restore_state,
+                              save_checkpoint, split_state)
 from pearl.config import ExperimentConfig, apply_overrides, resolve_config
 from pearl.envs import episode_returns, register_source
-from pearl.sb3 import check_policy, fit_observations, is_policy, sb3_overrides, vector_env
+from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
+                       sb3_overrides, vector_env)
 from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
@@ -38,6 +43,17 @@ def _delegated(holder: str, name: str) -> property:
     """agent.`name` is agent.`holder`.`name` (a part, or a counter), read and written there."""
     return property(lambda self: getattr(getattr(self, holder), name),
                     lambda self, value: setattr(getattr(self, holder), name, value))
+
+
+def _hyperparameter(name: str) -> property:
+    """model.`name`, Stable-Baselines3's attribute of that name, read from the config
+    (pearl/sb3.py `hyperparameter_key`); AttributeError where SB3's model of the algorithm has none."""
+    def read(self):
+        key = hyperparameter_key(self.algo_name, name)
+        if key is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        return functools.reduce(getattr, key.split("."), self.config)
+    return property(read, doc=f"SB3's {name}, from the config (read only).")
 
 
 class Agent:
@@ -80,6 +96,10 @@ class Agent:
                                                   "task_timer", "recent_returns"))
     actor_processes, actor_restarts, actor_lead = (
         _delegated("counters", name) for name in ("actor_processes", "actor_restarts", "actor_lead"))
+
+    (learning_rate, gamma, batch_size, buffer_size, learning_starts, tau, target_update_interval, exploration_fraction,
+     exploration_initial_eps, exploration_final_eps, max_grad_norm, policy_delay, target_policy_noise,
+     target_noise_clip, seed) = (_hyperparameter(name) for name in HYPERPARAMETERS)
 
     @property
     def actor(self):
@@ -328,6 +348,67 @@ class Agent:
             actions = actions + self.parts.family.action_start
         return (actions[0] if single else actions), state
 
+    @property
+    def observation_space(self):
+        return self.parts.family.observation_space
+
+    @property
+    def action_space(self):
+        return self.parts.family.action_space
+
+    @property
+    def exploration_rate(self) -> float:
+        """DQN's epsilon at the current env step (SB3's exploration_rate)."""
+        if self.algo_name != "dqn":
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute 'exploration_rate'")
+        return self.algo.epsilon(self.env_steps)
+
+    def get_parameters(self) -> dict:
+        """SB3's get_parameters: {"learner": the learner's state}, weights and optimizer state as
+        numpy arrays (a copy: training on does not change it); `set_parameters` takes it back."""
+        self.learner.sync_to_algo()
+        return {"learner": copy.deepcopy(self.learner.state_dict())}  # the Learner contract promises no copy
+
+    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: str = "auto") -> None:
+        """SB3's set_parameters: the learner's weights and optimizer state from `get_parameters()`'s
+        dict or from a saved agent's file (its replay and counters stay as they are here), checked
+        against this agent's networks first."""
+        if exact_match is not True:
+            raise ConfigError("exact_match: PEARL sets a learner's whole state (exact_match=True)")
+        if isinstance(load_path_or_dict, dict):
+            source = "parameters"
+            if set(load_path_or_dict) != {"learner"}:
+                raise ConfigError(f"{source}: expected get_parameters()'s dict {{'learner': ...}}, got keys "
+                                  f"{sorted(load_path_or_dict)}")
+            plain, arrays = split_state("learner", load_path_or_dict["learner"])
+        else:
+            source = _existing(load_path_or_dict)
+            header, arrays = load_checkpoint(source)
+            if not isinstance(header.get("learner"), dict):
+                raise ConfigError(f"{source}: holds no learner state (expected a file agent.save wrote)")
+            plain = header["learner"]
+        check_state(source, "learner", plain, arrays, self.learner.state_dict(), 0)
+        self.learner.load_state_dict(join_state("learner", plain, arrays))
+        self.parts.policy.load(self.learner.policy_weights())
+        self._policy_version = None
+
+    def save_replay_buffer(self, path: str | Path) -> None:
+        """SB3's save_replay_buffer: the replay table's contents alone, one atomic .npz (".npz" added
+        to a path without a suffix; agent.save holds them too)."""
+        plain, arrays = split_state("replay", self.replay.state_dict())
+        save_checkpoint(_with_suffix(path), {"replay": plain}, arrays)
+
+    def load_replay_buffer(self, path: str | Path, truncate_last_traj: bool = True) -> None:
+        """SB3's load_replay_buffer: the contents save_replay_buffer (or agent.save) wrote, checked
+        against this agent's table first. `truncate_last_traj` has nothing to do here: PEARL's tables
+        hold whole transitions only."""
+        path = _existing(path)
+        header, arrays = load_checkpoint(path)
+        if not isinstance(header.get("replay"), dict):
+            raise ConfigError(f"{path}: holds no replay contents (expected a file save_replay_buffer wrote)")
+        check_state(path, "replay", header["replay"], arrays, self.replay.state_dict(), self.config.replay.capacity)
+        self.replay.load_state_dict(join_state("replay", header["replay"], arrays))
+
     @classmethod
     def load(cls, path: str | Path, env=None, device: str = "auto", **kwargs) -> "Agent":
         """SB3's `DQN.load(path, env=None)`: pearl.load, checking the checkpoint is this class's
@@ -394,6 +475,12 @@ def _with_suffix(path: str | Path) -> Path:
     return path if path.suffix else path.with_suffix(".npz")
 
 
+def _existing(path: str | Path) -> Path:
+    """`path`, or `path` with ".npz" where only that exists (saved without a suffix)."""
+    path = Path(path)
+    return _with_suffix(path) if not path.exists() and _with_suffix(path).is_file() else path
+
+
 def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
     """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config`."""
     return AGENTS[config.algo](config=config, plan=plan)
@@ -405,10 +492,7 @@ def load(path: str | Path, plan: Plan | None = None, env=None, device: str | Non
     keep the saved ones); `env` (an id, env instance or factory) the saved env and `device` the
     learner device. The checkpoint is checked against the parts its config builds before anything
     is loaded (pearl/checkpoint.py)."""
-    path = Path(path)
-    if not path.exists() and _with_suffix(path).is_file():
-        path = _with_suffix(path)
-    path, header, arrays, config, saved = read_checkpoint(path)
+    path, header, arrays, config, saved = read_checkpoint(_existing(path))
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     if env is not None or device is not None:
         if env is not None:

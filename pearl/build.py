@@ -60,6 +60,7 @@ class Discrete:
         self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         self.action_size = self.n_actions  # what the workload counts: the number of actions
         self.action_start = int(getattr(probe.action_space, "start", 0))
+        self.observation_space, self.action_space = probe.observation_space, probe.action_space
         probe.close()
 
     @property
@@ -156,6 +157,7 @@ class Continuous:
                               f"observations (frame_stack: 0)")
         self.action_size = self.action_dim  # what the workload counts: the action vector's size
         self.scaler = ActionScaler(probe.action_space.low, probe.action_space.high)
+        self.observation_space, self.action_space = probe.observation_space, probe.action_space
         probe.close()
         self.action_field = (np.dtype(np.float32), (self.action_dim,))
 

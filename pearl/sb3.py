@@ -50,6 +50,21 @@ _SECTION_NAMES = {
             "target_policy_noise", "target_noise_clip"},
     "sac": {"learning_rate", "learning_starts", "batch_size", "tau", "gamma"},
 }
+# SB3's hyperparameter attributes (model.learning_rate, ...) that PEARL's agents answer from their config
+HYPERPARAMETERS = ("learning_rate", "gamma", "batch_size", "buffer_size", "learning_starts", "tau",
+                   "target_update_interval", "exploration_fraction", "exploration_initial_eps",
+                   "exploration_final_eps", "max_grad_norm", "policy_delay", "target_policy_noise",
+                   "target_noise_clip", "seed")
+
+
+def hyperparameter_key(algo: str, name: str) -> str | None:
+    """The dotted config key that holds SB3's attribute `name` of a model of `algo` (the names
+    sb3_overrides takes, the other way), or None if SB3's model of that algorithm has none."""
+    if name in _SECTION_NAMES[algo]:
+        return _key(algo, _RENAMED.get(name, name))
+    return {"buffer_size": "replay.capacity", "seed": "seed"}.get(name)
+
+
 # arguments accepted only at SB3's default (PEARL has no other behaviour for them)
 _ONLY_DEFAULT = {"replay_buffer_class": None, "replay_buffer_kwargs": None,
                  "use_sde": False, "sde_sample_freq": -1, "use_sde_at_warmup": False, "stats_window_size": 100,

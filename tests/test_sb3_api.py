@@ -11,7 +11,7 @@ import pytest
 import pearl
 from pearl.callbacks import (BaseCallback, CallbackList, CheckpointCallback, EvalCallback, EveryNTimesteps,
                              StopTrainingOnMaxEpisodes, StopTrainingOnRewardThreshold)
-from pearl.errors import ConfigError
+from pearl.errors import ConfigError, PearlError
 from pearl.plan import Plan
 from pearl.sb3 import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
@@ -232,6 +232,95 @@ def test_save_and_load_the_sb3_way(tmp_path):
         model.predict(obs, deterministic=True)[0]
     with pytest.raises(ConfigError, match="a DQN checkpoint, not SAC"):
         pearl.SAC.load(tmp_path / "m")
+
+
+SB3_STYLE = {  # SB3 constructor arguments, none at its default
+    "dqn": dict(learning_rate=3e-4, buffer_size=5000, learning_starts=50, batch_size=64, tau=0.5, gamma=0.98,
+                target_update_interval=500, exploration_fraction=0.2, exploration_initial_eps=0.9,
+                exploration_final_eps=0.02, max_grad_norm=5.0, seed=3),
+    "td3": dict(learning_rate=2e-3, buffer_size=6000, learning_starts=60, batch_size=128, tau=0.01, gamma=0.97,
+                policy_delay=3, target_policy_noise=0.3, target_noise_clip=0.4, seed=4),
+    "sac": dict(learning_rate=1e-3, buffer_size=7000, learning_starts=70, batch_size=64, tau=0.02, gamma=0.95, seed=5),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(SB3_STYLE))
+def test_sb3_hyperparameter_attributes_read_the_config(algo):
+    env = "CartPole-v1" if algo == "dqn" else "Pendulum-v1"
+    model = getattr(pearl, algo.upper())("MlpPolicy", env, **SB3_STYLE[algo])
+    for name, value in SB3_STYLE[algo].items():
+        assert getattr(model, name) == value, name
+    probe = gym.make(env)
+    assert model.observation_space == probe.observation_space and model.action_space == probe.action_space
+    if algo == "dqn":
+        assert model.exploration_rate == 1.0  # before learning_starts: uniformly random actions
+        model.learn(300)
+        assert model.exploration_rate == pytest.approx(0.02)  # decayed over the first 0.2 x 300 steps
+    absent = {"dqn": ["policy_delay", "target_noise_clip"], "td3": ["exploration_rate", "max_grad_norm"],
+              "sac": ["exploration_rate", "target_update_interval", "policy_delay"]}
+    for name in absent[algo]:
+        with pytest.raises(AttributeError, match=f"object has no attribute '{name}'"):
+            getattr(model, name)
+
+
+@pytest.mark.parametrize("algo", sorted(SB3_STYLE))
+def test_sb3_hyperparameter_attributes_match_sb3s_own(algo):
+    """Where Stable-Baselines3 is installed (`.[bench]`): its model's attributes, built from the same
+    arguments, are PEARL's."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from pearl.sb3 import HYPERPARAMETERS
+
+    env = "CartPole-v1" if algo == "dqn" else "Pendulum-v1"
+    theirs = getattr(sb3, algo.upper())("MlpPolicy", env, **SB3_STYLE[algo])
+    ours = getattr(pearl, algo.upper())("MlpPolicy", env, **SB3_STYLE[algo])
+    answered = [name for name in HYPERPARAMETERS if hasattr(ours, name)]
+    assert set(answered) >= SB3_STYLE[algo].keys()
+    for name in answered:
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.observation_space == theirs.observation_space and ours.action_space == theirs.action_space
+
+
+def test_get_set_parameters_and_the_replay_buffer(tmp_path):
+    source = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(400)
+    target = pearl.DQN("MlpPolicy", "CartPole-v1", **{**SMALL, "seed": 1})
+    assert not np.array_equal(target.learner.policy_weights(), source.learner.policy_weights())
+    params = source.get_parameters()
+    target.set_parameters(params)
+    np.testing.assert_array_equal(target.learner.policy_weights(), source.learner.policy_weights())
+    obs = np.random.default_rng(0).normal(size=(32, 4))
+    np.testing.assert_array_equal(target.predict(obs, deterministic=True)[0], source.predict(obs, deterministic=True)[0])
+    kept = source.learner.policy_weights().copy()
+    with pytest.warns(UserWarning, match="schedules"):
+        source.learn(100, reset_num_timesteps=False)  # get_parameters gave a copy: training on leaves it
+    third = pearl.DQN("MlpPolicy", "CartPole-v1", **{**SMALL, "seed": 2})
+    third.set_parameters(params)
+    np.testing.assert_array_equal(third.learner.policy_weights(), kept)
+    source.save(tmp_path / "model")
+    third.set_parameters(tmp_path / "model")  # a saved agent's learner; its replay stays out
+    np.testing.assert_array_equal(third.learner.policy_weights(), source.learner.policy_weights())
+    assert third.replay.inserted == 0
+
+    source.save_replay_buffer(tmp_path / "buffer")
+    assert (tmp_path / "buffer.npz").is_file()
+    for path in (tmp_path / "buffer", tmp_path / "model.npz"):  # agent.save's file holds the contents too
+        fresh = pearl.DQN("MlpPolicy", "CartPole-v1", **{**SMALL, "seed": 3})
+        fresh.load_replay_buffer(path)
+        mine, theirs = fresh.replay.state_dict(), source.replay.state_dict()
+        assert fresh.replay.inserted == source.replay.inserted == 500
+        for name in ("obs", "actions", "rewards", "next_obs", "discounts"):
+            np.testing.assert_array_equal(mine["storage"][name], theirs["storage"][name])
+        fresh.learn(200)  # and trains from them
+
+    narrow = pearl.DQN("MlpPolicy", "CartPole-v1", **{**SMALL, "policy_kwargs": dict(net_arch=[16])})
+    for call, message in ((lambda: narrow.set_parameters(params), r"parameters: learner\..*expected float32"),
+                          (lambda: narrow.set_parameters(tmp_path / "buffer"), "buffer.npz: holds no learner state"),
+                          (lambda: narrow.set_parameters({"policy": {}}), r"expected get_parameters\(\)'s dict"),
+                          (lambda: narrow.set_parameters(params, exact_match=False), "exact_match: PEARL sets"),
+                          (lambda: pearl.SAC("MlpPolicy", "Pendulum-v1").load_replay_buffer(tmp_path / "buffer"),
+                           r"buffer.npz: replay\..*expected"),
+                          (lambda: narrow.load_replay_buffer(tmp_path / "nothing"), "nothing: no such checkpoint file")):
+        with pytest.raises(PearlError, match=message):
+            call()
 
 
 class Recorder(BaseCallback):
