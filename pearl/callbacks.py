@@ -19,6 +19,7 @@ PEARL's actors do not hand them to the learner one step at a time.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -230,17 +231,31 @@ class CheckpointCallback(_EveryNCalls):
 
 def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool = True,
                     return_episode_rewards: bool = False, seed: int | None = None):
-    """SB3's evaluate_policy on one Gymnasium env (an instance or an id): (mean, std) of the
-    episode returns, or (returns, lengths) with `return_episode_rewards`."""
+    """SB3's evaluate_policy on one Gymnasium env (an instance or an id) or on an SB3 VecEnv: (mean,
+    std) of the episode returns, or (returns, lengths) with `return_episode_rewards`. A VecEnv is
+    evaluated as SB3 does: env i runs (n_eval_episodes + i) // num_envs episodes (no bias towards
+    short ones), and where a Monitor wraps its envs an episode is the Monitor's (a whole Atari game
+    under SB3's AtariWrapper, which ends an episode per life). `seed` seeds the first reset."""
     from pearl.envs import make_env
 
+    if _is_sb3_vec_env(env):
+        returns, lengths = _vec_env_episodes(model, env, n_eval_episodes, deterministic, seed)
+    else:
+        if hasattr(env, "num_envs"):
+            raise ConfigError("eval_env: expected one Gymnasium env (an instance or an id) or an SB3 VecEnv, "
+                              "not a Gymnasium vector env")
+        returns, lengths = _episodes(model, env, n_eval_episodes, deterministic, seed, make_env)
+    if return_episode_rewards:
+        return returns, lengths
+    return float(np.mean(returns)), float(np.std(returns))
+
+
+def _episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None, make_env):
     own = isinstance(env, str)
     env = make_env(env, seed, "eval_env") if own else env
-    if hasattr(env, "num_envs"):
-        raise ConfigError("eval_env: expected one Gymnasium env (an instance or an id), not a vector env")
     returns, lengths = [], []
     try:
-        for episode in range(n_eval_episodes):
+        for episode in range(n_episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + episode)
             total, length, done = 0.0, 0, False
             while not done:
@@ -252,9 +267,42 @@ def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool =
     finally:
         if own:
             env.close()
-    if return_episode_rewards:
-        return returns, lengths
-    return float(np.mean(returns)), float(np.std(returns))
+    return returns, lengths
+
+
+def _is_sb3_vec_env(env) -> bool:
+    """An SB3 VecEnv (SB3 is imported wherever one was made; PEARL does not import it otherwise)."""
+    vec_env = getattr(sys.modules.get("stable_baselines3.common.vec_env"), "VecEnv", None)
+    return vec_env is not None and isinstance(env, vec_env)
+
+
+def _vec_env_episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None):
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import VecMonitor, is_vecenv_wrapped
+
+    monitored = is_vecenv_wrapped(env, VecMonitor) or env.env_is_wrapped(Monitor)[0]
+    n = env.num_envs
+    targets = np.array([(n_episodes + i) // n for i in range(n)])
+    counts, running, steps = np.zeros(n, int), np.zeros(n), np.zeros(n, int)
+    returns, lengths = [], []
+    if seed is not None:
+        env.seed(seed)
+    obs = env.reset()
+    while (counts < targets).any():
+        actions, _ = model.predict(obs, deterministic=deterministic)
+        obs, rewards, dones, infos = env.step(actions)
+        running, steps = running + rewards, steps + 1
+        for i in np.flatnonzero(dones & (counts < targets)):
+            if not monitored:
+                returns.append(float(running[i]))
+                lengths.append(int(steps[i]))
+                counts[i] += 1
+            elif "episode" in infos[i]:  # the Monitor's whole episode ended (not just a life)
+                returns.append(float(infos[i]["episode"]["r"]))
+                lengths.append(int(infos[i]["episode"]["l"]))
+                counts[i] += 1
+        running[dones], steps[dones] = 0.0, 0
+    return returns, lengths
 
 
 class EvalCallback(_EveryNCalls):

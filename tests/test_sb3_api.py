@@ -222,6 +222,51 @@ def test_predict_and_evaluate_policy_on_images():
         pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).act(np.zeros(8))  # was two observations' worth, silently
 
 
+@pytest.mark.slow  # CI's slow suite installs SB3 (`.[bench]`)
+def test_evaluate_policy_on_sb3_vec_envs_is_sb3s():
+    """On an SB3 VecEnv, PEARL's evaluate_policy gives SB3's own episodes: the same returns and
+    lengths in the same order, with and without a Monitor."""
+    pytest.importorskip("stable_baselines3")
+    import warnings
+
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy as sb3_evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from pearl.callbacks import evaluate_policy
+
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(1000)
+    for make in (lambda: make_vec_env("CartPole-v1", n_envs=3, seed=0),  # Monitor-wrapped
+                 lambda: DummyVecEnv([lambda: gym.make("CartPole-v1")] * 3)):
+        ours = evaluate_policy(model, make(), n_eval_episodes=7, return_episode_rewards=True, seed=5)
+        env = make()
+        env.seed(5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SB3's "not wrapped with a Monitor"
+            theirs = sb3_evaluate_policy(model, env, n_eval_episodes=7, return_episode_rewards=True)
+        assert len(ours[0]) == 7 and ours == theirs
+
+
+@pytest.mark.slow  # CI's slow suite installs SB3 (`.[bench]`)
+def test_evaluate_policy_on_sb3s_atari_vec_env_counts_games_not_lives():
+    """SB3's Atari stack (make_atari_env: a life lost ends an episode; its Monitor sees whole games;
+    VecFrameStack's channel-last stacks) with a CnnPolicy model: SB3's own figures."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("ale_py")
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.evaluation import evaluate_policy as sb3_evaluate_policy
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from pearl.callbacks import evaluate_policy
+
+    model = pearl.DQN("CnnPolicy", "BreakoutNoFrameskip-v4", buffer_size=1000, seed=0)
+    ours = evaluate_policy(model, VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=0), 4),
+                           n_eval_episodes=3, return_episode_rewards=True)
+    theirs = sb3_evaluate_policy(model, VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=2, seed=0), 4),
+                                 n_eval_episodes=3, return_episode_rewards=True)
+    assert ours == theirs and len(ours[0]) == 3
+
+
 def test_save_and_load_the_sb3_way(tmp_path):
     model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(300)
     model.save(tmp_path / "m")
@@ -263,10 +308,10 @@ def test_sb3_hyperparameter_attributes_read_the_config(algo):
             getattr(model, name)
 
 
+@pytest.mark.slow  # CI's slow suite installs SB3 (`.[bench]`)
 @pytest.mark.parametrize("algo", sorted(SB3_STYLE))
 def test_sb3_hyperparameter_attributes_match_sb3s_own(algo):
-    """Where Stable-Baselines3 is installed (`.[bench]`): its model's attributes, built from the same
-    arguments, are PEARL's."""
+    """Stable-Baselines3's model, built from the same arguments: its attributes are PEARL's."""
     sb3 = pytest.importorskip("stable_baselines3")
     from pearl.sb3 import HYPERPARAMETERS
 
