@@ -5,11 +5,14 @@ table as `pearl.load` / `--resume` do (`load_checkpoint`, `check_state`, `load_s
 in a fresh process, over `--rounds` (the file goes to a temporary directory under --dir, removed
 after each round).
 
+And `--server`: the same table filled on a replay server in this process (loopback), whose
+checkpoint a client asks for (`pearl replay-server`'s, written while it serves).
+
 Reported per step: the process's anonymous memory (RssAnon: what cannot be reclaimed) before, and
 its peak, sampled every 5 ms by a thread; ru_maxrss, which also counts file pages the process maps
 or touches (the page cache gives those back under pressure); the file's size and the seconds.
 
-    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2
+    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2 [--server]
 """
 from __future__ import annotations
 
@@ -61,10 +64,7 @@ def table(capacity: int):
     return FrameReplay(capacity, (84, 84), 4, streams=1)
 
 
-def save(capacity: int, path: str) -> dict:
-    from pearl.checkpoint import save_checkpoint, split_state
-
-    replay = table(capacity)
+def fill(replay, capacity: int) -> None:
     rng = np.random.default_rng(0)
     pool = rng.integers(0, 256, (256, 84, 84), dtype=np.uint8)
     rows = 1000
@@ -72,6 +72,13 @@ def save(capacity: int, path: str) -> dict:
     for _ in range(0, capacity + rows, rows):  # one ring, past full
         frames = pool[rng.integers(0, 256, rows)]
         replay.add(zeros[0], frames, zeros[0], zeros[1], frames, zeros[2], zeros[2])
+
+
+def save(capacity: int, path: str) -> dict:
+    from pearl.checkpoint import save_checkpoint, split_state
+
+    replay = table(capacity)
+    fill(replay, capacity)
     before = anon_gib()
     start = time.perf_counter()
     with AnonPeak() as peak:
@@ -97,16 +104,40 @@ def load(capacity: int, path: str) -> dict:
     return {"before": before, "peak": peak.peak, "seconds": seconds, "file_gib": os.path.getsize(path) / 2**30}
 
 
+def server(capacity: int, path: str) -> dict:
+    from pearl.server.client import ReplayClient
+    from pearl.server.config import ServerConfig, TableConfig
+    from pearl.server.server import ReplayServer
+
+    config = ServerConfig(table=TableConfig(capacity=capacity, obs_shape=(84, 84), obs_dtype="uint8", frame_stack=4),
+                          bind="tcp://127.0.0.1:0", checkpoint_dir=os.path.dirname(path))
+    replay_server = ReplayServer(config).start()
+    try:
+        fill(replay_server.service.table, capacity)
+        client = ReplayClient(replay_server.address, timeout=600)
+        before = anon_gib()
+        start = time.perf_counter()
+        with AnonPeak() as peak:
+            info = client.checkpoint()
+        seconds = time.perf_counter() - start
+        client.close()
+    finally:
+        replay_server.stop()
+    written = sum(f.stat().st_size for f in Path(info["path"]).iterdir())
+    return {"before": before, "peak": peak.peak, "seconds": seconds, "file_gib": written / 2**30}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint files go")
-    parser.add_argument("--worker", choices=STEPS, help=argparse.SUPPRESS)
+    parser.add_argument("--server", action="store_true", help="a replay server's checkpoint instead")
+    parser.add_argument("--worker", choices=(*STEPS, "server"), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = (save if args.worker == "save" else load)(args.capacity, args.path)
+        result = {"save": save, "load": load, "server": server}[args.worker](args.capacity, args.path)
         result["maxrss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print("RESULT " + json.dumps(result))
         return
@@ -117,7 +148,7 @@ def main() -> None:
     for round_index in range(args.rounds):
         with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
             path = os.path.join(scratch, "checkpoint.npz")
-            for step in STEPS:
+            for step in ("server",) if args.server else STEPS:
                 done = subprocess.run([sys.executable, __file__, "--worker", step, "--capacity", str(args.capacity),
                                        "--path", path], capture_output=True, text=True)
                 lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

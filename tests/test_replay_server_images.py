@@ -279,15 +279,22 @@ def test_a_frame_tables_config_is_checked_in_one_line():
 
 
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
-def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind):
-    """A frame table's checkpoint (its whole state, copied between two requests) taken while a
-    writer goes on: a server restarted from it holds exactly the table its acknowledged chunks
+def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind, monkeypatch):
+    """A frame table's checkpoint taken while a writer goes on (all but the frames copied between
+    two requests, the frames block by block, a block copied first where an insert would overwrite
+    its frames: here every insert of the run's rest lands before the writing thread starts, and
+    the rings wrap): a server restarted from it holds exactly the table its acknowledged chunks
     made (records, episode bookkeeping, priorities), its writer's sequence number and env steps;
     one of another frame layout is refused."""
     import threading
 
+    from pearl.server import checkpoint
     from pearl.server.checkpoint import restore
     from pearl.server.service import ReplayService
+
+    monkeypatch.setattr(checkpoint, "BLOCK", 16)  # several blocks of 16 records
+    gate, write = threading.Event(), checkpoint.Snapshot._run
+    monkeypatch.setattr(checkpoint.Snapshot, "_run", lambda snapshot: (gate.wait(30), write(snapshot)))
 
     config = TableConfig(kind=kind, capacity=240, streams=3, **FRAMES)
     server = serve(config, checkpoint_dir=str(tmp_path))
@@ -307,11 +314,14 @@ def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind
     for chunk in chunks[20:]:  # inserts while the checkpoint is taken and written
         writer.add(*chunk)
     writer.flush()
+    gate.set()
     asked.join(30)
     writer.close()
     learner.close()
     acked = info["acked"]["1"]
     assert 20 <= acked <= len(chunks)
+    if acked < len(chunks):  # inserts after it overwrote records it holds (the rings are full)
+        assert info["cow_blocks"] >= 1
     again = ReplayService(ServerConfig(table=config))
     manifest = restore(again, tmp_path)
     assert manifest["frame_table"] and again.acked == {1: acked} and again.env_steps == 15 * acked

@@ -340,12 +340,38 @@ class FrameReplay:
         slots = stored_slots(self._counts, self.length)
         own = len(slots) == self.capacity and not detached
         state = {name: getattr(self, "_" + name) if own else getattr(self, "_" + name)[slots] for name in self.ROWS}
-        state.update({name: getattr(self, "_" + name).copy() for name in self._WHOLE})
+        return {**state, **self._state_beside_rows(slots)}
+
+    def state_without_frames(self) -> tuple[dict, np.ndarray]:
+        """(a detached state but for its "frames" rows, the slots those rows are read from with
+        `frames_at`): the replay server's checkpoint copies the frames, 99.8% of an Atari table's
+        bytes, block by block while records go on, each block before `add` overwrites it
+        (`slots_written`), instead of a second copy of the table (pearl/server/checkpoint.py)."""
+        slots = stored_slots(self._counts, self.length)
+        state = {name: getattr(self, "_" + name)[slots] for name in self.ROWS if name != "frames"}
+        return {**state, **self._state_beside_rows(slots)}, slots
+
+    def _state_beside_rows(self, slots: np.ndarray) -> dict:
+        state = {name: getattr(self, "_" + name).copy() for name in self._WHOLE}
         state.update(inserted=self.inserted, max_priority=self.max_priority, progress=self.progress,
                      priorities=self.tree.get(slots))
         if self.rate_limiter is not None:
             state["rate_limiter"] = self.rate_limiter.state_dict()
         return state
+
+    def frames_at(self, slots: np.ndarray) -> np.ndarray:
+        """A copy of the frames of records at `slots`."""
+        return self._frames[slots]
+
+    def slots_written(self, streams) -> np.ndarray:
+        """The slots whose frames an `add` of steps on these stream ids (~s too) may overwrite: a
+        step writes at most two records (an episode's first observation, then its next one) at
+        its stream's next slots."""
+        streams = np.asarray(streams, np.int64)
+        ids, steps = np.unique(np.where(streams < 0, ~streams, streams), return_counts=True)
+        written = [s * self.length + (self._counts[s] + np.arange(min(2 * m, self.length))) % self.length
+                   for s, m in zip(ids, steps) if 0 <= s < self.streams]
+        return np.concatenate(written) if written else np.empty(0, np.int64)
 
     def load_state_dict(self, state: dict) -> None:
         rows = len(state["frames"])
