@@ -25,9 +25,9 @@ from pearl.callbacks import as_callback, needs_pause
 from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpoint, read_checkpoint, restore_state,
                               save_checkpoint, split_state)
 from pearl.config import ExperimentConfig, apply_overrides, resolve_config
-from pearl.envs import episode_returns, register_source
-from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
-                       sb3_overrides, vector_env)
+from pearl.envs import episode_returns, make_env, register_source
+from pearl.sb3 import (HYPERPARAMETERS, DummyVecEnv, check_policy, fit_observations, hyperparameter_key,
+                       is_policy, sb3_overrides, vector_env)
 from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
@@ -88,6 +88,7 @@ class Agent:
         self.logger = Logger()  # what callbacks record for the next metric row
         self._policy_version = None  # (updates, learner) whose weights the numpy policy holds
         self._warned_schedules = False  # train() past config.total_steps says so once
+        self._env = None  # get_env()'s, made on first use
 
     config, plan, algo, learner, replay, policy, rng = (
         _delegated("parts", name) for name in ("config", "plan", "algo", "learner", "replay", "policy", "rng"))
@@ -355,6 +356,16 @@ class Agent:
     @property
     def action_space(self):
         return self.parts.family.action_space
+
+    def get_env(self):
+        """SB3's get_env: a vector env (pearl.sb3.DummyVecEnv, SB3's interface) of `n_envs` envs made
+        as the config makes them, the same object on every call. PEARL's actors step envs of their
+        own: this one is for the user's loops (predict / step / render, evaluate_policy)."""
+        if self._env is None:
+            self._env = DummyVecEnv([functools.partial(make_env, self.config.env)] * self.n_envs)
+        return self._env
+
+    env = property(get_env)
 
     @property
     def exploration_rate(self) -> float:

@@ -231,14 +231,15 @@ class CheckpointCallback(_EveryNCalls):
 
 def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool = True,
                     return_episode_rewards: bool = False, seed: int | None = None):
-    """SB3's evaluate_policy on one Gymnasium env (an instance or an id) or on an SB3 VecEnv: (mean,
-    std) of the episode returns, or (returns, lengths) with `return_episode_rewards`. A VecEnv is
+    """SB3's evaluate_policy on one Gymnasium env (an instance or an id) or on a VecEnv (SB3's or
+    `model.get_env()`'s): (mean, std) of the episode returns, or (returns, lengths) with
+    `return_episode_rewards`. A VecEnv is
     evaluated as SB3 does: env i runs (n_eval_episodes + i) // num_envs episodes (no bias towards
     short ones), and where a Monitor wraps its envs an episode is the Monitor's (a whole Atari game
     under SB3's AtariWrapper, which ends an episode per life). `seed` seeds the first reset."""
     from pearl.envs import make_env
 
-    if _is_sb3_vec_env(env):
+    if _is_vec_env(env):
         returns, lengths = _vec_env_episodes(model, env, n_eval_episodes, deterministic, seed)
     else:
         if hasattr(env, "num_envs"):
@@ -270,17 +271,31 @@ def _episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None
     return returns, lengths
 
 
-def _is_sb3_vec_env(env) -> bool:
-    """An SB3 VecEnv (SB3 is imported wherever one was made; PEARL does not import it otherwise)."""
+def _sb3_vec_env(env):
+    """SB3's VecEnv class where `env` is one (SB3 is imported wherever one was made; PEARL does not
+    import it otherwise), else None."""
     vec_env = getattr(sys.modules.get("stable_baselines3.common.vec_env"), "VecEnv", None)
-    return vec_env is not None and isinstance(env, vec_env)
+    return vec_env if vec_env is not None and isinstance(env, vec_env) else None
 
 
-def _vec_env_episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None):
+def _is_vec_env(env) -> bool:
+    from pearl.sb3 import DummyVecEnv
+
+    return isinstance(env, DummyVecEnv) or _sb3_vec_env(env) is not None
+
+
+def _monitored(env) -> bool:
+    """Whether a Monitor (SB3's) wraps the envs of `env`, SB3's VecEnv, or a VecMonitor it."""
+    if _sb3_vec_env(env) is None:
+        return False
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import VecMonitor, is_vecenv_wrapped
 
-    monitored = is_vecenv_wrapped(env, VecMonitor) or env.env_is_wrapped(Monitor)[0]
+    return is_vecenv_wrapped(env, VecMonitor) or env.env_is_wrapped(Monitor)[0]
+
+
+def _vec_env_episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None):
+    monitored = _monitored(env)
     n = env.num_envs
     targets = np.array([(n_episodes + i) // n for i in range(n)])
     counts, running, steps = np.zeros(n, int), np.zeros(n), np.zeros(n, int)

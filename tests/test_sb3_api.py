@@ -267,6 +267,66 @@ def test_evaluate_policy_on_sb3s_atari_vec_env_counts_games_not_lives():
     assert ours == theirs and len(ours[0]) == 3
 
 
+def test_get_env_runs_sb3s_front_page_loop():
+    """SB3's README loop (model.get_env(), reset, predict, step, render) on PEARL's vector env: an
+    ended episode starts the next one at once, its last observation and whether a time limit cut it
+    in the step's info, as SB3's vector envs do."""
+    from pearl.callbacks import evaluate_policy
+    from pearl.sb3 import DummyVecEnv
+
+    model = pearl.DQN("MlpPolicy", gym.make("CartPole-v1", max_episode_steps=20), **SMALL)
+    model.learn(300)
+    vec_env = model.get_env()
+    assert isinstance(vec_env, DummyVecEnv) and model.env is vec_env and vec_env.num_envs == model.n_envs == 1
+    assert vec_env.seed(3) == [3]
+    obs = vec_env.reset()
+    assert obs.shape == (1, 4) and np.array_equal(obs[0], gym.make("CartPole-v1").reset(seed=3)[0])
+    ended, steps = [], 0
+    for _ in range(200):
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, done, info = vec_env.step(action)
+        assert reward.shape == done.shape == (1,) and obs.shape == (1, 4)
+        steps += 1
+        if done[0]:
+            ended.append((steps, info[0]["TimeLimit.truncated"]))
+            steps = 0
+            assert info[0]["terminal_observation"].shape == (4,)
+            assert not np.array_equal(info[0]["terminal_observation"], obs[0])  # obs: the next episode's first
+        else:
+            assert "terminal_observation" not in info[0] and not info[0]["TimeLimit.truncated"]
+    assert ended and all(cut == (length == 20) for length, cut in ended)
+    vec_env.envs[0].render = lambda: "the first env's frame"
+    assert vec_env.render() == "the first env's frame"
+    returns, lengths = evaluate_policy(model, vec_env, n_eval_episodes=3, return_episode_rewards=True)
+    assert len(returns) == 3 and all(1 <= n <= 20 for n in lengths) and returns == [float(n) for n in lengths]
+    vec_env.close()
+
+
+@pytest.mark.slow  # CI's slow suite installs SB3 (`.[bench]`)
+def test_pearls_dummy_vec_env_steps_as_sb3s():
+    """The same envs, seeds and actions through SB3's DummyVecEnv and PEARL's: the same observations,
+    rewards, dones and terminal observations, auto-resets and time limits included."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+
+    from pearl.sb3 import DummyVecEnv
+
+    make = [lambda: gym.make("CartPole-v1", max_episode_steps=15), lambda: gym.make("CartPole-v1")]
+    ours, theirs = DummyVecEnv(make), SB3DummyVecEnv(make)
+    ours.seed(7), theirs.seed(7)
+    np.testing.assert_array_equal(ours.reset(), theirs.reset())
+    actions = np.random.default_rng(0).integers(0, 2, (300, 2))
+    for step in actions:
+        mine, sb3 = ours.step(step), theirs.step(step)
+        for got, want in zip(mine[:3], sb3[:3]):
+            np.testing.assert_array_equal(got, want)
+        for got, want in zip(mine[3], sb3[3]):
+            assert got.keys() == want.keys()
+            if "terminal_observation" in want:
+                np.testing.assert_array_equal(got["terminal_observation"], want["terminal_observation"])
+                assert got["TimeLimit.truncated"] == want["TimeLimit.truncated"]
+
+
 def test_save_and_load_the_sb3_way(tmp_path):
     model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(300)
     model.save(tmp_path / "m")
