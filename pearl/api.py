@@ -383,7 +383,8 @@ class Agent:
     def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: str = "auto") -> None:
         """SB3's set_parameters: the learner's weights and optimizer state from `get_parameters()`'s
         dict or from a saved agent's file (its replay and counters stay as they are here), checked
-        against this agent's networks first."""
+        against this agent's networks first. `device` is SB3's argument: the learner stays where
+        its plan put it."""
         if exact_match is not True:
             raise ConfigError("exact_match: PEARL sets a learner's whole state (exact_match=True)")
         if isinstance(load_path_or_dict, dict):

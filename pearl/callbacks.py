@@ -233,10 +233,10 @@ def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool =
                     return_episode_rewards: bool = False, seed: int | None = None):
     """SB3's evaluate_policy on one Gymnasium env (an instance or an id) or on a VecEnv (SB3's or
     `model.get_env()`'s): (mean, std) of the episode returns, or (returns, lengths) with
-    `return_episode_rewards`. A VecEnv is
-    evaluated as SB3 does: env i runs (n_eval_episodes + i) // num_envs episodes (no bias towards
-    short ones), and where a Monitor wraps its envs an episode is the Monitor's (a whole Atari game
-    under SB3's AtariWrapper, which ends an episode per life). `seed` seeds the first reset."""
+    `return_episode_rewards`. A VecEnv is evaluated as SB3 does: env i runs (n_eval_episodes + i)
+    // num_envs episodes (no bias towards short ones), and where a Monitor wraps its envs an episode
+    is the Monitor's (a whole Atari game under SB3's AtariWrapper, which ends an episode per life).
+    `seed` seeds the first reset."""
     from pearl.envs import make_env
 
     if _is_vec_env(env):
@@ -271,22 +271,21 @@ def _episodes(model, env, n_episodes: int, deterministic: bool, seed: int | None
     return returns, lengths
 
 
-def _sb3_vec_env(env):
-    """SB3's VecEnv class where `env` is one (SB3 is imported wherever one was made; PEARL does not
-    import it otherwise), else None."""
+def _is_sb3_vec_env(env) -> bool:
+    """SB3 is imported wherever one of its VecEnvs was made (PEARL does not import it otherwise)."""
     vec_env = getattr(sys.modules.get("stable_baselines3.common.vec_env"), "VecEnv", None)
-    return vec_env if vec_env is not None and isinstance(env, vec_env) else None
+    return vec_env is not None and isinstance(env, vec_env)
 
 
 def _is_vec_env(env) -> bool:
     from pearl.sb3 import DummyVecEnv
 
-    return isinstance(env, DummyVecEnv) or _sb3_vec_env(env) is not None
+    return isinstance(env, DummyVecEnv) or _is_sb3_vec_env(env)
 
 
 def _monitored(env) -> bool:
-    """Whether a Monitor (SB3's) wraps the envs of `env`, SB3's VecEnv, or a VecMonitor it."""
-    if _sb3_vec_env(env) is None:
+    """Whether SB3's Monitor wraps the envs of `env` (an SB3 VecEnv), or its VecMonitor the VecEnv."""
+    if not _is_sb3_vec_env(env):
         return False
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import VecMonitor, is_vecenv_wrapped
