@@ -367,6 +367,23 @@ class Agent:
 
     env = property(get_env)
 
+    def set_env(self, env, force_reset: bool = True) -> None:
+        """SB3's set_env: train on from here on `env` (an id, env instance, factory or vector env of
+        the same observation and action spaces and as many envs): the agent's networks, optimizer,
+        replay contents and counters carry over; its actors start fresh episodes on the new env
+        (SB3's force_reset: PEARL's always do)."""
+        env, n_envs = vector_env(env)
+        if n_envs != self.n_envs:
+            raise ConfigError(f"env: {n_envs} envs, but this agent steps {self.n_envs} (expected as many)")
+        config = apply_overrides(self.config, {"env": env if isinstance(env, str) else register_source(env)})
+        parts = build(config, self.plan)
+        for name in ("observation_space", "action_space"):
+            mine, theirs = getattr(self, name), getattr(parts.family, name)
+            if mine != theirs:
+                raise ConfigError(f"env: {config.env} has the {name} {theirs}, this agent's is {mine}")
+        restore_state(Path("set_env"), *agent_state(self.parts, self.counters), parts, self.counters)
+        self.parts, self._env, self._policy_version = parts, None, None
+
     @property
     def exploration_rate(self) -> float:
         """DQN's epsilon at the current env step (SB3's exploration_rate)."""

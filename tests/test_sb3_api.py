@@ -302,6 +302,40 @@ def test_get_env_runs_sb3s_front_page_loop():
     vec_env.close()
 
 
+class ThreeActions(gym.Env):
+    """CartPole's observations, three actions."""
+
+    observation_space = gym.make("CartPole-v1").observation_space
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 0.0, True, False, {}
+
+
+def test_set_env_trains_on_the_new_env_with_everything_else_kept():
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(500)
+    weights, inserted, updates = model.learner.policy_weights().copy(), model.replay.inserted, model.updates
+    model.set_env(gym.make("CartPole-v1", max_episode_steps=12))
+    np.testing.assert_array_equal(model.learner.policy_weights(), weights)
+    assert (model.replay.inserted, model.updates, model.num_timesteps) == (inserted, updates, 500)
+    episodes = model.episodes
+    with pytest.warns(UserWarning, match="schedules"):
+        model.learn(300, reset_num_timesteps=False)
+    assert model.num_timesteps == 800 and model.updates > updates and model.replay.inserted == inserted + 300
+    new = model.episodes - episodes
+    assert new >= 300 // 12 and max(list(model.recent_returns)[-new:]) <= 12  # the new env's episodes
+    for env, message in (("Acrobot-v1", "env: Acrobot-v1 has the observation_space Box"),
+                         ("MountainCarContinuous-v0", "env: MountainCarContinuous-v0 has actions Box.*DQN needs Discrete"),
+                         (ThreeActions, r"env: pearl/ThreeActions-v\d+ has the action_space Discrete\(3\), "
+                                        r"this agent's is Discrete\(2\)"),
+                         (gym.make_vec("CartPole-v1", num_envs=2), "env: 2 envs, but this agent steps 1")):
+        with pytest.raises(ConfigError, match=message):
+            model.set_env(env)
+
+
 @pytest.mark.slow  # CI's slow suite installs SB3 (`.[bench]`)
 def test_pearls_dummy_vec_env_steps_as_sb3s():
     """The same envs, seeds and actions through SB3's DummyVecEnv and PEARL's: the same observations,
