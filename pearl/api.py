@@ -26,8 +26,8 @@ from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpo
                               save_checkpoint, split_state)
 from pearl.config import ExperimentConfig, apply_overrides, resolve_config
 from pearl.envs import episode_returns, make_env, register_source
-from pearl.sb3 import (HYPERPARAMETERS, DummyVecEnv, check_policy, fit_observations, hyperparameter_key,
-                       is_policy, sb3_overrides, vector_env)
+from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
+                       sb3_overrides, vector_env)
 from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
@@ -37,6 +37,7 @@ from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
 from pearl.runtime.adaptive_threads import AdaptiveThreads
 from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
 from pearl.schedule import MANY_ACTORS, crossed
+from pearl.vec_env import DummyVecEnv
 
 
 def _delegated(holder: str, name: str) -> property:

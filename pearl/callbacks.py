@@ -26,6 +26,7 @@ import numpy as np
 
 from pearl.errors import ConfigError
 from pearl.schedule import crossed
+from pearl.vec_env import DummyVecEnv
 
 
 class BaseCallback:
@@ -278,8 +279,6 @@ def _is_sb3_vec_env(env) -> bool:
 
 
 def _is_vec_env(env) -> bool:
-    from pearl.sb3 import DummyVecEnv
-
     return isinstance(env, DummyVecEnv) or _is_sb3_vec_env(env)
 
 
