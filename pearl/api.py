@@ -303,10 +303,15 @@ class Agent:
             self.policy.load(self.learner.policy_weights())
             self._policy_version = version
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, exclude=None, include=None) -> None:
         """Config, plan, weights, optimizer state, replay contents and counters: one atomic .npz
-        (".npz" added to a path without a suffix, as SB3 adds ".zip")."""
-        save_checkpoint(_with_suffix(path), *agent_state(self.parts, self.counters))
+        (".npz" added to a path without a suffix, as SB3 adds ".zip"). SB3's `exclude`:
+        "replay_buffer" leaves the replay contents out, as SB3's save always does (0.7 GB of
+        Atari frames at 100k); an agent loaded from such a file starts with an empty table and its
+        updates wait until the table holds learning_starts transitions again. Nothing else PEARL
+        saves can be left out; `include` adds nothing."""
+        replay = "replay_buffer" not in (exclude or ())
+        save_checkpoint(_with_suffix(path), *agent_state(self.parts, self.counters, replay))
 
     def checkpoint(self, path: str | Path) -> bool:
         """save(path) unless the weights went non-finite (then the previous checkpoint stays, and
@@ -430,14 +435,19 @@ class Agent:
 
     def load_replay_buffer(self, path: str | Path, truncate_last_traj: bool = True) -> None:
         """SB3's load_replay_buffer: the contents save_replay_buffer (or agent.save) wrote, checked
-        against this agent's table first. `truncate_last_traj` has nothing to do here: PEARL's tables
-        hold whole transitions only."""
+        against this agent's table first. The updates go on at the ratio from the agent's counts,
+        at once if the table holds learning_starts transitions (`Schedule.restarted`).
+        `truncate_last_traj` has nothing to do here: PEARL's tables hold whole transitions only."""
         path = _existing(path)
+        if not self.parts.replay_restartable:
+            raise ConfigError(f"{path}: a replay server's or a ray run's table is not loaded from a file "
+                              f"(load the agent whole with pearl.load)")
         header, arrays = load_checkpoint(path)
         if not isinstance(header.get("replay"), dict):
             raise ConfigError(f"{path}: holds no replay contents (expected a file save_replay_buffer wrote)")
         check_state(path, "replay", header["replay"], arrays, self.replay.state_dict(), self.config.replay.capacity)
         self.replay.load_state_dict(join_state("replay", header["replay"], arrays))
+        self.parts.restart_schedule(self.env_steps, self.updates)
 
     @classmethod
     def load(cls, path: str | Path, env=None, device: str = "auto", **kwargs) -> "Agent":

@@ -283,6 +283,18 @@ class Parts:
                 self.actor_rng_state = None
         return self._actor
 
+    @property
+    def replay_restartable(self) -> bool:
+        """Whether the replay table may restart apart from the run's counts (`Schedule.restarted`):
+        not on a replay server or under ray, whose servers keep a ratio of their own."""
+        return (self.plan.runtime not in CLUSTER_RUNTIMES
+                and not backend(kind_of(self.plan.device_of("sample"))).addressed)
+
+    def restart_schedule(self, env_steps: int, updates: int) -> None:
+        """The schedule after the replay table was set apart from the counts (`Schedule.restarted`)."""
+        self.schedule = self.schedule.restarted(env_steps, updates, int(self.replay.size),
+                                                self.config.algo_config.learning_starts)
+
     def fpga_device(self):
         """The FPGA driver the replay's priority tree runs on (kernels/fpga), or None."""
         return getattr(getattr(self.replay, "tree", None), "device", None)

@@ -206,27 +206,34 @@ class _EveryNCalls(EventCallback):
 
 class CheckpointCallback(_EveryNCalls):
     """Saves the agent every `save_freq` vector steps to `save_path`/`name_prefix`_<steps>_steps.npz
-    (a PEARL checkpoint holds the replay contents too, whatever save_replay_buffer says)."""
+    without its replay contents, as SB3 saves a model (an Atari table's would be 0.7-7 GB a file),
+    and with `save_replay_buffer` those to `name_prefix`_replay_buffer_<steps>_steps.npz beside it
+    (SB3's names; `load_replay_buffer` reads them)."""
 
     freq_name = "save_freq"
 
     def __init__(self, save_freq: int, save_path: str, name_prefix: str = "rl_model",
                  save_replay_buffer: bool = False, save_vecnormalize: bool = False, verbose: int = 0):
         super().__init__(save_freq, verbose=verbose)
-        self.save_path, self.name_prefix = Path(save_path), name_prefix
+        self.save_path, self.name_prefix, self.save_replay_buffer = Path(save_path), name_prefix, save_replay_buffer
 
     def _init_callback(self) -> None:
         self.save_path.mkdir(parents=True, exist_ok=True)
 
-    def _checkpoint_path(self) -> Path:
-        return self.save_path / f"{self.name_prefix}_{self.num_timesteps}_steps.npz"
+    def _checkpoint_path(self, kind: str = "") -> Path:
+        return self.save_path / f"{self.name_prefix}_{kind}{self.num_timesteps}_steps.npz"
 
     def _on_step(self) -> bool:
         if self._due():
             path = self._checkpoint_path()
-            self.model.save(path)
+            self.model.save(path, exclude=["replay_buffer"])
             if self.verbose >= 2:
                 print(f"Saving model checkpoint to {path}")
+            if self.save_replay_buffer:
+                path = self._checkpoint_path("replay_buffer_")
+                self.model.save_replay_buffer(path)
+                if self.verbose >= 2:
+                    print(f"Saving model replay buffer checkpoint to {path}")
         return True
 
 

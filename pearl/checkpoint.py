@@ -1,6 +1,7 @@
 """Checkpoints: one .npz file (no pickle) holding arrays plus a JSON header, written atomically."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from pathlib import Path
@@ -79,8 +80,16 @@ def _mapped_member(path: Path, handle, member: zipfile.ZipInfo) -> np.ndarray:
 def check_header(path: str | Path, header: dict) -> None:
     """The header's sections are there with the right types, before anything is built from it."""
     for section in ("config", "plan", "learner", "replay", "counters"):
+        if section == "replay" and section not in header:  # saved without the replay contents
+            continue
         if not isinstance(header.get(section), dict):
             raise PearlError(f"{path}: header.{section}: missing or not a mapping (not a complete PEARL checkpoint)")
+    schedule = header.get("schedule", {"learning_starts": 0, "updates_before": 0})
+    if not isinstance(schedule, dict) or schedule.keys() != {"learning_starts", "updates_before"}:
+        raise PearlError(f"{path}: header.schedule: expected a mapping of learning_starts and updates_before")
+    for name, value in schedule.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise PearlError(f"{path}: header.schedule.{name}: expected an integer >= 0, got {value!r}")
     for name in ("env_steps", "updates", "episodes"):
         value = header["counters"].get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -164,17 +173,23 @@ def join_state(prefix: str, plain: dict, arrays: dict[str, np.ndarray]) -> dict:
 
 
 # -- an agent's checkpoint: its parts' state and its counters ----------------------------------------
-def agent_state(parts, counters) -> tuple[dict, dict[str, np.ndarray]]:
-    """(header, arrays) of a run (pearl.build.Parts and its Counters), as save_checkpoint takes them."""
+def agent_state(parts, counters, replay: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """(header, arrays) of a run (pearl.build.Parts and its Counters), as save_checkpoint takes them;
+    without the replay contents unless `replay` (an agent restored from such a file starts with an
+    empty table: `restore_state`)."""
     parts.learner.sync_to_algo()
-    learner_plain, learner_arrays = split_state("learner", parts.learner.state_dict())
-    replay_plain, replay_arrays = split_state("replay", parts.replay.state_dict())
+    learner_plain, arrays = split_state("learner", parts.learner.state_dict())
     actor_rng = getattr(parts._actor, "rng", None)
     header = {"config": parts.config.to_dict(), "plan": parts.plan.to_dict(),
-              "learner": learner_plain, "replay": replay_plain, "counters": counters.state(),
+              "learner": learner_plain, "counters": counters.state(),
+              "schedule": {"learning_starts": parts.schedule.learning_starts,
+                           "updates_before": parts.schedule.updates_before},
               "rng": {"agent": parts.rng.bit_generator.state,
                       "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
-    return header, {**learner_arrays, **replay_arrays}
+    if replay:
+        header["replay"], replay_arrays = split_state("replay", parts.replay.state_dict())
+        arrays.update(replay_arrays)
+    return header, arrays
 
 
 def read_checkpoint(path: str | Path) -> tuple[Path, dict, dict[str, np.ndarray], ExperimentConfig, Plan]:
@@ -203,12 +218,26 @@ def restore_state(path: Path, header: dict, arrays: dict[str, np.ndarray], parts
     """Loads a checkpoint read by read_checkpoint into freshly built parts and counters, after
     checking its arrays and values against what those parts hold."""
     capacity = parts.config.replay.capacity
+    with_replay = "replay" in header
+    fresh = {"learning_starts": parts.schedule.learning_starts, "updates_before": 0}
+    if not parts.replay_restartable and not with_replay:
+        raise PearlError(f"{path}: saved without its replay contents, which a replay server or a ray run "
+                         f"cannot do without (expected a file agent.save wrote whole)")
+    if not parts.replay_restartable and header.get("schedule", fresh) != fresh:
+        raise PearlError(f"{path}: a run whose replay restarted (header.schedule), which a replay server or a "
+                         f"ray run cannot go on from (its servers count the ratio from the run's start)")
     check_state(path, "learner", header["learner"], arrays, parts.learner.state_dict(), capacity)
-    check_state(path, "replay", header["replay"], arrays, parts.replay.state_dict(), capacity)
+    if with_replay:
+        check_state(path, "replay", header["replay"], arrays, parts.replay.state_dict(), capacity)
     parts.learner.load_state_dict(join_state("learner", header["learner"], arrays))
-    parts.replay.load_state_dict(join_state("replay", header["replay"], arrays))
+    if with_replay:
+        parts.replay.load_state_dict(join_state("replay", header["replay"], arrays))
     parts.policy.load(parts.learner.policy_weights())
     counters.load(header["counters"])
+    if "schedule" in header:  # (checkpoints before replays could restart have none: the config's)
+        parts.schedule = dataclasses.replace(parts.schedule, **header["schedule"])
+    if not with_replay:  # the table starts empty: updates wait until it holds learning_starts again
+        parts.restart_schedule(counters.env_steps, counters.updates)
     if "rng" in header:  # checkpoints from before RNG states were saved have none
         parts.rng.bit_generator.state = header["rng"]["agent"]
         parts.actor_rng_state = header["rng"]["actor"]

@@ -136,6 +136,35 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.parametrize("runtime", ["sequential", "threaded", "processes"])
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_an_agent_saved_without_its_replay_refills_it_before_it_updates_again(tmp_path, runtime, algo):
+    """save(exclude=["replay_buffer"]): the loaded agent's table starts empty; no update is due until
+    it holds learning_starts transitions, then the ratio goes on from the saved counts (no burst of
+    the updates its env steps would make due); a checkpoint of the run keeps that schedule."""
+    from pearl.plan import Plan
+
+    make = {"dqn": lambda: pearl.DQN("CartPole-v1", learning_starts=100, hidden=[16], updates_per_step=0.25),
+            "sac": lambda: pearl.SAC("Pendulum-v1", learning_starts=100, hidden=[16], updates_per_step=0.5)}[algo]
+    agent = make()
+    agent.train(500)
+    agent.save(tmp_path / "model", exclude=["replay_buffer"])
+    header, _ = load_checkpoint(tmp_path / "model.npz")
+    assert "replay" not in header and not any(name.startswith("replay.") for name in _)
+    plan = Plan(runtime=runtime, actors=1) if runtime == "processes" else Plan(runtime=runtime)
+    loaded = pearl.load(tmp_path / "model", plan=plan)
+    ratio, made = loaded.config.algo_config.updates_per_step, agent.updates
+    assert loaded.replay.size == 0 and loaded.updates == made and loaded.env_steps == 500
+    loaded.train(100, run_dir=tmp_path / "run")  # the table refills: no update
+    assert loaded.updates == made and loaded.replay.size >= 100 - loaded.n_envs
+    loaded.train(200, run_dir=tmp_path / "run")
+    assert loaded.updates == made + int(200 * ratio)
+    again = pearl.load(tmp_path / "run")  # the run's checkpoint: its table and its schedule
+    assert again.replay.size == loaded.replay.size and again.parts.schedule == loaded.parts.schedule
+    again.train(100)
+    assert again.updates == made + int(300 * ratio)
+
+
 @pytest.mark.parametrize("runtime", ["sequential", "processes"])
 def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path, runtime):
     total = 20_000

@@ -535,6 +535,32 @@ def test_stopping_callbacks_and_plain_functions(tmp_path):
     assert model.num_timesteps == 300
 
 
+def test_checkpoint_callback_saves_models_as_sb3_does_and_the_buffer_beside(tmp_path):
+    """Model files without the replay contents (SB3's model files hold no buffer); with
+    save_replay_buffer the buffer beside under SB3's name. SB3's way back: load the model, then its
+    buffer: training goes on at once, at the ratio (a model alone refills learning_starts first)."""
+    from pearl.checkpoint import load_checkpoint
+
+    saver = CheckpointCallback(save_freq=400, save_path=str(tmp_path), name_prefix="dqn", save_replay_buffer=True)
+    model = pearl.DQN("MlpPolicy", "CartPole-v1", **SMALL).learn(800, callback=saver)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dqn_400_steps.npz", "dqn_800_steps.npz",
+                                                         "dqn_replay_buffer_400_steps.npz",
+                                                         "dqn_replay_buffer_800_steps.npz"]
+    header, arrays = load_checkpoint(tmp_path / "dqn_800_steps.npz")
+    assert "replay" not in header and not any(name.startswith("replay.") for name in arrays)
+    assert (tmp_path / "dqn_800_steps.npz").stat().st_size < (tmp_path / "dqn_replay_buffer_800_steps.npz").stat().st_size
+    resumed = pearl.DQN.load(tmp_path / "dqn_800_steps.npz")
+    resumed.load_replay_buffer(tmp_path / "dqn_replay_buffer_800_steps.npz")
+    assert resumed.replay.inserted == 800 and resumed.updates == model.updates == (800 - 100) // 4
+    with pytest.warns(UserWarning, match="schedules"):
+        resumed.learn(200, reset_num_timesteps=False)
+    assert resumed.updates == model.updates + 200 // 4  # at once
+    alone = pearl.DQN.load(tmp_path / "dqn_800_steps.npz")
+    with pytest.warns(UserWarning, match="schedules"):
+        alone.learn(200, reset_num_timesteps=False)
+    assert alone.updates == model.updates + (200 - 100) // 4 and alone.replay.inserted == 200
+
+
 def test_threaded_runtime_pauses_the_learner_for_an_evaluation():
     model = pearl.DQN("MlpPolicy", "CartPole-v1", plan=Plan(runtime="threaded"), **SMALL)
     evaluation = EvalCallback(gym.make("CartPole-v1"), eval_freq=250, n_eval_episodes=1, verbose=0)

@@ -96,3 +96,31 @@ def test_next_increase_is_the_first_step_with_more_updates_due(learning_starts, 
     already = schedule.due(env_steps)
     assert found > env_steps and schedule.due(found) > already
     assert all(schedule.due(step) == already for step in range(env_steps + 1, found))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2000), st.sampled_from([0.01, 0.25, 0.37, 1.0, 3.0]), st.integers(0, 10**5),
+       st.integers(0, 10**4), st.integers(0, 3000), st.integers(0, 5000), st.sampled_from([None, 4, 64]),
+       st.integers(1, 16))
+def test_a_restarted_schedule_goes_on_from_the_counts_once_the_table_refills(
+        learning_starts, ratio, at, updates, stored, later, train_freq, gradient_steps):
+    """Restarted at env step `at` with `updates` made and `stored` transitions in the table: none due
+    until the table holds learning_starts again, then the ratio from there, as a fresh run's
+    schedule counts from its start; next_increase agrees with due."""
+    from pearl.schedule import Schedule
+
+    fresh = Schedule(learning_starts, ratio if train_freq is None else gradient_steps / train_freq, 32,
+                     train_freq=train_freq, gradient_steps=gradient_steps if train_freq else 1)
+    restarted = fresh.restarted(at, updates, stored, learning_starts)
+    wait = max(0, learning_starts - stored)
+    assert restarted.due(at) == updates and restarted.due(at + wait) == updates
+    if train_freq is None:  # (bursts fall on multiples of train_freq counted from step 0)
+        assert restarted.due(at + wait + later) == updates + Schedule(0, fresh.updates_per_step, 32).due(later)
+    else:
+        assert restarted.due(at + wait + later) - updates == \
+            Schedule(at + wait, fresh.updates_per_step, 32, train_freq=train_freq, gradient_steps=gradient_steps).due(
+                at + wait + later)
+    step = at + later
+    found = restarted.next_increase(step)
+    assert found > step and restarted.due(found) > restarted.due(step)
+    assert all(restarted.due(s) == restarted.due(step) for s in range(step + 1, min(found, step + 5000)))

@@ -187,3 +187,24 @@ def test_a_hosting_learner_samples_in_process_and_frees_the_writers_credit():
         writer.close()
     finally:
         srv.stop()
+
+
+def test_a_model_saved_without_its_replay_is_refused_on_a_server_in_one_line(server, tmp_path):
+    """A table on a replay server keeps a ratio of its own: it cannot restart apart from the run's
+    counts, so a file saved without the replay contents (or a buffer file of its own) is refused."""
+    from pearl.errors import PearlError
+
+    srv = server()
+    agent = pearl.DQN("CartPole-v1", **FAST)
+    agent.train(400)
+    agent.save(tmp_path / "model", exclude=["replay_buffer"])
+    agent.save_replay_buffer(tmp_path / "buffer")
+    with pytest.raises(PearlError, match="model.npz: saved without its replay contents, which a replay server"):
+        pearl.load(tmp_path / "model", plan=on_server(srv.address))
+    restarted = pearl.load(tmp_path / "model")
+    restarted.train(400, run_dir=tmp_path / "run")
+    with pytest.raises(PearlError, match="checkpoint.npz: a run whose replay restarted"):
+        pearl.load(tmp_path / "run", plan=on_server(srv.address))
+    served = pearl.DQN("CartPole-v1", **FAST, plan=on_server(srv.address))
+    with pytest.raises(ConfigError, match="buffer.npz: a replay server's or a ray run's table is not loaded"):
+        served.load_replay_buffer(tmp_path / "buffer")

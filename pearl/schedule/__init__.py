@@ -11,6 +11,7 @@ at each env step that is a multiple of `target_update_interval`; weights go to t
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -60,11 +61,21 @@ class Schedule:
     target_interval: int | None = None
     train_freq: int | None = None
     gradient_steps: int = 1
+    updates_before: int = 0  # made before learning_starts: a run whose replay restarted (`restarted`)
 
     def due(self, env_steps: int) -> int:
         if self.train_freq:
-            return burst_updates_due(env_steps, self.learning_starts, self.train_freq, self.gradient_steps)
-        return updates_due(env_steps, self.learning_starts, self.updates_per_step)
+            return self.updates_before + burst_updates_due(env_steps, self.learning_starts, self.train_freq,
+                                                           self.gradient_steps)
+        return self.updates_before + updates_due(env_steps, self.learning_starts, self.updates_per_step)
+
+    def restarted(self, env_steps: int, updates: int, stored: int, warm_up: int) -> "Schedule":
+        """This schedule for a run whose replay table was set apart from its counts (an agent loaded
+        without its replay contents, or given a table of its own): the `updates` made so far stand
+        and the ratio goes on from `env_steps` once the table holds `warm_up` (the config's
+        learning_starts) transitions, of which it holds `stored` now: no burst of updates the
+        counts would make due on a table that cannot back them."""
+        return dataclasses.replace(self, learning_starts=env_steps + max(0, warm_up - stored), updates_before=updates)
 
     def next_increase(self, env_steps: int) -> int:
         """The smallest env step count past `env_steps` at which more updates are due than at
@@ -74,7 +85,7 @@ class Schedule:
         if self.train_freq:
             at = (max(env_steps, self.learning_starts) // self.train_freq + 1) * self.train_freq
         else:
-            at = self.learning_starts + math.ceil((already + 1) / self.updates_per_step)
+            at = self.learning_starts + math.ceil((already - self.updates_before + 1) / self.updates_per_step)
         # the even schedule's division may round a step off either way
         while self.due(at - 1) > already:
             at -= 1
