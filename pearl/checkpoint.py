@@ -52,12 +52,12 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
         for member in archive.infolist():
             name = member.filename.removesuffix(".npy")
             mapped = member.compress_type == zipfile.ZIP_STORED and member.file_size >= MAPPED_BYTES
-            arrays[name] = (_mapped_member(path, handle, member) if mapped else
+            arrays[name] = (_mapped_member(handle, member) if mapped else
                             np.lib.format.read_array(archive.open(member), allow_pickle=False))
     return arrays
 
 
-def _mapped_member(path: Path, handle, member: zipfile.ZipInfo) -> np.ndarray:
+def _mapped_member(handle, member: zipfile.ZipInfo) -> np.ndarray:
     handle.seek(member.header_offset)
     local = handle.read(30)  # a zip local file header: its name and extra field come before the data
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
@@ -74,7 +74,8 @@ def _mapped_member(path: Path, handle, member: zipfile.ZipInfo) -> np.ndarray:
     offset = handle.tell()
     if offset - start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != member.file_size:
         raise ValueError(f"{member.filename}: its size does not match its header")
-    return np.memmap(path, dtype, "c", offset, shape, "F" if fortran_order else "C").view(np.ndarray)
+    # mapped from the file opened (not its path, which a new checkpoint may have replaced since)
+    return np.memmap(handle, dtype, "c", offset, shape, "F" if fortran_order else "C").view(np.ndarray)
 
 
 def check_header(path: str | Path, header: dict) -> None:
@@ -179,6 +180,9 @@ def agent_state(parts, counters, replay: bool = True) -> tuple[dict, dict[str, n
     empty table: `restore_state`)."""
     parts.learner.sync_to_algo()
     learner_plain, arrays = split_state("learner", parts.learner.state_dict())
+    # the replay's state before the counters: a ray run's (pearl/runtime/ray.py _CheckpointView)
+    # counts the env steps its shards' tables hold as it is taken
+    replay_plain, replay_arrays = split_state("replay", parts.replay.state_dict()) if replay else (None, {})
     actor_rng = getattr(parts._actor, "rng", None)
     header = {"config": parts.config.to_dict(), "plan": parts.plan.to_dict(),
               "learner": learner_plain, "counters": counters.state(),
@@ -187,9 +191,8 @@ def agent_state(parts, counters, replay: bool = True) -> tuple[dict, dict[str, n
               "rng": {"agent": parts.rng.bit_generator.state,
                       "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
     if replay:
-        header["replay"], replay_arrays = split_state("replay", parts.replay.state_dict())
-        arrays.update(replay_arrays)
-    return header, arrays
+        header["replay"] = replay_plain
+    return header, {**arrays, **replay_arrays}
 
 
 def read_checkpoint(path: str | Path) -> tuple[Path, dict, dict[str, np.ndarray], ExperimentConfig, Plan]:
