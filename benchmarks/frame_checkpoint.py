@@ -8,11 +8,19 @@ after each round).
 And `--server`: the same table filled on a replay server in this process (loopback), whose
 checkpoint a client asks for (`pearl replay-server`'s, written while it serves).
 
+And `--run`: what a run's periodic checkpoint costs the run. An agent of configs/breakout_dqn.yaml
+(the Nature CNN) with a table of `capacity`, filled, writes its checkpoint as a run did before
+(`Agent.checkpoint(path)`: the run waits until the file is on disk) and as it does now
+(`checkpoint(path, background=True)`: the frames are written by a thread), interleaved; meanwhile
+the caller adds one env step every 2 ms (an Atari run's pace on 2 cores) until the file is
+complete. Reported: the seconds the caller was held ("pause"), until the file was complete, the
+adds made meanwhile and the slowest one (an add waits while a block it overwrites is copied).
+
 Reported per step: the process's anonymous memory (RssAnon: what cannot be reclaimed) before, and
 its peak, sampled every 5 ms by a thread; ru_maxrss, which also counts file pages the process maps
 or touches (the page cache gives those back under pressure); the file's size and the seconds.
 
-    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2 [--server]
+    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2 [--server | --run]
 """
 from __future__ import annotations
 
@@ -33,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pearl.kernels.cpu.backend import cpu_model, proc_bytes  # noqa: E402
 
 STEPS = ("save", "load")
+RUN_STEPS = ("at-once", "background")
+ADD_EVERY_S = 0.002
 
 
 def anon_gib() -> float:
@@ -127,38 +137,72 @@ def server(capacity: int, path: str) -> dict:
     return {"before": before, "peak": peak.peak, "seconds": seconds, "file_gib": written / 2**30}
 
 
+def run(capacity: int, path: str, background: bool) -> dict:
+    import pearl
+    from pearl.config import parse_config, read_yaml
+
+    settings = read_yaml(Path(__file__).resolve().parent.parent / "configs" / "breakout_dqn.yaml")
+    settings["replay"]["capacity"] = capacity
+    agent = pearl.make_agent(parse_config(settings))
+    replay = agent.parts.replay
+    replay.rate_limiter = None  # (the fill stands for a run's history; no learner samples here)
+    fill(replay, capacity)
+    step = [np.zeros(1, np.int64), np.zeros((1, 84, 84), np.uint8), np.zeros(1, np.int64), np.zeros(1, np.float32),
+            np.zeros((1, 84, 84), np.uint8), np.zeros(1, bool), np.zeros(1, bool)]
+    adds = []
+    before = anon_gib()
+    with AnonPeak() as peak:
+        start = time.perf_counter()
+        agent.checkpoint(path, background=background)
+        paused = time.perf_counter() - start
+        writing = agent._checkpointing
+        while writing is not None and writing.is_alive():
+            time.sleep(ADD_EVERY_S)
+            began = time.perf_counter()
+            replay.add(*step)
+            adds.append(time.perf_counter() - began)
+        agent.finish_checkpoint()
+        seconds = time.perf_counter() - start
+    return {"before": before, "peak": peak.peak, "seconds": seconds, "paused": paused, "adds": len(adds),
+            "slowest_add_ms": 1e3 * max(adds, default=0.0), "file_gib": os.path.getsize(path) / 2**30}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint files go")
     parser.add_argument("--server", action="store_true", help="a replay server's checkpoint instead")
-    parser.add_argument("--worker", choices=(*STEPS, "server"), help=argparse.SUPPRESS)
+    parser.add_argument("--run", action="store_true", help="a run's checkpoint: at once vs in the background")
+    parser.add_argument("--worker", choices=(*STEPS, "server", *RUN_STEPS), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = {"save": save, "load": load, "server": server}[args.worker](args.capacity, args.path)
+        result = {"save": save, "load": load, "server": server,
+                  "at-once": lambda capacity, path: run(capacity, path, False),
+                  "background": lambda capacity, path: run(capacity, path, True)}[args.worker](args.capacity, args.path)
         result["maxrss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print("RESULT " + json.dumps(result))
         return
     print(f"# frame table checkpoint, capacity {args.capacity:,} x 84x84 uint8; CPU: {cpu_model()}; "
           f"load {os.getloadavg()[0]:.2f}")
-    print(f"{'round':>5} {'step':>5} {'anon before GiB':>16} {'anon peak GiB':>14} {'ru_maxrss GiB':>14} "
-          f"{'file GiB':>9} {'seconds':>8}")
+    print(f"{'round':>5} {'step':>10} {'anon before GiB':>16} {'anon peak GiB':>14} {'ru_maxrss GiB':>14} "
+          f"{'file GiB':>9} {'seconds':>8}" + (f" {'pause s':>8} {'adds':>6} {'slowest add ms':>15}" if args.run else ""))
     for round_index in range(args.rounds):
         with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
             path = os.path.join(scratch, "checkpoint.npz")
-            for step in ("server",) if args.server else STEPS:
+            for step in ("server",) if args.server else RUN_STEPS if args.run else STEPS:
                 done = subprocess.run([sys.executable, __file__, "--worker", step, "--capacity", str(args.capacity),
                                        "--path", path], capture_output=True, text=True)
                 lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
                 if not lines:
-                    print(f"{round_index:>5} {step:>5} failed: "
+                    print(f"{round_index:>5} {step:>10} failed: "
                           f"{(done.stderr.strip().splitlines() or ['?'])[-1][:200]}")
                     break
                 r = json.loads(lines[0][7:])
-                print(f"{round_index:>5} {step:>5} {r['before']:>16.2f} {r['peak']:>14.2f} {r['maxrss']:>14.2f} "
-                      f"{r['file_gib']:>9.2f} {r['seconds']:>8.1f}")
+                print(f"{round_index:>5} {step:>10} {r['before']:>16.2f} {r['peak']:>14.2f} {r['maxrss']:>14.2f} "
+                      f"{r['file_gib']:>9.2f} {r['seconds']:>8.1f}" + (
+                          f" {r['paused']:>8.3f} {r['adds']:>6} {r['slowest_add_ms']:>15.2f}" if args.run else ""))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pearl import runtime
 from pearl.build import build
 from pearl.callbacks import as_callback, needs_pause
 from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpoint, read_checkpoint, restore_state,
-                              save_checkpoint, split_state)
+                              save_checkpoint, split_state, start_checkpoint)
 from pearl.config import ExperimentConfig, apply_overrides, resolve_config
 from pearl.envs import episode_returns, make_env, register_source
 from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
@@ -88,6 +88,7 @@ class Agent:
         self.counters = Counters()
         self.logger = Logger()  # what callbacks record for the next metric row
         self._policy_version = None  # (updates, learner) whose weights the numpy policy holds
+        self._checkpointing = None  # a run's checkpoint being written (pearl.checkpoint.start_checkpoint)
         self._warned_schedules = False  # train() past config.total_steps says so once
         self._env = None  # get_env()'s, made on first use
 
@@ -194,7 +195,7 @@ class Agent:
                 rows[0] = len(log.rows)
                 board.write(log.rows[-1], self.logger.take())
             if checkpoint_due(previous, counters.env_steps):
-                self.checkpoint(run_path / "checkpoint.npz")
+                self.checkpoint(run_path / "checkpoint.npz", background=True)
                 last_checkpoint[0] = time.monotonic()
             checkpoint_now[0] = None
             if on_round is not None:
@@ -223,6 +224,9 @@ class Agent:
         try:
             with cpu_kernel_mode(), stop_on_interrupt(counters):
                 runtime.get(self.plan.runtime).run(self.parts, counters, steps, hooks)
+        except BaseException:
+            self.finish_checkpoint(raising=False)  # (the run's error goes on)
+            raise
         finally:
             log.close()
             if board is not None:
@@ -310,17 +314,35 @@ class Agent:
         Atari frames at 100k); an agent loaded from such a file starts with an empty table and its
         updates wait until the table holds learning_starts transitions again. Nothing else PEARL
         saves can be left out; `include` adds nothing."""
+        self.finish_checkpoint()
         replay = "replay_buffer" not in (exclude or ())
         save_checkpoint(_with_suffix(path), *agent_state(self.parts, self.counters, replay))
 
-    def checkpoint(self, path: str | Path) -> bool:
+    def checkpoint(self, path: str | Path, background: bool = False) -> bool:
         """save(path) unless the weights went non-finite (then the previous checkpoint stays, and
-        False is returned): a run's checkpoint is always one it can resume from."""
+        False is returned): a run's checkpoint is always one it can resume from. `background` (a
+        run's periodic checkpoint): a frame table's frames are written by a thread while the run
+        goes on (pearl.checkpoint.start_checkpoint); `finish_checkpoint` waits for it."""
         if not np.isfinite(self.learner.policy_weights()).all():
             return False
+        self.finish_checkpoint()
         with interrupts_deferred():  # a Ctrl-C while it is written acts once it is complete
-            self.save(path)
+            if background:
+                self._checkpointing = start_checkpoint(path, self.parts, self.counters)
+            else:
+                self.save(path)
         return True
+
+    def finish_checkpoint(self, raising: bool = True) -> None:
+        """Waits until a checkpoint written in the background is on disk, and raises what it failed
+        with (unless not `raising`: the previous checkpoint file stays either way)."""
+        writing, self._checkpointing = self._checkpointing, None
+        if writing is not None:
+            try:
+                writing.finish()
+            except BaseException:
+                if raising:
+                    raise
 
     # -- Stable-Baselines3's verbs (pearl/sb3.py) ------------------------------------------------
     def learn(self, total_timesteps: int, callback=None, log_interval: int = 4, tb_log_name: str | None = None,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -16,11 +17,76 @@ from pearl.plan import Plan
 FORMAT = "pearl-checkpoint/1"
 
 
-def save_checkpoint(path: str | Path, header: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Streams the arrays into the file (np.savez stores them uncompressed, which `load_checkpoint`
-    maps), so a replay table of GBs is written without a copy of it in memory."""
+def save_checkpoint(path: str | Path, header: dict, arrays: dict[str, np.ndarray], frames=None) -> None:
+    """Streams the arrays into the file, uncompressed (`load_checkpoint` maps them), so a replay
+    table of GBs is written without a copy of it in memory. `frames` (a frame table's
+    FrameSnapshot, pearl/replay/frames.py) is the replay's "frames" array, written block by block
+    as the snapshot gives them (`CheckpointThread`)."""
     header = np.frombuffer(json.dumps({"format": FORMAT, **header}).encode(), dtype=np.uint8)
-    atomic_write(path, lambda handle: np.savez(handle, __header__=header, **arrays))
+
+    def write(handle) -> None:  # what np.savez writes, without pickles, the frames from their snapshot
+        with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for name, values in {"__header__": header, **arrays}.items():
+                with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(values), allow_pickle=False)
+            if frames is not None:
+                with archive.open("replay.frames.npy", "w", force_zip64=True) as member:
+                    shape = (len(frames.slots), *frames.row_shape)
+                    np.lib.format.write_array_header_1_0(member, {
+                        "descr": np.lib.format.dtype_to_descr(frames.dtype), "fortran_order": False,
+                        "shape": shape})
+                    for block in range(frames.blocks):
+                        member.write(frames.block(block))
+
+    try:
+        atomic_write(path, write)
+    finally:
+        if frames is not None:  # (written or failed: the table's adds stop copying for it)
+            frames.close()
+
+
+class CheckpointThread(threading.Thread):
+    """A run's checkpoint written while the run goes on (`start_checkpoint`); `finish` waits for
+    it and raises what it failed with."""
+
+    def __init__(self, path: Path, header: dict, arrays: dict[str, np.ndarray], frames):
+        # not a daemon: a process that ends meanwhile finishes the file first
+        super().__init__(name="pearl-checkpoint")
+        self.error: BaseException | None = None
+        self._write = lambda: save_checkpoint(path, header, arrays, frames)
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as error:
+            self.error = error
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def start_checkpoint(path: str | Path, parts, counters) -> CheckpointThread | None:
+    """A run's checkpoint of `parts` and `counters` as they are now, as save_checkpoint(path,
+    *agent_state(...)) writes it. With a frame table (pearl/replay/frames.py) all but its frames
+    is copied now (the learner's state, ~15 bytes a record of the table's) and a thread writes the
+    file, the frames block by block from a FrameSnapshot while the run adds records: a run paused
+    while a 1M-record Atari table (6.7 GB) was written (7 s) goes on. Any other table is written
+    at once (their rows are views of the table: returns None)."""
+    from pearl.replay.frames import FrameReplay
+
+    if not isinstance(parts.replay, FrameReplay):
+        save_checkpoint(path, *agent_state(parts, counters))
+        return None
+    state, frames = parts.replay.snapshot()
+    try:
+        # (a learner's state is a copy, pearl/contracts.py: its updates meanwhile leave it alone)
+        return CheckpointThread(Path(path), *_agent_state(parts, counters, state), frames)
+    except BaseException:
+        frames.close()
+        raise
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -178,11 +244,15 @@ def agent_state(parts, counters, replay: bool = True) -> tuple[dict, dict[str, n
     """(header, arrays) of a run (pearl.build.Parts and its Counters), as save_checkpoint takes them;
     without the replay contents unless `replay` (an agent restored from such a file starts with an
     empty table: `restore_state`)."""
-    parts.learner.sync_to_algo()
-    learner_plain, arrays = split_state("learner", parts.learner.state_dict())
     # the replay's state before the counters: a ray run's (pearl/runtime/ray.py _CheckpointView)
     # counts the env steps its shards' tables hold as it is taken
-    replay_plain, replay_arrays = split_state("replay", parts.replay.state_dict()) if replay else (None, {})
+    return _agent_state(parts, counters, parts.replay.state_dict() if replay else None)
+
+
+def _agent_state(parts, counters, replay_state: dict | None) -> tuple[dict, dict[str, np.ndarray]]:
+    parts.learner.sync_to_algo()
+    learner_plain, arrays = split_state("learner", parts.learner.state_dict())
+    replay_plain, replay_arrays = split_state("replay", replay_state) if replay_state is not None else (None, {})
     actor_rng = getattr(parts._actor, "rng", None)
     header = {"config": parts.config.to_dict(), "plan": parts.plan.to_dict(),
               "learner": learner_plain, "counters": counters.state(),
@@ -190,7 +260,7 @@ def agent_state(parts, counters, replay: bool = True) -> tuple[dict, dict[str, n
                            "updates_before": parts.schedule.updates_before},
               "rng": {"agent": parts.rng.bit_generator.state,
                       "actor": None if actor_rng is None else actor_rng.bit_generator.state}}
-    if replay:
+    if replay_state is not None:
         header["replay"] = replay_plain
     return header, {**arrays, **replay_arrays}
 

@@ -66,7 +66,9 @@ class Learner(Protocol):
     def sync_to_algo(self) -> None:
         """Writes the kernel's weights into the algorithm's torch networks (save, evaluate)."""
 
-    def state_dict(self) -> dict: ...
+    def state_dict(self) -> dict:
+        """Weights, optimizer state, counts: a copy, which later updates leave alone (a run's
+        checkpoint is written while the learner goes on)."""
 
     def load_state_dict(self, state: dict) -> None: ...
 

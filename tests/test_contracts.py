@@ -17,6 +17,7 @@ import torch
 
 import pearl
 from pearl import contracts
+from pearl.checkpoint import split_state
 from pearl.plan import Plan
 from pearl.replay import Batch
 from pearl.runtime import RUNTIMES, get
@@ -114,6 +115,23 @@ def test_learner_state_loads_into_every_kernel(algo, env, kernel):
         target = tiny_agent(algo, env, other)
         target.learner.load_state_dict(copy.deepcopy(state))
         np.testing.assert_array_equal(target.learner.policy_weights(), source.learner.policy_weights())
+
+
+@pytest.mark.parametrize("algo,env,kernel", list(learner_cases()))
+def test_a_learners_state_is_a_copy_its_updates_leave_alone(algo, env, kernel):
+    """A run's checkpoint of a frame table is written while the learner updates on
+    (pearl/checkpoint.py start_checkpoint): the state it took must stay what it was."""
+    learner = tiny_agent(algo, env, kernel).learner
+    state = learner.state_dict()
+    kept = copy.deepcopy(state)
+    for seed in range(3):
+        learner.update(random_batch(tiny_agent(algo, env, kernel), seed))
+    _, now = split_state("learner", learner.state_dict())
+    _, then = split_state("learner", state)
+    _, expected = split_state("learner", kept)
+    assert any(not np.array_equal(now[name], expected[name]) for name in expected)  # (the updates changed it)
+    for name, values in expected.items():
+        np.testing.assert_array_equal(then[name], values, err_msg=name)
 
 
 def declared_classes():

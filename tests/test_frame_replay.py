@@ -276,3 +276,48 @@ def test_the_config_refuses_gather_threads_other_than_1_or_2_naming_the_field():
         ReplayConfig(frame_stack=4, gather_threads=3).check("replay")
     with pytest.raises(ConfigError, match=r"^replay.gather_threads: 2 is for the frame table \(replay.frame_stack"):
         ReplayConfig(gather_threads=2).check("replay")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams=st.integers(1, 3), before=st.integers(1, 80), block_rows=st.integers(1, 12),
+       plan=st.lists(st.one_of(st.just("read"), st.integers(1, 4)), max_size=40), load=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_a_snapshot_reads_the_frames_of_its_moment_while_adds_go_on(streams, before, block_rows, plan, load, seed):
+    """A FrameSnapshot (what a checkpoint written while the run goes on reads, pearl/checkpoint.py
+    and the replay server's): its blocks, read in any interleaving with adds that wrap the rings
+    (and with a load of another state into the table), are the frames the table held when it was
+    taken, in the order of the state taken with it; once read whole it stops watching the adds."""
+    from pearl.replay import frames
+
+    rng = np.random.default_rng(seed)
+    table = FrameReplay(20 * streams, WIDE, 3, streams=streams, n_step=2)
+
+    def add(steps):  # (each call's reference is new: only the table's records matter here)
+        drive(table, ReferenceFrameReplay(20, streams, 3, 2, 0.99), rng, steps, 0.1, streams, np.uint8)
+
+    add(before)
+    expected = table.state_dict(detached=True)
+    saved = frames.SNAPSHOT_BLOCK_BYTES
+    frames.SNAPSHOT_BLOCK_BYTES = block_rows * table._frames.shape[1]
+    try:
+        state, snapshot = table.snapshot()
+    finally:
+        frames.SNAPSHOT_BLOCK_BYTES = saved
+    assert snapshot.block_rows == block_rows and table._snapshots == [snapshot]
+    for name, values in state.items():  # the rest of the state: a copy of that moment too
+        assert np.array_equal(values, expected[name]), name
+    blocks = iter(range(snapshot.blocks))
+    read = []
+    for step in plan:
+        if step == "read":
+            block = next(blocks, None)
+            if block is not None:
+                read.append(snapshot.block(block))
+        else:
+            add(step)
+    if load:  # the table overwritten whole (pearl.load's, load_replay_buffer's) before the rest is read
+        table.load_state_dict(FrameReplay(20 * streams, WIDE, 3, streams=streams, n_step=2).state_dict())
+        assert table._snapshots == []
+    read += [snapshot.block(block) for block in blocks]
+    assert np.array_equal(np.concatenate(read), expected["frames"])
+    assert table._snapshots == []

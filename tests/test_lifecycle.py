@@ -38,9 +38,9 @@ def test_periodic_checkpoints_and_rng_state(tmp_path):
     seen = []
     original = agent.checkpoint
 
-    def spy(path):
+    def spy(path, **how):
         seen.append(agent.env_steps)
-        return original(path)
+        return original(path, **how)
 
     agent.checkpoint = spy
     agent.train(run_dir=tmp_path)

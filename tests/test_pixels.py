@@ -381,6 +381,42 @@ def test_a_saved_frame_table_holds_its_stored_records_and_trains_on(tmp_path):
     check_frame_transitions(loaded)
 
 
+def test_a_runs_checkpoint_of_a_frame_table_is_written_while_it_trains_on(tmp_path, monkeypatch):
+    """A run's periodic checkpoint (`checkpoint(background=True)`) of a frame table: the file
+    holds the agent of the moment it was asked for, array for array what `save` wrote then,
+    although the run trained on (adds overwriting the full ring, updates changing the weights and
+    the optimizer's state) before the writing thread wrote a byte; a checkpoint asked for meanwhile
+    waits for it. It resumes like any checkpoint."""
+    import threading
+
+    from pearl import checkpoint
+    from pearl.checkpoint import load_checkpoint
+    from pearl.replay import frames
+
+    agent = frame_agent()
+    monkeypatch.setattr(frames, "SNAPSHOT_BLOCK_BYTES", 64 * agent.parts.replay._frames.shape[1])
+    agent.train(1100)  # the ring (1,000 records) wrapped
+    agent.save(tmp_path / "then")
+    gate, run = threading.Event(), checkpoint.CheckpointThread.run
+    monkeypatch.setattr(checkpoint.CheckpointThread, "run", lambda thread: (gate.wait(30), run(thread)))
+    assert agent.checkpoint(tmp_path / "checkpoint.npz", background=True)
+    agent.train(300)
+    assert not (tmp_path / "checkpoint.npz").exists() and agent.parts.replay._snapshots
+    gate.set()
+    agent.finish_checkpoint()
+    assert agent.parts.replay._snapshots == []
+    header, arrays = load_checkpoint(tmp_path / "checkpoint.npz")
+    then_header, then_arrays = load_checkpoint(tmp_path / "then.npz")
+    assert header == then_header and arrays.keys() == then_arrays.keys()
+    for name, values in then_arrays.items():
+        assert np.array_equal(arrays[name], values), name
+    assert not np.array_equal(agent.parts.replay.frames, arrays["replay.frames"].reshape(agent.parts.replay.frames.shape))
+    resumed = pearl.load(tmp_path / "checkpoint.npz")
+    assert resumed.env_steps == 1100
+    resumed.train(100)
+    check_frame_transitions(resumed)
+
+
 @pytest.mark.slow
 def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
     """The learner's own actor writes actor 0's streams while the actor processes start; a second

@@ -288,11 +288,13 @@ def test_a_frame_table_server_restarts_from_its_checkpoint(serve, tmp_path, kind
     one of another frame layout is refused."""
     import threading
 
+    from pearl.replay import frames
     from pearl.server import checkpoint
     from pearl.server.checkpoint import restore
     from pearl.server.service import ReplayService
 
-    monkeypatch.setattr(checkpoint, "BLOCK", 16)  # several blocks of 16 records
+    frame_bytes = int(np.prod(FRAMES["obs_shape"]))
+    monkeypatch.setattr(frames, "SNAPSHOT_BLOCK_BYTES", 16 * frame_bytes)  # several blocks of 16 records
     gate, write = threading.Event(), checkpoint.Snapshot._run
     monkeypatch.setattr(checkpoint.Snapshot, "_run", lambda snapshot: (gate.wait(30), write(snapshot)))
 

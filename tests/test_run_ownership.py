@@ -175,7 +175,7 @@ def test_checkpoints_by_wall_time(tmp_path):
     agent = pearl.DQN("CartPole-v1", **{**TINY, "checkpoint_seconds": 1e-9})
     written = []
     checkpoint = agent.checkpoint
-    agent.checkpoint = lambda path: written.append(agent.env_steps) or checkpoint(path)
+    agent.checkpoint = lambda path, **how: written.append(agent.env_steps) or checkpoint(path, **how)
     agent.train(run_dir=tmp_path)
     assert len(written) > 10 and written[-1] == 2000
     assert pearl.DQN("CartPole-v1").config.log.checkpoint_seconds == 600

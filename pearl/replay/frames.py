@@ -41,6 +41,8 @@ completes it, as with the actors' NStepBuffer.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from pearl.contracts import ReplayTable, implements
@@ -137,6 +139,7 @@ class FrameReplay:
         self._set_selector(self._new_selector())
         self.max_priority = 1.0
         self._outputs: dict[int, tuple] = {}
+        self._snapshots: list[FrameSnapshot] = []  # being written: `add` keeps their frames as they were
 
     def _set_selector(self, tree) -> None:
         self.tree = tree
@@ -190,6 +193,8 @@ class FrameReplay:
         admit_insert(self.rate_limiter, count)
         if not count:  # (a replay server's warm-up inserts nothing)
             return self._changed[:0]
+        for snapshot in self._snapshots:
+            snapshot.before_add(streams)
         obs_rows, next_rows = self._rows(obs, "obs", count), self._rows(next_obs, "next_obs", count)
         actions = np.asarray(actions, dtype=self.action_dtype).reshape(count, -1)
         rewards = _column(rewards, _FLOAT32, count)
@@ -342,14 +347,14 @@ class FrameReplay:
         state = {name: getattr(self, "_" + name) if own else getattr(self, "_" + name)[slots] for name in self.ROWS}
         return {**state, **self._state_beside_rows(slots)}
 
-    def state_without_frames(self) -> tuple[dict, np.ndarray]:
-        """(a detached state but for its "frames" rows, the slots those rows are read from with
-        `frames_at`): the replay server's checkpoint copies the frames, 99.8% of an Atari table's
-        bytes, block by block while records go on, each block before `add` overwrites it
-        (`slots_written`), instead of a second copy of the table (pearl/server/checkpoint.py)."""
+    def snapshot(self) -> tuple[dict, "FrameSnapshot"]:
+        """(a detached state but for its "frames" rows, those rows as a FrameSnapshot): a checkpoint
+        written while records go on (the run's, pearl/checkpoint.py; a replay server's,
+        pearl/server/checkpoint.py) copies the frames, 99.8% of an Atari table's bytes, block by
+        block, instead of a second copy of the table or a pause of the run while it is written."""
         slots = stored_slots(self._counts, self.length)
         state = {name: getattr(self, "_" + name)[slots] for name in self.ROWS if name != "frames"}
-        return {**state, **self._state_beside_rows(slots)}, slots
+        return {**state, **self._state_beside_rows(slots)}, FrameSnapshot(self, slots)
 
     def _state_beside_rows(self, slots: np.ndarray) -> dict:
         state = {name: getattr(self, "_" + name).copy() for name in self._WHOLE}
@@ -358,10 +363,6 @@ class FrameReplay:
         if self.rate_limiter is not None:
             state["rate_limiter"] = self.rate_limiter.state_dict()
         return state
-
-    def frames_at(self, slots: np.ndarray) -> np.ndarray:
-        """A copy of the frames of records at `slots`."""
-        return self._frames[slots]
 
     def slots_written(self, streams) -> np.ndarray:
         """The slots whose frames an `add` of steps on these stream ids (~s too) may overwrite: a
@@ -374,6 +375,8 @@ class FrameReplay:
         return np.concatenate(written) if written else np.empty(0, np.int64)
 
     def load_state_dict(self, state: dict) -> None:
+        for snapshot in list(self._snapshots):  # (a load while a checkpoint is written: rare)
+            snapshot.save_all()
         rows = len(state["frames"])
         # a state of every slot (checkpoints before stored_slots; the same rows once every ring is full)
         slots = np.arange(self.capacity) if rows == self.capacity else stored_slots(state["counts"], self.length)
@@ -394,3 +397,69 @@ class FrameReplay:
         self.tree.update(slots[stored], priorities[stored])
         if self.rate_limiter is not None and "rate_limiter" in state:
             self.rate_limiter.load_state_dict(state["rate_limiter"])
+
+
+SNAPSHOT_BLOCK_BYTES = 2 << 20  # frames a snapshot copies at once: an add waits for at most one block (~1 ms)
+
+
+class FrameSnapshot:
+    """The frames of a frame table's stored records (`slots`, in that order) as they were when the
+    snapshot was taken, read block by block while `add` goes on: before an add overwrites a
+    record of a block not read yet, that block is copied first (copy-on-write), so a checkpoint
+    written meanwhile holds the frames of the moment its other state was taken. Reads and copies
+    hold `lock`, which an add waits for: one block's copy (SNAPSHOT_BLOCK_BYTES) at most."""
+
+    def __init__(self, table: FrameReplay, slots: np.ndarray):
+        self.table, self.slots = table, slots
+        self.dtype, self.row_shape = table._frames.dtype, table._frames.shape[1:]
+        self.block_rows = max(1, SNAPSHOT_BLOCK_BYTES // table._frames.shape[1])
+        self.blocks = -(-len(slots) // self.block_rows)
+        self.row_of_slot = np.full(table.capacity, -1, np.int64)
+        self.row_of_slot[slots] = np.arange(len(slots))
+        self.pending, self.saved = set(range(self.blocks)), {}
+        self.lock = threading.Lock()
+        self.copied_first = 0  # blocks copied before an add overwrote them
+        if self.pending:  # (a new list: see close)
+            table._snapshots = [*table._snapshots, self]
+
+    def block(self, block: int) -> np.ndarray:
+        """Block `block`'s frames (rows block x block_rows ...), each block read once."""
+        with self.lock:
+            if block in self.saved:
+                frames = self.saved.pop(block)
+            else:
+                self.pending.remove(block)
+                frames = self._copy(block)
+        self._close_if_copied()
+        return frames
+
+    def before_add(self, streams) -> None:
+        if not self.pending:
+            return
+        rows = self.row_of_slot[self.table.slots_written(streams)]
+        self._save(np.unique(rows[rows >= 0] // self.block_rows).tolist())
+
+    def save_all(self) -> None:
+        """Copies every block not read yet (before the table is overwritten whole)."""
+        self._save(sorted(self.pending))
+
+    def close(self) -> None:
+        """Stops watching the table's adds (the blocks saved stay readable)."""
+        # a new list, not a removal: an add in another thread may be iterating the old one
+        self.table._snapshots = [other for other in self.table._snapshots if other is not self]
+
+    def _save(self, blocks) -> None:
+        with self.lock:
+            for block in blocks:
+                if block in self.pending:
+                    self.saved[block] = self._copy(block)
+                    self.pending.remove(block)
+                    self.copied_first += 1
+        self._close_if_copied()
+
+    def _close_if_copied(self) -> None:
+        if not self.pending:  # every block is copied: adds cannot change what is left to read
+            self.close()
+
+    def _copy(self, block: int) -> np.ndarray:
+        return self.table._frames[self.slots[block * self.block_rows:(block + 1) * self.block_rows]]

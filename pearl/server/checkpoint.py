@@ -9,9 +9,8 @@ block the thread has not copied yet, the server thread copies that block first (
 the file holds exactly the rows as they were at the start. Samples and priority updates never
 change stored rows. A frame table (table.frame_stack) writes each stream's records and the
 validity of older transitions as it goes, so its state but the frames (pearl/replay/frames.py
-`state_without_frames`: ~15 bytes a record) is copied whole in that step; its frames (7 KB a
-record for Atari) go block by block as above, in the order of the state's records, a block copied
-first where an insert is about to overwrite one of its records' frames (`slots_written`).
+`snapshot`: ~15 bytes a record) is copied whole in that step; its frames (7 KB a record for
+Atari) are read block by block from its FrameSnapshot, which the table's `add` keeps as they were.
 
 On disk: DIR/ckpt-NNNNNN/ with one .npy per field (+ priorities.npy) and manifest.json, written in
 DIR/.tmp-ckpt-NNNNNN, fsynced, renamed into place, then DIR/LATEST (the name of the newest
@@ -56,13 +55,11 @@ class Snapshot:
         self.frames = bool(service.config.table.frame_stack)
         self.table = table
         if self.frames:  # a private copy of all but the frames, which go block by block
-            state, self.frame_slots = table.state_without_frames()
+            state, self.frame_rows = table.snapshot()
             counts = {"inserted": int(state.pop("inserted")), "max_priority": float(state.pop("max_priority")),
                       "progress": int(state.pop("progress"))}
             state.pop("rate_limiter", None)
             self.fields = {name: np.asarray(values) for name, values in state.items()}
-            self.row_of_slot = np.full(table.capacity, -1, np.int64)
-            self.row_of_slot[self.frame_slots] = np.arange(len(self.frame_slots))
             described = {"size": self.size, **counts}
         else:
             self.fields = {name: view for name, view in table.storage.items()}
@@ -80,28 +77,26 @@ class Snapshot:
             "fields": {name: {"dtype": str(v.dtype), "shape": list(v.shape[1:])} for name, v in self.fields.items()},
         }
         if self.frames:
-            row = table.frames_at(np.empty(0, np.int64))  # (the table's own row layout)
-            self.manifest["fields"]["frames"] = {"dtype": str(row.dtype), "shape": list(row.shape[1:])}
+            rows = self.frame_rows
+            self.manifest["fields"]["frames"] = {"dtype": str(rows.dtype), "shape": list(rows.row_shape)}
         if table.rate_limiter is not None:
             self.manifest["rate_limiter"] = table.rate_limiter.state_dict()
         self.priorities = None
         if table.prioritized and not self.frames:  # (a frame table's state holds its priorities)
             self.manifest["table"]["max_priority"] = float(table.max_priority)
             self.priorities = np.array(table.tree.get(np.arange(self.size)), dtype=np.float64)
-        self.block_rows = len(self.frame_slots) if self.frames else self.size
-        self.blocks = -(-self.block_rows // BLOCK)
-        self.pending = set(range(self.blocks))
+        self.rows = len(self.frame_rows.slots) if self.frames else self.size
+        self.blocks = self.frame_rows.blocks if self.frames else -(-self.rows // BLOCK)
+        self.pending = set() if self.frames else set(range(self.blocks))  # (a frame table's: its snapshot's)
         self.saved: dict[int, dict] = {}
         self.lock = threading.Lock()
         self.error: BaseException | None = None
-        self.cow_blocks = 0
+        self.copied_first = 0
         self.thread = threading.Thread(target=self._run, name="replay-checkpoint", daemon=True)
         self.thread.start()
 
     def _copy_block(self, block: int) -> dict:
-        lo, hi = block * BLOCK, min(self.block_rows, (block + 1) * BLOCK)
-        if self.frames:
-            return {"frames": self.table.frames_at(self.frame_slots[lo:hi])}
+        lo, hi = block * BLOCK, min(self.rows, (block + 1) * BLOCK)
         return {name: view[lo:hi].copy() for name, view in self.fields.items()}
 
     def before_write(self, start: int, count: int) -> None:
@@ -114,13 +109,6 @@ class Snapshot:
         blocks = [range(lo // BLOCK, min(hi, self.size - 1) // BLOCK + 1) for lo, hi in spans if lo < self.size]
         self._save_first([block for span in blocks for block in span])
 
-    def before_frames(self, streams) -> None:
-        """Called by the server thread before a frame table's `add` of steps on these streams."""
-        if not self.pending:
-            return
-        rows = self.row_of_slot[self.table.slots_written(streams)]
-        self._save_first(np.unique(rows[rows >= 0] // BLOCK).tolist())
-
     def _save_first(self, blocks) -> None:
         """Copies those of `blocks` the thread has not written yet, before the server overwrites them."""
         with self.lock:
@@ -128,7 +116,21 @@ class Snapshot:
                 if block in self.pending:
                     self.saved[block] = self._copy_block(block)
                     self.pending.discard(block)
-                    self.cow_blocks += 1
+                    self.copied_first += 1
+
+    @property
+    def cow_blocks(self) -> int:
+        """Blocks copied before an insert overwrote them."""
+        return self.frame_rows.copied_first if self.frames else self.copied_first
+
+    def _take_block(self, block: int) -> tuple[int, dict]:
+        """(first row, columns) of block `block`, as they were when the snapshot was taken."""
+        if self.frames:
+            return block * self.frame_rows.block_rows, {"frames": self.frame_rows.block(block)}
+        with self.lock:
+            data = self.saved.pop(block) if block in self.saved else self._copy_block(block)
+            self.pending.discard(block)
+        return block * BLOCK, data
 
     def _run(self) -> None:
         try:
@@ -137,16 +139,13 @@ class Snapshot:
             tmp.mkdir()
             blocked = {"frames": self.manifest["fields"]["frames"]} if self.frames else self.manifest["fields"]
             outputs = {name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=field["dtype"],
-                                                       shape=(self.block_rows, *field["shape"]))
+                                                       shape=(self.rows, *field["shape"]))
                        for name, field in blocked.items()}
             if self.frames:  # the rest of a frame table's state: copied whole at the start
                 for name, values in self.fields.items():
                     np.save(tmp / f"{name}.npy", values, allow_pickle=False)
             for block in range(self.blocks):
-                with self.lock:
-                    data = self.saved.pop(block) if block in self.saved else self._copy_block(block)
-                    self.pending.discard(block)
-                lo = block * BLOCK
+                lo, data = self._take_block(block)
                 for name, values in data.items():
                     outputs[name][lo:lo + len(values)] = values
             for name, out in outputs.items():
@@ -171,6 +170,9 @@ class Snapshot:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException as error:  # reported to the requester by `finish`
             self.error = error
+        finally:
+            if self.frames:  # (written or failed: the table's adds stop copying for it)
+                self.frame_rows.close()
 
     @property
     def finished(self) -> bool:

@@ -256,9 +256,7 @@ class ReplayService:
         limiter = self.table.rate_limiter
         if limiter is not None and not limiter.can_insert(rows):
             raise WireError(ErrorCode.RATE_LIMITED, f"insert of {rows} refused by the rate limiter: retry")
-        if self.snapshot is not None and self.snapshot.frames:  # a frame table's columns: streams first
-            self.snapshot.before_frames(arrays[0])
-        elif self.snapshot is not None:
+        if self.snapshot is not None and not self.snapshot.frames:  # (a frame table's add keeps its own)
             self.snapshot.before_write(self.table.cursor, rows)
         if type(arrays) is tuple:  # an inline chunk: one compiled copy from the frame into the ring
             self.table.add_frame(*arrays, rows)
