@@ -338,11 +338,11 @@ def check_frame_batch(batch):
         assert discount == pytest.approx(0.99) or (discount == 0.0 and tags[0] % 2 == 0)
 
 
-def frame_agent(plan=None):
+def frame_agent(plan=None, total_steps=400):
     from pearl.config import parse_config
 
     env_id = pearl.envs.register_source(CountingFrames)
-    config = parse_config({"env": env_id, "total_steps": 400,
+    config = parse_config({"env": env_id, "total_steps": total_steps,
                            "dqn": {"conv": [[4, 3, 1]], "hidden": [8], "batch_size": 8, "learning_starts": 50,
                                    "updates_per_step": 0.25},
                            "replay": {"capacity": 1000, "frame_stack": 4}})
@@ -393,7 +393,7 @@ def test_a_runs_checkpoint_of_a_frame_table_is_written_while_it_trains_on(tmp_pa
     from pearl.checkpoint import load_checkpoint
     from pearl.replay import frames
 
-    agent = frame_agent()
+    agent = frame_agent(total_steps=1500)
     monkeypatch.setattr(frames, "SNAPSHOT_BLOCK_BYTES", 64 * agent.parts.replay._frames.shape[1])
     agent.train(1100)  # the ring (1,000 records) wrapped
     agent.save(tmp_path / "then")
