@@ -23,18 +23,22 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     (the bytes go straight to the file: a checkpoint of GBs is never held in memory whole). A
     process killed meanwhile leaves the temporary file; `owned_run_dir` removes it at the next start."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with interrupts_deferred():
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                write(handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with interrupts_deferred():
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    write(handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    except OSError as err:  # a full disk, a read-only or vanished directory: the user's to fix
+        kept = "the previous file is kept" if path.exists() else "nothing was written"
+        raise PearlError(f"{path}: could not be written ({err.strerror or err}); {kept}") from err
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

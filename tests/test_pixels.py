@@ -417,6 +417,33 @@ def test_a_runs_checkpoint_of_a_frame_table_is_written_while_it_trains_on(tmp_pa
     check_frame_transitions(resumed)
 
 
+def test_a_checkpoint_that_fails_in_the_background_stops_the_run_at_the_next_one(tmp_path, monkeypatch):
+    """A periodic checkpoint whose thread fails (here: the disk fills while frames are written)
+    stops the run with one line naming the file when the next checkpoint is due; the checkpoint
+    before it stays, and the table's adds stopped copying for the failed one."""
+    import errno
+
+    from pearl.errors import PearlError
+    from pearl.replay import frames
+
+    agent = frame_agent(total_steps=600)
+    agent.config.log.checkpoint_interval = 200
+    block, calls = frames.FrameSnapshot.block, []
+
+    def filling_up(snapshot, index):
+        calls.append(index)
+        if agent.env_steps >= 400:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return block(snapshot, index)
+
+    monkeypatch.setattr(frames.FrameSnapshot, "block", filling_up)
+    with pytest.raises(PearlError, match=r"checkpoint\.npz: could not be written \(No space left on device\); "
+                                         r"the previous file is kept$"):
+        agent.train(run_dir=tmp_path)
+    assert calls and agent.parts.replay._snapshots == [] and agent.env_steps == 600
+    assert pearl.load(tmp_path).env_steps == 200
+
+
 @pytest.mark.slow
 def test_two_actor_processes_feed_the_frame_table_as_separate_streams():
     """The learner's own actor writes actor 0's streams while the actor processes start; a second

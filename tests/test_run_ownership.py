@@ -15,7 +15,8 @@ import yaml
 import pearl
 from pearl.checkpoint import load_checkpoint
 from pearl.cli import main
-from pearl.io import LOCK_NAME, TEMP_SUFFIX, interrupts_deferred, owned_run_dir
+from pearl.errors import PearlError
+from pearl.io import LOCK_NAME, TEMP_SUFFIX, atomic_write, interrupts_deferred, owned_run_dir
 
 TINY = dict(total_steps=2000, learning_starts=200, hidden=[16], checkpoint_interval=0)
 
@@ -129,6 +130,26 @@ def test_kill_9_at_random_times_leaves_one_whole_checkpoint(tmp_path):
         with owned_run_dir(tmp_path):
             assert not list(tmp_path.glob(f".*{TEMP_SUFFIX}"))
     assert time.monotonic() - started < 60
+
+
+def test_a_write_that_fails_is_one_line_naming_the_file_and_keeps_the_previous_one(tmp_path):
+    """A full disk (or a read-only directory) while a checkpoint or plan is written: one line
+    naming the file and why, the previous file as it was, no temporary file left."""
+    import errno
+
+    def full(handle):
+        handle.write(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    path = tmp_path / "checkpoint.npz"
+    with pytest.raises(PearlError, match=r"checkpoint\.npz: could not be written \(No space left on device\); "
+                                         r"nothing was written$") as refused:
+        atomic_write(path, full)
+    assert "\n" not in str(refused.value) and not path.exists()
+    atomic_write(path, lambda handle: handle.write(b"whole"))
+    with pytest.raises(PearlError, match="; the previous file is kept$"):
+        atomic_write(path, full)
+    assert path.read_bytes() == b"whole" and not list(tmp_path.glob(f".*{TEMP_SUFFIX}"))
 
 
 @pytest.fixture
