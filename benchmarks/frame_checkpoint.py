@@ -21,7 +21,14 @@ Reported per step: the process's anonymous memory (RssAnon: what cannot be recla
 its peak, sampled every 5 ms by a thread; ru_maxrss, which also counts file pages the process maps
 or touches (the page cache gives those back under pressure); the file's size and the seconds.
 
-    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2 [--server | --run]
+And `--ray`: a ray run's checkpoint of a frame table held by a replay shard (pearl/runtime/ray_replay.py
+ReplayShard, a Ray actor on a local Ray, the table loaded into it first): the table gathered as
+before (the shard's detached state through Ray's object store, merged: "pull") and as now (the
+shard's snapshot, then its frames read through `ShardFrames` into the file: "stream"), each
+round in a fresh process and a fresh Ray. Memory there is the driver's and the shard's anonymous
+memory plus what Ray's object store holds in /dev/shm, sampled together.
+
+    python benchmarks/frame_checkpoint.py --capacity 300000 --rounds 2 [--server | --run | --ray]
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ from pearl.kernels.cpu.backend import cpu_model, proc_bytes  # noqa: E402
 
 STEPS = ("save", "load")
 RUN_STEPS = ("at-once", "background")
+RAY_STEPS = ("pull", "stream")
 ADD_EVERY_S = 0.002
 
 
@@ -50,23 +58,27 @@ def anon_gib() -> float:
     return (proc_bytes("/proc/self/status", "RssAnon") or 0) / 2**30
 
 
-class AnonPeak:
-    """The largest RssAnon seen while the block runs."""
+class Peak:
+    """The largest value of `measure()` (GiB; default this process's anonymous memory) seen while
+    the block runs, sampled every 5 ms."""
+
+    def __init__(self, measure=None):
+        self.measure = measure or anon_gib
 
     def __enter__(self):
-        self.peak, self._done = anon_gib(), threading.Event()
+        self.peak, self._done = self.measure(), threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         return self
 
     def _watch(self):
         while not self._done.wait(0.005):
-            self.peak = max(self.peak, anon_gib())
+            self.peak = max(self.peak, self.measure())
 
     def __exit__(self, *exc):
         self._done.set()
         self._thread.join()
-        self.peak = max(self.peak, anon_gib())
+        self.peak = max(self.peak, self.measure())
 
 
 def table(capacity: int):
@@ -92,7 +104,7 @@ def save(capacity: int, path: str) -> dict:
     fill(replay, capacity)
     before = anon_gib()
     start = time.perf_counter()
-    with AnonPeak() as peak:
+    with Peak() as peak:
         plain, arrays = split_state("replay", replay.state_dict())
         save_checkpoint(path, {"replay": plain}, arrays)
     return {"before": before, "peak": peak.peak, "seconds": time.perf_counter() - start,
@@ -105,7 +117,7 @@ def load(capacity: int, path: str) -> dict:
     replay = table(capacity)
     before = anon_gib()
     start = time.perf_counter()
-    with AnonPeak() as peak:
+    with Peak() as peak:
         header, arrays = load_checkpoint(path)
         check_state(path, "replay", header["replay"], arrays, replay.state_dict(), capacity)
         replay.load_state_dict(join_state("replay", header["replay"], arrays))
@@ -128,7 +140,7 @@ def server(capacity: int, path: str) -> dict:
         client = ReplayClient(replay_server.address, timeout=600)
         before = anon_gib()
         start = time.perf_counter()
-        with AnonPeak() as peak:
+        with Peak() as peak:
             info = client.checkpoint()
         seconds = time.perf_counter() - start
         client.close()
@@ -152,7 +164,7 @@ def run(capacity: int, path: str, background: bool) -> dict:
             np.zeros((1, 84, 84), np.uint8), np.zeros(1, bool), np.zeros(1, bool)]
     adds = []
     before = anon_gib()
-    with AnonPeak() as peak:
+    with Peak() as peak:
         start = time.perf_counter()
         agent.checkpoint(path, background=background)
         paused = time.perf_counter() - start
@@ -168,6 +180,59 @@ def run(capacity: int, path: str, background: bool) -> dict:
             "slowest_add_ms": 1e3 * max(adds, default=0.0), "file_gib": os.path.getsize(path) / 2**30}
 
 
+def shm_gib() -> float:
+    stat = os.statvfs("/dev/shm")
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize / 2**30
+
+
+def ray_memory(pid: int):
+    """This process's and shard process `pid`'s anonymous memory and Ray's object store (/dev/shm)."""
+    return lambda: anon_gib() + (proc_bytes(f"/proc/{pid}/status", "RssAnon") or 0) / 2**30 + shm_gib()
+
+
+def ray_shard(capacity: int, path: str, streaming: bool) -> dict:
+    os.environ.update(RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    import ray
+
+    from pearl.checkpoint import save_checkpoint, split_state
+    from pearl.runtime.ray_replay import FrameShards, ReplayShard, ShardFrames, server_keys
+    from pearl.server.config import TableConfig
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=int(1.2 * capacity * 7056) + (256 << 20),
+             _node_ip_address="127.0.0.1")
+    try:
+        with tempfile.TemporaryDirectory() as keydir:
+            keys = server_keys(keydir)
+            config = TableConfig(capacity=capacity, obs_shape=(84, 84), obs_dtype="uint8", frame_stack=4)
+            shard = ray.remote(ReplayShard).options(num_cpus=0).remote(config, 64, keys["server"], keys["client"][0])
+            _, pid = ray.get(shard.where.remote(), timeout=120)
+            source = table(capacity)
+            fill(source, capacity)
+            ray.get(shard.load.remote(source.state_dict(detached=True), source.inserted), timeout=600)
+            del source
+            layout = FrameShards(1, capacity, 1)
+            time.sleep(1.0)  # (Ray frees the loaded state's object)
+            with Peak(ray_memory(pid)) as peak:
+                before = peak.peak
+                start = time.perf_counter()
+                if streaming:
+                    state, steps = ray.get(shard.snapshot.remote(0), timeout=600)
+                    merged = layout.merge([state], steps, {})
+                    frames = ShardFrames([shard], layout, merged["counts"], 0, 84 * 84)
+                    plain, arrays = split_state("replay", merged)
+                    save_checkpoint(path, {"replay": plain}, arrays, frames)
+                else:
+                    state, steps = ray.get(shard.state.remote(), timeout=600)
+                    plain, arrays = split_state("replay", layout.merge([state], steps, {}))
+                    del state
+                    save_checkpoint(path, {"replay": plain}, arrays)
+                seconds = time.perf_counter() - start
+            ray.get(shard.close.remote(), timeout=60)
+    finally:
+        ray.shutdown()
+    return {"before": before, "peak": peak.peak, "seconds": seconds, "file_gib": os.path.getsize(path) / 2**30}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=300_000)
@@ -175,24 +240,28 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint files go")
     parser.add_argument("--server", action="store_true", help="a replay server's checkpoint instead")
     parser.add_argument("--run", action="store_true", help="a run's checkpoint: at once vs in the background")
-    parser.add_argument("--worker", choices=(*STEPS, "server", *RUN_STEPS), help=argparse.SUPPRESS)
+    parser.add_argument("--ray", action="store_true", help="a ray shard's table: pulled and merged vs streamed")
+    parser.add_argument("--worker", choices=(*STEPS, "server", *RUN_STEPS, *RAY_STEPS), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         result = {"save": save, "load": load, "server": server,
                   "at-once": lambda capacity, path: run(capacity, path, False),
-                  "background": lambda capacity, path: run(capacity, path, True)}[args.worker](args.capacity, args.path)
+                  "background": lambda capacity, path: run(capacity, path, True),
+                  "pull": lambda capacity, path: ray_shard(capacity, path, False),
+                  "stream": lambda capacity, path: ray_shard(capacity, path, True)}[args.worker](args.capacity, args.path)
         result["maxrss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print("RESULT " + json.dumps(result))
         return
     print(f"# frame table checkpoint, capacity {args.capacity:,} x 84x84 uint8; CPU: {cpu_model()}; "
           f"load {os.getloadavg()[0]:.2f}")
-    print(f"{'round':>5} {'step':>10} {'anon before GiB':>16} {'anon peak GiB':>14} {'ru_maxrss GiB':>14} "
+    memory = "memory" if args.ray else "anon"  # (--ray: the driver's + the shard's anon + /dev/shm)
+    print(f"{'round':>5} {'step':>10} {memory + ' before GiB':>16} {memory + ' peak GiB':>14} {'ru_maxrss GiB':>14} "
           f"{'file GiB':>9} {'seconds':>8}" + (f" {'pause s':>8} {'adds':>6} {'slowest add ms':>15}" if args.run else ""))
     for round_index in range(args.rounds):
         with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
             path = os.path.join(scratch, "checkpoint.npz")
-            for step in ("server",) if args.server else RUN_STEPS if args.run else STEPS:
+            for step in ("server",) if args.server else RUN_STEPS if args.run else RAY_STEPS if args.ray else STEPS:
                 done = subprocess.run([sys.executable, __file__, "--worker", step, "--capacity", str(args.capacity),
                                        "--path", path], capture_output=True, text=True)
                 lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

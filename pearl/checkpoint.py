@@ -20,8 +20,8 @@ FORMAT = "pearl-checkpoint/1"
 def save_checkpoint(path: str | Path, header: dict, arrays: dict[str, np.ndarray], frames=None) -> None:
     """Streams the arrays into the file, uncompressed (`load_checkpoint` maps them), so a replay
     table of GBs is written without a copy of it in memory. `frames` (a frame table's
-    FrameSnapshot, pearl/replay/frames.py) is the replay's "frames" array, written block by block
-    as the snapshot gives them (`CheckpointThread`)."""
+    FrameSnapshot, pearl/replay/frames.py, or a ray run's ShardFrames) is the replay's "frames"
+    array, written block by block as the source gives them (`CheckpointThread`)."""
     header = np.frombuffer(json.dumps({"format": FORMAT, **header}).encode(), dtype=np.uint8)
 
     def write(handle) -> None:  # what np.savez writes, without pickles, the frames from their snapshot
@@ -31,7 +31,7 @@ def save_checkpoint(path: str | Path, header: dict, arrays: dict[str, np.ndarray
                     np.lib.format.write_array(member, np.asanyarray(values), allow_pickle=False)
             if frames is not None:
                 with archive.open("replay.frames.npy", "w", force_zip64=True) as member:
-                    shape = (len(frames.slots), *frames.row_shape)
+                    shape = (len(frames), *frames.row_shape)
                     np.lib.format.write_array_header_1_0(member, {
                         "descr": np.lib.format.dtype_to_descr(frames.dtype), "fortran_order": False,
                         "shape": shape})
@@ -70,17 +70,18 @@ class CheckpointThread(threading.Thread):
 
 def start_checkpoint(path: str | Path, parts, counters) -> CheckpointThread | None:
     """A run's checkpoint of `parts` and `counters` as they are now, as save_checkpoint(path,
-    *agent_state(...)) writes it. With a frame table (pearl/replay/frames.py) all but its frames
-    is copied now (the learner's state, ~15 bytes a record of the table's) and a thread writes the
-    file, the frames block by block from a FrameSnapshot while the run adds records: a run paused
-    while a 1M-record Atari table (6.7 GB) was written (7 s) goes on. Any other table is written
-    at once (their rows are views of the table: returns None)."""
-    from pearl.replay.frames import FrameReplay
-
-    if not isinstance(parts.replay, FrameReplay):
+    *agent_state(...)) writes it. With a frame table (pearl/replay/frames.py; a ray run's on its
+    shards, pearl/runtime/ray_replay.py) all but its frames is copied now (the learner's state,
+    ~15 bytes a record of the table's) and a thread writes the file, the frames block by block
+    from its `snapshot` while the run adds records: a run paused while a 1M-record Atari table
+    (6.6 GB) was written (11-15 s) goes on. Any other table is written at once (its rows are
+    views of the table: returns None)."""
+    snapshot = getattr(parts.replay, "snapshot", None)
+    if snapshot is None:
         save_checkpoint(path, *agent_state(parts, counters))
         return None
-    state, frames = parts.replay.snapshot()
+    # (before the counters, which a ray run's snapshot raises to the env steps its shards hold)
+    state, frames = snapshot()
     try:
         # (a learner's state is a copy, pearl/contracts.py: its updates meanwhile leave it alone)
         return CheckpointThread(Path(path), *_agent_state(parts, counters, state), frames)

@@ -321,3 +321,24 @@ def test_a_snapshot_reads_the_frames_of_its_moment_while_adds_go_on(streams, bef
     read += [snapshot.block(block) for block in blocks]
     assert np.array_equal(np.concatenate(read), expected["frames"])
     assert table._snapshots == []
+
+
+def test_a_table_loads_a_state_whose_frames_come_block_by_block():
+    """load_state_dict takes a state whose "frames" is a frame source (a FrameSnapshot here, a ray
+    run's ShardFrames at its end): the same table as from the state with its frames array."""
+    from pearl.replay import frames
+
+    rng = np.random.default_rng(4)
+    source = FrameReplay(90, WIDE, 3, streams=3, n_step=2, kind="prioritized")
+    drive(source, ReferenceFrameReplay(30, 3, 3, 2, 0.99), rng, 50, 0.1, 3, np.uint8)
+    saved = frames.SNAPSHOT_BLOCK_BYTES
+    frames.SNAPSHOT_BLOCK_BYTES = 7 * source._frames.shape[1]  # blocks of 7 records: the last one short
+    try:
+        state, snapshot = source.snapshot()
+    finally:
+        frames.SNAPSHOT_BLOCK_BYTES = saved
+    assert snapshot.blocks > 2 and len(snapshot) % 7
+    target = FrameReplay(90, WIDE, 3, streams=3, n_step=2, kind="prioritized")
+    target.load_state_dict({**state, "frames": snapshot})
+    for name, values in source.state_dict().items():
+        assert np.array_equal(target.state_dict()[name], values), name

@@ -242,14 +242,28 @@ def test_minatar_boards_reach_the_replay_as_uint8_from_both_nodes(cluster, repla
 
 
 @pytest.mark.parametrize("replay, shards", [("learner", 1), ("server", 2), ("node", 1)])
-def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster, replay, shards):
+def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(cluster, replay, shards, tmp_path,
+                                                                            monkeypatch):
     """replay.frame_stack under ray: each node's actors write the frame table's streams after the
     nodes before theirs, every env step's record is stored once, each sampled stack is one
     episode's consecutive frames; a second train call's actors take the streams over mid-episode.
     On replay servers (`server` x 2 shards, `node` on a third node) each shard holds whole streams
     (0 and 2; 1 and 3), and the run's table gathered back from them is the same table: records per
-    stream, sampleable stacks."""
+    stream, sampleable stacks. The run's periodic checkpoints are written while it goes on, the
+    frames read from the shards' snapshots (ShardFrames) with a remote table: each holds a table of
+    its own moment (a record per env step, sampleable stacks), the last one the run's table."""
+    from pearl import checkpoint
     from test_pixels import check_frame_transitions, frame_agent
+
+    written, save = [], checkpoint.save_checkpoint
+
+    def kept(path, header, arrays, frames=None):  # each periodic checkpoint (its thread's call), as written
+        save(path, header, arrays, frames)
+        copy = tmp_path / f"checkpoint-{len(written)}.npz"
+        copy.write_bytes(path.read_bytes())
+        written.append((copy, type(frames).__name__))
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", kept)
 
     extra = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=STORE) \
         if replay == "node" else None  # (a node for the replay server)
@@ -257,10 +271,19 @@ def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(clu
         if extra is not None:
             cluster.wait_for_nodes()
         agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards))
+        agent.config.log.checkpoint_interval = 200
         table = agent.parts.replay
         assert table.streams == 4
-        agent.train(600)
+        agent.train(600, run_dir=tmp_path / "run")
         assert table.inserted == agent.env_steps >= 600
+        source = "FrameSnapshot" if replay == "learner" else "ShardFrames"
+        assert len(written) >= 2 and {kind for _, kind in written} == {source}
+        for path, _ in written:
+            saved = pearl.load(path)
+            assert saved.parts.replay.inserted == saved.env_steps and saved.env_steps >= 200
+            check_frame_transitions(saved, count=128)
+        for name, values in pearl.load(tmp_path / "run").parts.replay.state_dict().items():  # the run's end
+            assert np.array_equal(values, table.state_dict()[name]), name
         assert agent.updates == int((agent.env_steps - 50) * 0.25)
         # records per stream (a step's, and an episode's first frame): node 0's streams 0-1, node 1's 2-3
         counts, steps = table._counts, [n["env_steps"] for n in agent.counters.node_rates]

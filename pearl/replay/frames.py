@@ -375,6 +375,8 @@ class FrameReplay:
         return np.concatenate(written) if written else np.empty(0, np.int64)
 
     def load_state_dict(self, state: dict) -> None:
+        """A state_dict's (its "frames" may also be a frame source as a FrameSnapshot: `blocks`,
+        `block(k)`, and its length)."""
         for snapshot in list(self._snapshots):  # (a load while a checkpoint is written: rare)
             snapshot.save_all()
         rows = len(state["frames"])
@@ -386,7 +388,17 @@ class FrameReplay:
             for name in (*self.ROWS, "marks"):
                 getattr(self, "_" + name)[...] = 0
         for name in self.ROWS:
-            getattr(self, "_" + name)[slots] = state[name]
+            if name != "frames":
+                getattr(self, "_" + name)[slots] = state[name]
+        frames = state["frames"]
+        if isinstance(frames, np.ndarray):
+            self._frames[slots] = frames
+        else:  # a frame source read block by block (a ray run's shards' frames: ShardFrames)
+            first = 0
+            for block in range(frames.blocks):
+                rows = frames.block(block)
+                self._frames[slots[first:first + len(rows)]] = rows
+                first += len(rows)
         for name in self._WHOLE:
             getattr(self, "_" + name)[...] = state[name]
         self.inserted, self.max_priority = int(state["inserted"]), float(state["max_priority"])
@@ -410,7 +422,7 @@ class FrameSnapshot:
     hold `lock`, which an add waits for: one block's copy (SNAPSHOT_BLOCK_BYTES) at most."""
 
     def __init__(self, table: FrameReplay, slots: np.ndarray):
-        self.table, self.slots = table, slots
+        self.table, self.slots, self.rows = table, slots, len(slots)
         self.dtype, self.row_shape = table._frames.dtype, table._frames.shape[1:]
         self.block_rows = max(1, SNAPSHOT_BLOCK_BYTES // table._frames.shape[1])
         self.blocks = -(-len(slots) // self.block_rows)
@@ -421,6 +433,9 @@ class FrameSnapshot:
         self.copied_first = 0  # blocks copied before an add overwrote them
         if self.pending:  # (a new list: see close)
             table._snapshots = [*table._snapshots, self]
+
+    def __len__(self) -> int:
+        return self.rows
 
     def block(self, block: int) -> np.ndarray:
         """Block `block`'s frames (rows block x block_rows ...), each block read once."""

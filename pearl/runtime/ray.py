@@ -39,6 +39,7 @@ rings, the servers and, if this run started it, Ray.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import sys
@@ -68,6 +69,7 @@ REPORT_S = 10.0  # how often the progress line of the nodes is printed
 # after Ctrl-C, how long agents get to flush their chunks (and at the end of a failed run, to
 # stop) before they are killed
 STOP_WAIT_S = 10.0
+READ_WAIT_S = 600.0  # the longest the end of a run waits for a checkpoint reading its shards' frames
 
 
 def lag_bound(plan, updates_per_step: float, n_step: int) -> int:
@@ -570,6 +572,7 @@ class _Remote:
             self.ceiling = self.start
             self.rng = np.random.default_rng([parts.seed, counters.env_steps])
             self.prefetching = not replay.prioritized
+            self.snapshot_ids, self.reading = itertools.count(), []  # a frame table's snapshots (ShardFrames)
         except BaseException:
             self.close()  # the shards started so far
             raise
@@ -624,17 +627,44 @@ class _Remote:
 
         states = ray.get([shard.state.remote() for shard in self.shards], timeout=300)
         env_steps = sum(steps for _, steps in states)
-        limiter = self.replay.rate_limiter
-        extra = {"rate_limiter": limiter.state_dict()} if limiter is not None else {}
         states = [state for state, _ in states]
         if self.frames:
-            return self.frames.merge(states, env_steps, extra), env_steps
-        return merge_states(states, self.capacities, self.replay.capacity, env_steps, extra), env_steps
+            return self.frames.merge(states, env_steps, self._table_extra()), env_steps
+        return merge_states(states, self.capacities, self.replay.capacity, env_steps, self._table_extra()), env_steps
+
+    def snapshot(self):
+        """(A frame table's state from the shards but its frames, the env steps their chunks
+        committed, its frames to read: ShardFrames), each shard's taken between two of its requests."""
+        import ray
+
+        from pearl.runtime.ray_replay import ShardFrames
+
+        ident = next(self.snapshot_ids)
+        replies = ray.get([shard.snapshot.remote(ident) for shard in self.shards], timeout=300)
+        env_steps = sum(steps for _, steps in replies)
+        state = self.frames.merge([state for state, _ in replies], env_steps, self._table_extra())
+        replay = self.replay
+        frames = ShardFrames(self.shards, self.frames, state["counts"], ident,
+                             replay.frame_bytes(replay.frame_shape, replay.frame_dtype))
+        self.reading.append(frames)
+        return state, env_steps, frames
+
+    def _table_extra(self) -> dict:
+        """What the run's own table keeps that the shards do not: its rate limiter's counts."""
+        limiter = self.replay.rate_limiter
+        return {"rate_limiter": limiter.state_dict()} if limiter is not None else {}
 
     def finish(self, counters) -> None:
         self.client.flush_updates()
-        state, env_steps = self.pull()
-        self.replay.load_state_dict(state)
+        if self.frames:  # the frames straight from the shards into the run's table
+            state, env_steps, frames = self.snapshot()
+            try:
+                self.replay.load_state_dict({**state, "frames": frames})
+            finally:
+                frames.close()
+        else:
+            state, env_steps = self.pull()
+            self.replay.load_state_dict(state)
         counters.env_steps = env_steps
 
     def close(self) -> None:
@@ -644,6 +674,8 @@ class _Remote:
         self.counters.ray_shards = None
         if self.client is not None:
             self.client.close()
+        for frames in self.reading:  # a checkpoint still being written reads the shards until it is done
+            frames.closed.wait(READ_WAIT_S)
         for shard in self.shards:
             try:
                 ray.get(shard.close.remote(), timeout=10)
@@ -659,12 +691,24 @@ class _CheckpointView:
 
     def __init__(self, remote: _Remote, table):
         self._remote, self._table = remote, table
+        if remote.frames:  # (a flat table has no snapshot: pearl.checkpoint.start_checkpoint asks)
+            self.snapshot = self._snapshot
 
     def state_dict(self) -> dict:
         state, env_steps = self._remote.pull()
+        self._count(env_steps)
+        return state
+
+    def _snapshot(self):
+        """A frame table's checkpoint state but its frames, and its frames (ShardFrames), as
+        FrameReplay.snapshot gives them: a run's checkpoint writes them while the run goes on."""
+        state, env_steps, frames = self._remote.snapshot()
+        self._count(env_steps)
+        return state, frames
+
+    def _count(self, env_steps: int) -> None:
         counters = self._remote.counters
         counters.env_steps = max(counters.env_steps, env_steps)
-        return state
 
     def __getattr__(self, name):
         return getattr(self._table, name)

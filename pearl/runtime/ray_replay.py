@@ -12,12 +12,16 @@ The run's checkpoint holds the replay as with every runtime: `merge_states` gath
 tables into the run's one table (oldest rows first), `split_states` deals it back out to fresh
 shards when a run continues (row j to shard j mod S, so each shard's share fits its capacity).
 A frame table (replay.frame_stack) is split by env stream instead (`FrameShards`): a stream's
-records must stay together and in order, so each shard holds whole streams.
+records must stay together and in order, so each shard holds whole streams. Its frames (99.8% of
+an Atari table's bytes) are not gathered into one state: a checkpoint, or the run's end, takes the
+shards' snapshots (`ReplayShard.snapshot`: all but the frames) and reads the frames through
+`ShardFrames`, a bounded Ray call at a time, straight into the checkpoint file or the run's table.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 
 import numpy as np
 
@@ -131,24 +135,87 @@ class FrameShards:
         return parts
 
     def merge(self, states: list[dict], env_steps: int, extra: dict) -> dict:
-        """One frame table's state from the shards' states. `extra`: keys of the run's own table that
-        the shards do not have (its rate limiter's state)."""
+        """One frame table's state from the shards' states (or their snapshots': all but the frames).
+        `extra`: keys of the run's own table that the shards do not have (its rate limiter's state)."""
         first = states[0]
         merged = {name: np.empty(self.streams, np.asarray(first[name]).dtype) for name in self.STREAMS}
         for state, held in zip(states, self.held):
             for name in self.STREAMS:
                 merged[name][held] = state[name]
         owner = self._shard_of_rows(merged["counts"])
+        rows = [name for name in self.ROWS if name in first]  # (a snapshot's state has no frames)
         merged.update({name: np.empty((len(owner), *np.shape(first[name])[1:]), np.asarray(first[name]).dtype)
-                       for name in self.ROWS})
+                       for name in rows})
         for k, state in enumerate(states):
-            for name in self.ROWS:
+            for name in rows:
                 merged[name][owner == k] = state[name]
         merged.update(state=np.array([sum(int(s["state"][0]) for s in states), max(int(s["state"][1]) for s in states)],
                                      np.int64),
                       inserted=sum(int(s["inserted"]) for s in states),
                       max_priority=max(float(s["max_priority"]) for s in states), progress=env_steps, **extra)
         return merged
+
+
+SHARD_READ_BYTES = 32 << 20  # frames one Ray call brings from a shard's snapshot
+
+
+class ShardFrames:
+    """A ray run's frame table's frames as its shards held them at their snapshots (`_Remote.snapshot`,
+    pearl/runtime/ray.py), in the run's row order: stream after stream, stream s read from shard
+    s mod S, at most SHARD_READ_BYTES a Ray call. The frame source a checkpoint writes block by
+    block (pearl/checkpoint.py, as a FrameSnapshot) and the run's table loads at the run's end:
+    nowhere a whole copy of the frames beside the shards' tables (the shards' detached states,
+    Ray's object store's copy of them and their merge were three)."""
+
+    def __init__(self, shards, layout: FrameShards, counts, ident: int, frame_bytes: int):
+        self.shards, self.ident = shards, ident
+        self.dtype, self.row_shape = np.dtype(np.uint8), (frame_bytes,)
+        per_call = max(1, SHARD_READ_BYTES // frame_bytes)
+        self.calls = [(stream % len(shards), min(per_call, int(stored) - start))
+                      for stream, stored in enumerate(np.minimum(np.asarray(counts), layout.length))
+                      for start in range(0, int(stored), per_call)]
+        self.rows, self.blocks = sum(count for _, count in self.calls), len(self.calls)
+        self.closed = threading.Event()
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def block(self, block: int) -> np.ndarray:
+        import ray
+
+        shard, count = self.calls[block]
+        return ray.get(self.shards[shard].frame_rows.remote(self.ident, count), timeout=300)
+
+    def close(self) -> None:
+        """The shards drop their snapshots, read whole or not."""
+        import ray
+
+        if self.closed.is_set():
+            return
+        try:
+            ray.get([shard.drop.remote(self.ident) for shard in self.shards], timeout=60)
+        except (ray.exceptions.RayError, TimeoutError):  # (shards gone: so are their snapshots)
+            pass
+        finally:
+            self.closed.set()
+
+
+class _SnapshotReader:
+    """A shard's FrameSnapshot read in runs of rows of any length, in order."""
+
+    def __init__(self, frames):
+        self.frames, self.next_block, self.ahead = frames, 0, []
+
+    def rows(self, count: int) -> np.ndarray:
+        have = sum(len(block) for block in self.ahead)
+        while have < count:
+            block = self.frames.block(self.next_block)
+            self.next_block += 1
+            self.ahead.append(block)
+            have += len(block)
+        rows = np.concatenate(self.ahead) if len(self.ahead) > 1 else self.ahead[0]
+        self.ahead = [rows[count:]] if len(rows) > count else []
+        return rows[:count]
 
 
 class ReplayShard:
@@ -168,6 +235,7 @@ class ReplayShard:
         self.server = ReplayServer(ServerConfig(table=table, bind=f"tcp://{host}:0", max_chunk_rows=max_chunk_rows,
                                                 auth=AuthConfig(server_secret=secret, allow=[client_public.decode()])))
         self.server.start()
+        self.snapshots: dict[int, _SnapshotReader] = {}  # a frame table's, being read (`snapshot`)
 
     def address(self) -> str:
         return self.server.address
@@ -192,6 +260,25 @@ class ReplayShard:
         with self.server.lock:  # (Ray serializes the state after the lock is released)
             return self.server.service.table.state_dict(detached=True), self.server.service.env_steps
 
+    def snapshot(self, ident: int) -> tuple[dict, int]:
+        """A frame table's state but its frames and the env steps its chunks committed, taken
+        between two requests; `frame_rows(ident, n)` then reads its frames as they were then, in
+        the order of the state's rows, while the server goes on (copy-on-write: FrameSnapshot)."""
+        with self.server.lock:
+            state, frames = self.server.service.table.snapshot()
+            self.snapshots[ident] = _SnapshotReader(frames)
+            return state, self.server.service.env_steps
+
+    def frame_rows(self, ident: int, count: int) -> np.ndarray:
+        return self.snapshots[ident].rows(count)
+
+    def drop(self, ident: int) -> None:
+        reader = self.snapshots.pop(ident, None)
+        if reader is not None:
+            reader.frames.close()
+
     def close(self) -> None:
+        for ident in list(self.snapshots):
+            self.drop(ident)
         self.server.stop()
         self.keydir.cleanup()
