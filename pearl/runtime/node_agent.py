@@ -126,12 +126,12 @@ class NodeAgent:
 
     def report(self) -> dict:
         """Episodes finished since the last report, env steps committed, the actors' act time."""
-        with self.lock:
+        with self.lock:  # (the run's end closes the channels once it has set self.actors to None)
             episodes, self.episodes = self.episodes, []
             actors = self.actors
-        clocks = list(self.clocks)
-        if actors is not None:
-            clocks = [total + sum(int(c.counters[k]) for c in actors.channels) for total, k in zip(clocks, CLOCKS)]
+            clocks = list(self.clocks)
+            if actors is not None:
+                clocks = _with_clocks(clocks, actors.channels)
         act_ns, wait_ns, cpu_ns, rounds = clocks
         return {"node": self.node, "episodes": episodes, "committed": self.committed, "act_s": act_ns * 1e-9,
                 "wait_s": wait_ns * 1e-9, "act_cpu_s": cpu_ns * 1e-9, "rounds": rounds,
@@ -241,7 +241,7 @@ class NodeAgent:
         finally:
             actors.stop()
             with self.lock:
-                self.clocks = [total + sum(int(c.counters[k]) for c in channels) for total, k in zip(self.clocks, CLOCKS)]
+                self.clocks = _with_clocks(self.clocks, channels)
                 self.actors = None
             actors.close()
         return self.report()
@@ -273,3 +273,8 @@ class NodeAgent:
             self.client.close()
         if self.janitor is not None:  # the rings are unlinked already: it finds nothing left
             self.janitor.stdin.close()
+
+
+def _with_clocks(totals: list[int], channels) -> list[int]:
+    """`totals` (CLOCKS) plus what the actors' channels have counted so far."""
+    return [total + sum(int(channel.counters[k]) for channel in channels) for total, k in zip(totals, CLOCKS)]
