@@ -1,6 +1,7 @@
 """Transition storage in preallocated numpy rings, and the interface every replay implements."""
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -29,6 +30,49 @@ def admit_sample(rate_limiter: RateLimiter | None, batch_size: int) -> None:
             raise RateLimitExceeded(f"sample of {batch_size} refused: the learner is ahead "
                                     f"(samples/insert {rate_limiter.samples_per_insert})")
         rate_limiter.record_sample(batch_size)
+
+
+class CopyOnWriteBlocks(ABC):
+    """Rows of a table as they were when taken, in `blocks` blocks of `block_rows` rows, each read
+    once (`block`) while writes go on: a writer first calls `save_first` with the blocks it is
+    about to change, which are copied then if they were not read yet. Reads and copies hold
+    `lock`, so a write waits for one block's copy at most. Subclasses say what a block is (`_copy`)."""
+
+    def __init__(self, blocks: int, block_rows: int):
+        self.blocks, self.block_rows = blocks, block_rows
+        self.pending, self.saved = set(range(blocks)), {}
+        self.lock = threading.Lock()
+        self.copied_first = 0  # blocks copied before a write changed them
+
+    def block(self, block: int):
+        """Block `block`'s rows (from row block x block_rows), as they were."""
+        with self.lock:
+            if block in self.saved:
+                rows = self.saved.pop(block)
+            else:
+                self.pending.remove(block)
+                rows = self._copy(block)
+        if not self.pending:
+            self._all_copied()
+        return rows
+
+    def save_first(self, blocks) -> None:
+        """Copies those of `blocks` not read yet, before a write changes them."""
+        with self.lock:
+            for block in blocks:
+                if block in self.pending:
+                    self.saved[block] = self._copy(block)
+                    self.pending.remove(block)
+                    self.copied_first += 1
+        if not self.pending:
+            self._all_copied()
+
+    @abstractmethod
+    def _copy(self, block: int):
+        """A copy of block `block`'s rows."""
+
+    def _all_copied(self) -> None:
+        """Every block is copied or read: writes can no longer change what is left to read."""
 
 
 class Replay(ABC):

@@ -41,8 +41,6 @@ completes it, as with the actors' NStepBuffer.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from pearl.contracts import ReplayTable, implements
@@ -51,7 +49,7 @@ from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
 from pearl.kernels.cpu.frame_storage import write_steps, write_steps_selected
-from pearl.replay.base import Batch, admit_insert, admit_sample
+from pearl.replay.base import Batch, CopyOnWriteBlocks, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
 
@@ -411,70 +409,43 @@ class FrameReplay:
             self.rate_limiter.load_state_dict(state["rate_limiter"])
 
 
-SNAPSHOT_BLOCK_BYTES = 2 << 20  # frames a snapshot copies at once: an add waits for at most one block (~1 ms)
+SNAPSHOT_BLOCK_BYTES = 2 << 20  # frames a snapshot copies at once: an add waits for one block's copy at most (~1 ms)
 
 
-class FrameSnapshot:
+class FrameSnapshot(CopyOnWriteBlocks):
     """The frames of a frame table's stored records (`slots`, in that order) as they were when the
-    snapshot was taken, read block by block while `add` goes on: before an add overwrites a
-    record of a block not read yet, that block is copied first (copy-on-write), so a checkpoint
-    written meanwhile holds the frames of the moment its other state was taken. Reads and copies
-    hold `lock`, which an add waits for: one block's copy (SNAPSHOT_BLOCK_BYTES) at most."""
+    snapshot was taken, read block by block (SNAPSHOT_BLOCK_BYTES) while `add` goes on: before an
+    add overwrites a record of a block not read yet, that block is copied first (copy-on-write),
+    so a checkpoint written meanwhile holds the frames of the moment its other state was taken."""
 
     def __init__(self, table: FrameReplay, slots: np.ndarray):
         self.table, self.slots, self.rows = table, slots, len(slots)
         self.dtype, self.row_shape = table._frames.dtype, table._frames.shape[1:]
-        self.block_rows = max(1, SNAPSHOT_BLOCK_BYTES // table._frames.shape[1])
-        self.blocks = -(-len(slots) // self.block_rows)
+        block_rows = max(1, SNAPSHOT_BLOCK_BYTES // table._frames.shape[1])
+        super().__init__(-(-len(slots) // block_rows), block_rows)
         self.row_of_slot = np.full(table.capacity, -1, np.int64)
         self.row_of_slot[slots] = np.arange(len(slots))
-        self.pending, self.saved = set(range(self.blocks)), {}
-        self.lock = threading.Lock()
-        self.copied_first = 0  # blocks copied before an add overwrote them
         if self.pending:  # (a new list: see close)
             table._snapshots = [*table._snapshots, self]
 
     def __len__(self) -> int:
         return self.rows
 
-    def block(self, block: int) -> np.ndarray:
-        """Block `block`'s frames (rows block x block_rows ...), each block read once."""
-        with self.lock:
-            if block in self.saved:
-                frames = self.saved.pop(block)
-            else:
-                self.pending.remove(block)
-                frames = self._copy(block)
-        self._close_if_copied()
-        return frames
-
     def before_add(self, streams) -> None:
-        if not self.pending:
-            return
-        rows = self.row_of_slot[self.table.slots_written(streams)]
-        self._save(np.unique(rows[rows >= 0] // self.block_rows).tolist())
+        if self.pending:
+            rows = self.row_of_slot[self.table.slots_written(streams)]
+            self.save_first(np.unique(rows[rows >= 0] // self.block_rows).tolist())
 
     def save_all(self) -> None:
         """Copies every block not read yet (before the table is overwritten whole)."""
-        self._save(sorted(self.pending))
+        self.save_first(sorted(self.pending))
 
     def close(self) -> None:
         """Stops watching the table's adds (the blocks saved stay readable)."""
         # a new list, not a removal: an add in another thread may be iterating the old one
         self.table._snapshots = [other for other in self.table._snapshots if other is not self]
 
-    def _save(self, blocks) -> None:
-        with self.lock:
-            for block in blocks:
-                if block in self.pending:
-                    self.saved[block] = self._copy(block)
-                    self.pending.remove(block)
-                    self.copied_first += 1
-        self._close_if_copied()
-
-    def _close_if_copied(self) -> None:
-        if not self.pending:  # every block is copied: adds cannot change what is left to read
-            self.close()
+    _all_copied = close
 
     def _copy(self, block: int) -> np.ndarray:
         return self.table._frames[self.slots[block * self.block_rows:(block + 1) * self.block_rows]]

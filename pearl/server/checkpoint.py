@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pearl.replay.base import CopyOnWriteBlocks
 from pearl.server.wire import info_frames
 
 BLOCK = 16_384
@@ -85,52 +86,21 @@ class Snapshot:
         if table.prioritized and not self.frames:  # (a frame table's state holds its priorities)
             self.manifest["table"]["max_priority"] = float(table.max_priority)
             self.priorities = np.array(table.tree.get(np.arange(self.size)), dtype=np.float64)
-        self.rows = len(self.frame_rows.slots) if self.frames else self.size
-        self.blocks = self.frame_rows.blocks if self.frames else -(-self.rows // BLOCK)
-        self.pending = set() if self.frames else set(range(self.blocks))  # (a frame table's: its snapshot's)
-        self.saved: dict[int, dict] = {}
-        self.lock = threading.Lock()
+        # the rows, read block by block: a frame table's frames, or the ring's fields
+        self.taken = self.frame_rows if self.frames else _StoredRows(self.fields, self.size)
         self.error: BaseException | None = None
-        self.copied_first = 0
         self.thread = threading.Thread(target=self._run, name="replay-checkpoint", daemon=True)
         self.thread.start()
 
-    def _copy_block(self, block: int) -> dict:
-        lo, hi = block * BLOCK, min(self.rows, (block + 1) * BLOCK)
-        return {name: view[lo:hi].copy() for name, view in self.fields.items()}
-
     def before_write(self, start: int, count: int) -> None:
-        """Called by the server thread before rows [start, start + count) (mod capacity) change."""
-        if not self.pending:
+        """Called by the server thread before a ring's rows [start, start + count) (mod capacity) change."""
+        if not self.taken.pending:
             return
         capacity = len(next(iter(self.fields.values())))
         first, last = start, start + count - 1
         spans = [(first, min(last, capacity - 1))] + ([(0, last - capacity)] if last >= capacity else [])
         blocks = [range(lo // BLOCK, min(hi, self.size - 1) // BLOCK + 1) for lo, hi in spans if lo < self.size]
-        self._save_first([block for span in blocks for block in span])
-
-    def _save_first(self, blocks) -> None:
-        """Copies those of `blocks` the thread has not written yet, before the server overwrites them."""
-        with self.lock:
-            for block in blocks:
-                if block in self.pending:
-                    self.saved[block] = self._copy_block(block)
-                    self.pending.discard(block)
-                    self.copied_first += 1
-
-    @property
-    def cow_blocks(self) -> int:
-        """Blocks copied before an insert overwrote them."""
-        return self.frame_rows.copied_first if self.frames else self.copied_first
-
-    def _take_block(self, block: int) -> tuple[int, dict]:
-        """(first row, columns) of block `block`, as they were when the snapshot was taken."""
-        if self.frames:
-            return block * self.frame_rows.block_rows, {"frames": self.frame_rows.block(block)}
-        with self.lock:
-            data = self.saved.pop(block) if block in self.saved else self._copy_block(block)
-            self.pending.discard(block)
-        return block * BLOCK, data
+        self.taken.save_first([block for span in blocks for block in span])
 
     def _run(self) -> None:
         try:
@@ -139,14 +109,14 @@ class Snapshot:
             tmp.mkdir()
             blocked = {"frames": self.manifest["fields"]["frames"]} if self.frames else self.manifest["fields"]
             outputs = {name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=field["dtype"],
-                                                       shape=(self.rows, *field["shape"]))
+                                                       shape=(self.taken.rows, *field["shape"]))
                        for name, field in blocked.items()}
             if self.frames:  # the rest of a frame table's state: copied whole at the start
                 for name, values in self.fields.items():
                     np.save(tmp / f"{name}.npy", values, allow_pickle=False)
-            for block in range(self.blocks):
-                lo, data = self._take_block(block)
-                for name, values in data.items():
+            for block in range(self.taken.blocks):
+                lo, data = block * self.taken.block_rows, self.taken.block(block)
+                for name, values in ({"frames": data} if self.frames else data).items():
                     outputs[name][lo:lo + len(values)] = values
             for name, out in outputs.items():
                 out.flush()
@@ -195,8 +165,20 @@ class Snapshot:
             service.durable[int(writer)] = seq
         info = {"name": self.name, "path": str(self.directory / self.name), "size": self.size,
                 "env_steps": self.manifest["env_steps"], "acked": self.manifest["acked"],
-                "seconds": round(time.perf_counter() - self.started, 4), "cow_blocks": self.cow_blocks}
+                "seconds": round(time.perf_counter() - self.started, 4), "cow_blocks": self.taken.copied_first}
         return [] if self.peer is None else [(self.peer, info_frames(json.dumps(info)))]
+
+
+class _StoredRows(CopyOnWriteBlocks):
+    """A ring's stored rows (field views) in blocks of BLOCK rows, as they were when taken."""
+
+    def __init__(self, fields: dict, size: int):
+        super().__init__(-(-size // BLOCK), BLOCK)
+        self.fields, self.rows = fields, size
+
+    def _copy(self, block: int) -> dict:
+        lo, hi = block * BLOCK, min(self.rows, (block + 1) * BLOCK)
+        return {name: view[lo:hi].copy() for name, view in self.fields.items()}
 
 
 def start_checkpoint(service, peer) -> Snapshot:
