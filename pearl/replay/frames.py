@@ -221,6 +221,11 @@ class FrameReplay:
             self.tree.update(changed, self._changed_priorities[:filled])
         return changed
 
+    def load_frames(self, first: int, rows: np.ndarray) -> None:
+        """Frames of rows first, first + 1, ... of a state loaded without them (a ray shard's,
+        sent by the run a bounded call at a time: pearl/runtime/ray_replay.py)."""
+        self._frames[stored_slots(self._counts, self.length)[first:first + len(rows)]] = rows
+
     @staticmethod
     def frame_bytes(frame_shape: tuple, frame_dtype) -> int:
         return np.dtype(frame_dtype).itemsize * int(np.prod(frame_shape, dtype=np.int64))
@@ -373,11 +378,11 @@ class FrameReplay:
         return np.concatenate(written) if written else np.empty(0, np.int64)
 
     def load_state_dict(self, state: dict) -> None:
-        """A state_dict's (its "frames" may also be a frame source as a FrameSnapshot: `blocks`,
-        `block(k)`, and its length)."""
+        """A state_dict's. Its "frames" may also be a frame source as a FrameSnapshot (`blocks`,
+        `block(k)`), or left out, to come by `load_frames`."""
         for snapshot in list(self._snapshots):  # (a load while a checkpoint is written: rare)
             snapshot.save_all()
-        rows = len(state["frames"])
+        rows = len(state["actions"])
         # a state of every slot (checkpoints before stored_slots; the same rows once every ring is full)
         slots = np.arange(self.capacity) if rows == self.capacity else stored_slots(state["counts"], self.length)
         if len(slots) != rows:
@@ -388,10 +393,10 @@ class FrameReplay:
         for name in self.ROWS:
             if name != "frames":
                 getattr(self, "_" + name)[slots] = state[name]
-        frames = state["frames"]
+        frames = state.get("frames")
         if isinstance(frames, np.ndarray):
             self._frames[slots] = frames
-        else:  # a frame source read block by block (a ray run's shards' frames: ShardFrames)
+        elif frames is not None:  # a frame source read block by block (a ray run's shards' frames: ShardFrames)
             first = 0
             for block in range(frames.blocks):
                 rows = frames.block(block)

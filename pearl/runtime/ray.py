@@ -553,13 +553,22 @@ class _Remote:
             addresses = ray.get([shard.address.remote() for shard in self.shards], timeout=120)
             # the run's table (if a run goes on) and env steps dealt out to the shards: an empty table's
             # state is not sent (a frame table's arrays are whole: 0.7 GB for Atari's 100k frames)
-            if not counters.env_steps and not len(replay):  # (a fresh run)
-                parts_of = [(None, steps) for steps in step_shares(counters.env_steps, shards)]
-            elif self.frames:
-                parts_of = self.frames.split(replay.state_dict(), counters.env_steps)
-            else:
-                parts_of = split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps)
-            ray.get([shard.load.remote(*part) for shard, part in zip(self.shards, parts_of)], timeout=120)
+            fresh = not counters.env_steps and not len(replay)
+            # a frame table's state but its frames, which follow a bounded call at a time
+            state, frames = replay.snapshot() if self.frames and not fresh else (None, None)
+            try:
+                if fresh:
+                    parts_of = [(None, steps) for steps in step_shares(counters.env_steps, shards)]
+                elif self.frames:
+                    parts_of = self.frames.split(state, counters.env_steps)
+                else:
+                    parts_of = split_states(replay.state_dict(), replay.capacity, self.capacities, counters.env_steps)
+                ray.get([shard.load.remote(*part) for shard, part in zip(self.shards, parts_of)], timeout=120)
+                if frames is not None:
+                    self.frames.send_frames(frames, state["counts"], self.shards)
+            finally:
+                if frames is not None:
+                    frames.close()
             auth = ClientAuth(plaintext=False, client_keys=keys["client"], server_public=keys["server_public"])
             self.client = ShardedReplayClient(addresses, auth, timeout=60.0)
             self.client.refresh()

@@ -115,11 +115,13 @@ class FrameShards:
         return np.repeat(np.arange(self.streams) % len(self.held), np.minimum(np.asarray(counts), self.length))
 
     def split(self, state: dict, env_steps: int) -> list[tuple[dict, int]]:
-        """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]."""
+        """The run's table dealt out to the shards: [(shard's state, its share of the env steps)]
+        (a snapshot's state: their frames follow by `send_frames`)."""
         shards, counts = len(self.held), np.asarray(state["counts"])
         slots = stored_slots(counts, self.length)
-        if len(state["frames"]) != len(slots):  # a state of every slot, rings not full (older checkpoints)
-            state = {**state, **{name: np.asarray(state[name])[slots] for name in self.ROWS}}
+        rows = [name for name in self.ROWS if name in state]  # (a snapshot's state has no frames)
+        if len(state["actions"]) != len(slots):  # a state of every slot, rings not full (older checkpoints)
+            state = {**state, **{name: np.asarray(state[name])[slots] for name in rows}}
         owner = self._shard_of_rows(counts)
         records = max(1, int(counts.sum()))
         parts, done = [], 0
@@ -127,12 +129,27 @@ class FrameShards:
             mine = int(counts[held].sum())
             inserted = share(int(state["inserted"]), done, done + mine, records)
             done += mine
-            part = {name: np.ascontiguousarray(np.asarray(state[name])[owner == k]) for name in self.ROWS}
+            part = {name: np.ascontiguousarray(np.asarray(state[name])[owner == k]) for name in rows}
             part.update({name: np.asarray(state[name])[held].copy() for name in self.STREAMS})
             part.update(state=np.array([int(np.count_nonzero(part["valid"])), int(state["state"][1])], np.int64),
                         inserted=inserted, max_priority=state["max_priority"], progress=steps)
             parts.append((part, steps))
         return parts
+
+    def send_frames(self, frames, counts, shards) -> None:
+        """The run's frames (a frame source: FrameSnapshot) to the shards holding their streams,
+        after their states (`split` of the snapshot's state): at most SHARD_READ_BYTES a call, one
+        call at a time, so no copy of the table is made on the way."""
+        import ray
+
+        reader, sent = _SnapshotReader(frames), [0] * len(shards)
+        per_call = max(1, SHARD_READ_BYTES // int(np.prod(frames.row_shape)) // frames.dtype.itemsize)
+        for stream, stored in enumerate(np.minimum(np.asarray(counts), self.length)):
+            shard = stream % len(shards)
+            for start in range(0, int(stored), per_call):
+                rows = reader.rows(min(per_call, int(stored) - start))
+                ray.get(shards[shard].load_frames.remote(sent[shard], rows), timeout=300)
+                sent[shard] += len(rows)
 
     def merge(self, states: list[dict], env_steps: int, extra: dict) -> dict:
         """One frame table's state from the shards' states (or their snapshots': all but the frames).
@@ -259,6 +276,11 @@ class ReplayShard:
         """The table's state and the env steps its chunks committed, taken between two requests."""
         with self.server.lock:  # (Ray serializes the state after the lock is released)
             return self.server.service.table.state_dict(detached=True), self.server.service.env_steps
+
+    def load_frames(self, first: int, rows: np.ndarray) -> None:
+        """Frames of a state `load` took without them (FrameShards.send_frames)."""
+        with self.server.lock:
+            self.server.service.table.load_frames(first, rows)
 
     def snapshot(self, ident: int) -> tuple[dict, int]:
         """A frame table's state but its frames and the env steps its chunks committed, taken
