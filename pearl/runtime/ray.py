@@ -655,7 +655,7 @@ class _Remote:
         replay = self.replay
         frames = ShardFrames(self.shards, self.frames, state["counts"], ident,
                              replay.frame_bytes(replay.frame_shape, replay.frame_dtype))
-        self.reading.append(frames)
+        self.reading = [reading for reading in self.reading if not reading.closed.is_set()] + [frames]
         return state, env_steps, frames
 
     def _table_extra(self) -> dict:
