@@ -270,7 +270,7 @@ def test_a_frame_table_takes_both_nodes_step_records_as_streams_of_their_own(clu
     try:
         if extra is not None:
             cluster.wait_for_nodes()
-        agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards))
+        agent = frame_agent(on_ray(envs=2, chunk=32, replay=replay, shards=shards), total_steps=800)
         agent.config.log.checkpoint_interval = 200
         table = agent.parts.replay
         assert table.streams == 4
