@@ -143,13 +143,17 @@ class FrameShards:
         import ray
 
         reader, sent = _SnapshotReader(frames), [0] * len(shards)
-        per_call = max(1, SHARD_READ_BYTES // int(np.prod(frames.row_shape)) // frames.dtype.itemsize)
-        for stream, stored in enumerate(np.minimum(np.asarray(counts), self.length)):
-            shard = stream % len(shards)
-            for start in range(0, int(stored), per_call):
-                rows = reader.rows(min(per_call, int(stored) - start))
-                ray.get(shards[shard].load_frames.remote(sent[shard], rows), timeout=300)
-                sent[shard] += len(rows)
+        for shard, count in self.calls(counts, frames.dtype.itemsize * int(np.prod(frames.row_shape))):
+            ray.get(shards[shard].load_frames.remote(sent[shard], reader.rows(count)), timeout=300)
+            sent[shard] += count
+
+    def calls(self, counts, frame_bytes: int) -> list[tuple[int, int]]:
+        """The run's stored records in its row order as (shard, rows) runs of at most
+        SHARD_READ_BYTES: stream after stream, stream s's on shard s mod S."""
+        per_call = max(1, SHARD_READ_BYTES // frame_bytes)
+        return [(stream % len(self.held), min(per_call, int(stored) - start))
+                for stream, stored in enumerate(np.minimum(np.asarray(counts), self.length))
+                for start in range(0, int(stored), per_call)]
 
     def merge(self, states: list[dict], env_steps: int, extra: dict) -> dict:
         """One frame table's state from the shards' states (or their snapshots': all but the frames).
@@ -187,10 +191,7 @@ class ShardFrames:
     def __init__(self, shards, layout: FrameShards, counts, ident: int, frame_bytes: int):
         self.shards, self.ident = shards, ident
         self.dtype, self.row_shape = np.dtype(np.uint8), (frame_bytes,)
-        per_call = max(1, SHARD_READ_BYTES // frame_bytes)
-        self.calls = [(stream % len(shards), min(per_call, int(stored) - start))
-                      for stream, stored in enumerate(np.minimum(np.asarray(counts), layout.length))
-                      for start in range(0, int(stored), per_call)]
+        self.calls = layout.calls(counts, frame_bytes)
         self.rows, self.blocks = sum(count for _, count in self.calls), len(self.calls)
         self.closed = threading.Event()
 
