@@ -39,7 +39,6 @@ the second core (PEARL's `--threads 2`: its fused learner's products on two thre
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -50,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (add_common_arguments, best_rival, check_common_arguments,  # noqa: E402
                           load_average, machine_header, machine_info, median_of, print_seed_table,
                           ratios_per_seed, run_alternating, sb3_name, time_pearl, time_sb3, versions,
-                          warm_up)  # (benchmarks/ is the script's own directory)
+                          warm_up, write_json, WARMUP_SEED)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "Pendulum-v1"
 HIDDEN = [400, 300]
@@ -67,7 +66,6 @@ ALGOS = {"ddpg": {"hidden": HIDDEN, "lr": LR},
          "sac": {"hidden": [256, 256], "lr": 3e-4}}
 TARGET_SPEEDUP = 1.5  # issue 6 (or the bound fraction below); issue 19 asks 2x with both cores
 TARGET_BOUND_FRACTION = 0.95
-WARMUP_SEED = 10_000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -332,11 +330,7 @@ def main(argv=None) -> int:
             "machine": machine,
             "per_seed": results, "arithmetic_bound": bound, "summary": summary,
         }
-        path = Path(args.json)
-        if path.parent != Path(""):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, out)
     return 0
 
 

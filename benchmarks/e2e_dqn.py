@@ -28,7 +28,6 @@ runtime's gain over it comes from the same run. Targets (issue 19, `--runtime pr
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 from pathlib import Path
@@ -36,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import (add_common_arguments, best_rival, check_common_arguments,  # noqa: E402
                           load_average, machine_header, machine_info, median_of, print_seed_table,
-                          print_result, ratios_per_seed, run_alternating, run_fresh, sb3_name, time_pearl, time_sb3,
-                          versions)  # (benchmarks/ is the script's own directory)
+                          ratios_per_seed, run_alternating, run_fresh, run_worker, sb3_name, time_pearl, time_sb3,
+                          versions, write_json)  # (benchmarks/ is the script's own directory)
 
 ENV_ID = "CartPole-v1"
 HIDDEN = [64, 64]
@@ -53,7 +52,6 @@ MAX_RETURN = 500.0  # CartPole-v1's episode cap
 TARGET_SPEEDUP = {"sequential": 10.0, "threaded": 10.0, "processes": 20.0}  # issues 6 and 19
 TARGET_SEED_SPEEDUP = 15.0  # issue 19: every seed, processes runtime
 TARGET_OVER_SEQUENTIAL = 1.8  # issue 19: a parallel runtime over PEARL's own sequential one
-WARMUP_SEED = 10_000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -189,11 +187,7 @@ def sides(args) -> dict:
 
 def worker(args) -> int:
     """Side `args.worker` of seed `args.seeds[0]` after its untimed warm-up run, its row printed."""
-    run = sides(args)[args.worker]
-    if args.warmup_steps:
-        run(WARMUP_SEED, args.warmup_steps)
-    print_result(run(args.seeds[0], args.steps))
-    return 0
+    return run_worker(sides(args)[args.worker], args, args.steps)
 
 
 def main(argv=None) -> int:
@@ -237,11 +231,7 @@ def main(argv=None) -> int:
                          "gymnasium": found["gymnasium"], "stable_baselines3": found["sb3"]},
             "machine": machine, "per_seed": results, "summary": summary,
         }
-        path = Path(args.json)
-        if path.parent != Path(""):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {path}")
+        write_json(args.json, out)
     return 0
 
 

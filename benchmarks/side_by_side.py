@@ -33,6 +33,7 @@ from pearl.kernels.cpu.backend import cpu_model  # noqa: E402
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs' seeds: apart from every training seed
 EVAL_EPISODES = 20
+WARMUP_SEED = 10_000  # the untimed warm-up run's seed: apart from every timed seed
 
 
 def add_common_arguments(p: argparse.ArgumentParser, steps: int, quick_steps: int, warmup_steps: int) -> None:
@@ -119,6 +120,27 @@ def run_fresh(script: str, side: str, seed: int, argv: list[str]) -> dict:
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
     raise RuntimeError(f"{side} seed {seed}: no result (exit code {done.returncode})")
+
+
+def run_worker(run, args, steps: int) -> int:
+    """A `--worker` process: side `run` (seed, steps) -> row of seed `args.seeds[0]` after its own
+    untimed warm-up run of `args.warmup_steps`, its row printed for `run_fresh`."""
+    if args.warmup_steps:
+        run(WARMUP_SEED, args.warmup_steps)
+    print_result(run(args.seeds[0], steps))
+    return 0
+
+
+def write_json(path: str, out: dict) -> None:
+    """A benchmark's results as JSON at `path` (its folder made if missing)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
 
 
 def warm_up(runners: dict, seed: int, steps: int) -> None:

@@ -29,15 +29,14 @@ left behind (e2e_atari.py found one costing ~0.7 of a core after SB3 at 2 torch 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import (greedy_returns, load_average, machine_header, machine_info, print_result, run_fresh,  # noqa: E402
-                          sb3_act, sb3_name, versions)  # (benchmarks/ is the script's own directory)
+from side_by_side import (greedy_returns, load_average, machine_header, machine_info, run_fresh,  # noqa: E402
+                          run_worker, sb3_act, sb3_name, versions, write_json)  # (benchmarks/ is the script's own directory)
 
 ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml
     "CartPole-v1": dict(solved=475.0, n_timesteps=50_000, lr=2.3e-3, batch=64, buffer=100_000, learning_starts=1000,
@@ -48,7 +47,6 @@ ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml
                        exploration_fraction=0.12, exploration_final_eps=0.1, hidden=[256, 256]),
 }
 TARGET_RATIO = 5.0
-WARMUP_SEED = 10_000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -198,11 +196,7 @@ def sides(args) -> dict:
 
 def worker(args) -> int:
     """Side `args.worker` of seed `args.seeds[0]` after its untimed warm-up run, its row printed."""
-    run = sides(args)[args.worker]
-    if args.warmup_steps:
-        run(WARMUP_SEED, args.warmup_steps)
-    print_result(run(args.seeds[0], args.max_steps))
-    return 0
+    return run_worker(sides(args)[args.worker], args, args.max_steps)
 
 
 def main(argv=None) -> int:
@@ -252,8 +246,7 @@ def main(argv=None) -> int:
         out = {"benchmark": "time_to_solve", "env": args.env, "zoo": zoo, "args": vars(args), "machine": machine,
                "versions": found, "per_seed": results,
                "summary": {"rival": best, "median_s": {"pearl": ours, best: theirs}, "ratios_per_seed": ratios}}
-        Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, out)
     return 0
 
 

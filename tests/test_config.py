@@ -38,6 +38,16 @@ BAD = [
     ("eval: {episodes: 0}", "eval.episodes: expected an integer >= 1"),
     ("dqn: {lr: .nan}", "dqn.lr: expected a number"),
     ("[1, 2, 3]", "expected a mapping of config sections"),
+    ("algo: td3\ntd3: {policy_delay: 0}", "td3.policy_delay: expected an integer >= 1"),
+    ("algo: td3\ntd3: {tau: 0}", "td3.tau: expected a number in (0, 1]"),
+    ("algo: ddpg\nddpg: {actor_lr: 0.1}", "ddpg.actor_lr: unknown key"),
+    ("algo: ddpg\nddpg: {action_noise: -1}", "ddpg.action_noise: expected a number in [0.0, 10.0]"),
+    ("algo: sac\nsac: {target_entropy: high}", "sac.target_entropy: expected a number"),
+    ("algo: sac\nsac: {init_ent_coef: 0}", "sac.init_ent_coef: expected a positive number"),
+    ("algo: sac\nsac: {hidden: []}", "sac.hidden: expected a non-empty list"),
+    ("algo: sac\nsac: {batch_size: 300}\nreplay: {capacity: 100}", "sac.batch_size: expected at most replay.capacity (100)"),
+    ("algo: ddpg\nreplay: {kind: prioritized}", "replay.kind: ddpg samples its replay uniformly"),
+    ("algo: a2c", "algo: expected one of 'dqn', 'ddpg', 'td3', 'sac'"),
 ]
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pearl.kernels.cpu import fast_storage as fs
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.sumtree import SumTree
-from sumtree_reference import away_from_boundaries, reference_find
+from sumtree_reference import away_from_boundaries, check_last_write_wins, reference_find
 
 
 def assert_same_tree(fast, ref):
@@ -211,17 +211,7 @@ def test_property_find_matches_reference_and_searchsorted(priorities, seed, fano
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(capacity=st.integers(1, 40), fanout=st.sampled_from([2, 4, 16]), data=st.data())
 def test_property_updates_with_duplicates_last_wins(capacity, fanout, data):
-    fast, ref = NumbaSumTree(capacity, fanout), SumTree(capacity, fanout)
-    reference = np.zeros(capacity)
-    for _ in range(data.draw(st.integers(1, 4))):
-        indices = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity))
-        values = data.draw(st.lists(st.floats(0.0, 50.0), min_size=len(indices), max_size=len(indices)))
-        fast.update(np.array(indices), np.array(values))
-        ref.update(np.array(indices), np.array(values))
-        for i, v in zip(indices, values):
-            reference[i] = v
-        np.testing.assert_array_equal(fast.get(np.arange(capacity)), reference)
-        assert_same_tree(fast, ref)
+    check_last_write_wins(NumbaSumTree(capacity, fanout), SumTree(capacity, fanout), capacity, data, assert_same_tree)
 
 
 def test_sampling_distribution_chisquare():

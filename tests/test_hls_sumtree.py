@@ -20,7 +20,7 @@ if not build.available():
 from pearl.kernels.cpu import SumTree  # noqa: E402
 from pearl.kernels.fpga import FPGASumTree, SimDevice  # noqa: E402
 from pearl.platforms import load_platform  # noqa: E402
-from sumtree_reference import away_from_boundaries, reference_find  # noqa: E402
+from sumtree_reference import away_from_boundaries, assert_same_tree, check_last_write_wins, reference_find  # noqa: E402
 
 U250 = load_platform("alveo_u250")  # the kernels take a loaded profile: they read no YAML
 
@@ -31,15 +31,6 @@ def pair(capacity, fanout, priorities=None, dtype=np.float64):
         tree.update(np.arange(capacity), priorities)
         reference.update(np.arange(capacity), priorities)
     return tree, reference
-
-
-def assert_same_tree(tree, reference):
-    assert (tree.capacity, tree.fanout, tree.depth) == (reference.capacity, reference.fanout, reference.depth)
-    for mine, theirs in zip(tree.sums, reference.sums, strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    for mine, theirs in zip(tree.mins, reference.mins, strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    assert tree.total == reference.total and tree.min() == reference.min()
 
 
 @pytest.mark.parametrize("fanout", [2, 4, 16])
@@ -92,17 +83,7 @@ def test_float32_kernel_agrees_away_from_boundaries(capacity):
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(capacity=st.integers(1, 40), fanout=st.sampled_from([2, 4, 16]), data=st.data())
 def test_updates_with_duplicates_last_wins(capacity, fanout, data):
-    tree, reference = pair(capacity, fanout)
-    expected = np.zeros(capacity)
-    for _ in range(data.draw(st.integers(1, 4))):
-        indices = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity))
-        values = data.draw(st.lists(st.floats(0.0, 50.0), min_size=len(indices), max_size=len(indices)))
-        tree.update(np.array(indices), np.array(values))
-        reference.update(np.array(indices), np.array(values))
-        for i, v in zip(indices, values):
-            expected[i] = v
-        np.testing.assert_array_equal(tree.get(np.arange(capacity)), expected)
-        assert_same_tree(tree, reference)
+    check_last_write_wins(*pair(capacity, fanout), capacity, data)
 
 
 def test_batches_larger_than_the_kernel_buffers_are_split_in_order():

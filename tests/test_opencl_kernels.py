@@ -19,7 +19,7 @@ if not ocl.available():
 
 from pearl.kernels.cpu import SumTree  # noqa: E402
 from pearl.replay import UniformReplay  # noqa: E402
-from sumtree_reference import away_from_boundaries, reference_find
+from sumtree_reference import away_from_boundaries, assert_same_tree, check_last_write_wins, reference_find
 
 warnings.filterwarnings("ignore", module="pyopencl")  # compiler-output chatter
 OBS_DIM = 3
@@ -42,17 +42,6 @@ def pair(capacity, fanout, priorities=None, **kw):
         tree.update(np.arange(capacity), priorities)
         reference.update(np.arange(capacity), priorities)
     return tree, reference
-
-
-def assert_same_tree(tree, reference):
-    """Layout, every node of both trees, total and min: bit for bit (float64 on device)."""
-    assert (tree.capacity, tree.fanout, tree.depth) == (reference.capacity, reference.fanout,
-                                                       reference.depth)
-    for mine, theirs in zip(tree.sums, reference.sums, strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    for mine, theirs in zip(tree.mins, reference.mins, strict=True):
-        np.testing.assert_array_equal(mine, theirs)
-    assert tree.total == reference.total and tree.min() == reference.min()
 
 
 def test_module_basics():
@@ -98,17 +87,7 @@ def test_tree_nodes_equal_reference_for_odd_and_wide_fanouts(fp64):
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(capacity=st.integers(1, 40), fanout=st.sampled_from([2, 4, 16]), data=st.data())
 def test_updates_with_duplicates_last_wins(fp64, capacity, fanout, data):
-    tree, reference = pair(capacity, fanout)
-    expected = np.zeros(capacity)
-    for _ in range(data.draw(st.integers(1, 4))):
-        indices = data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=2 * capacity))
-        values = data.draw(st.lists(st.floats(0.0, 50.0), min_size=len(indices), max_size=len(indices)))
-        tree.update(np.array(indices), np.array(values))
-        reference.update(np.array(indices), np.array(values))
-        for i, v in zip(indices, values):  # sequential semantics: the last write wins
-            expected[i] = v
-        np.testing.assert_array_equal(tree.get(np.arange(capacity)), expected)
-        assert_same_tree(tree, reference)
+    check_last_write_wins(*pair(capacity, fanout), capacity, data)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)

@@ -22,6 +22,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def checked_leaf_indices(indices, capacity: int) -> np.ndarray:
+    """`indices` as a flat int64 array, or IndexError: a device tree reads whatever index it is
+    handed, so the backends that copy indices to a device check them here first."""
+    indices = np.asarray(indices)
+    if indices.size and not np.issubdtype(indices.dtype, np.integer):
+        raise IndexError(f"sum tree indices must be integers, got {indices.dtype}")
+    indices = np.ascontiguousarray(indices, dtype=np.int64).ravel()
+    if indices.size and (indices.min() < 0 or indices.max() >= capacity):
+        raise IndexError(f"sum tree index out of range [0, {capacity})")
+    return indices
+
+
 class SumTree:
     def __init__(self, capacity: int, fanout: int = 16):
         if capacity < 1 or fanout < 2:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pearl.kernels.cpu.sumtree import checked_leaf_indices
 from pearl.kernels.fpga.timing import SUMTREE_OPS
 
 OPS = SUMTREE_OPS
@@ -80,15 +81,6 @@ class FPGASumTree:
         if receive_values:
             self._out_values.sync_from_device(receive_values)
 
-    def _checked(self, indices) -> np.ndarray:
-        indices = np.asarray(indices)
-        if indices.size and not np.issubdtype(indices.dtype, np.integer):
-            raise IndexError(f"sum tree indices must be integers, got {indices.dtype}")
-        indices = np.ascontiguousarray(indices, dtype=np.int64).ravel()
-        if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
-            raise IndexError(f"sum tree index out of range [0, {self.capacity})")
-        return indices
-
     # -- the SumTree interface ----------------------------------------------------------------
     @property
     def total(self) -> float:
@@ -99,7 +91,7 @@ class FPGASumTree:
 
     def update(self, indices, priorities) -> None:
         """Sets leaf priorities; within one call the last occurrence of an index wins."""
-        indices = self._checked(indices)
+        indices = checked_leaf_indices(indices, self.capacity)
         priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), indices.shape)
         for start in range(0, indices.size, self.max_batch):
             n = min(self.max_batch, indices.size - start)
@@ -130,7 +122,7 @@ class FPGASumTree:
 
     def get(self, indices) -> np.ndarray:
         shape = np.shape(indices)
-        indices = self._checked(indices)
+        indices = checked_leaf_indices(indices, self.capacity)
         out = np.empty(indices.size, np.float64)
         for start in range(0, indices.size, self.max_batch):
             n = min(self.max_batch, indices.size - start)

@@ -42,6 +42,8 @@ from importlib import resources
 
 import numpy as np
 
+from pearl.kernels.cpu.sumtree import checked_leaf_indices
+
 _CACHE_DIR: str | None = None
 _CONTEXT = None
 _QUEUES: dict = {}
@@ -300,19 +302,10 @@ class OpenCLSumTree:
                         src_offset=self.leaf_offset * self.dtype.itemsize, is_blocking=True)
         return host.astype(np.float64, copy=False)
 
-    def _checked(self, indices) -> np.ndarray:
-        indices = np.asarray(indices)
-        if indices.size and not np.issubdtype(indices.dtype, np.integer):
-            raise IndexError(f"sum tree indices must be integers, got {indices.dtype}")
-        indices = np.ascontiguousarray(indices, dtype=np.int64).ravel()
-        if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
-            raise IndexError(f"sum tree index out of range [0, {self.capacity})")
-        return indices
-
     def get(self, indices) -> np.ndarray:
         cl = _cl()
         shape = np.shape(indices)
-        indices = self._checked(indices)
+        indices = checked_leaf_indices(indices, self.capacity)
         n = indices.size
         out = np.empty(n, self.dtype)
         if n:
@@ -328,7 +321,7 @@ class OpenCLSumTree:
     def update(self, indices, priorities) -> None:
         """Sets leaf priorities; within one call the last occurrence of an index wins."""
         cl = _cl()
-        indices = self._checked(indices)
+        indices = checked_leaf_indices(indices, self.capacity)
         if indices.size == 0:
             return
         priorities = np.broadcast_to(np.asarray(priorities, dtype=np.float64), indices.shape)
