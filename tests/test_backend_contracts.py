@@ -133,3 +133,25 @@ def test_sum_tree_matches_the_float64_reference(b):
     clear = away_from_boundaries(leaves, strata, rel=1e-5)  # float32 trees round near boundaries
     assert clear.sum() > 50
     np.testing.assert_array_equal(got[clear], want[clear])
+
+
+@pytest.mark.parametrize("b", [p for p in BACKENDS if p.values[0].kind in ("fpga", "opencl")])
+def test_device_sum_trees_refuse_indices_outside_the_leaves(b):
+    """A tree whose indices are copied to a device (kernels/cpu/sumtree.py checked_leaf_indices):
+    a float, negative or too large index is an IndexError and writes nothing."""
+    device, profile = a_device(b)
+    if b.kind == "fpga":
+        from pearl.kernels.fpga import build
+
+        if not build.available():
+            pytest.skip("no C++ compiler: the HLS C-simulation cannot be built")
+    tree = b.sum_tree(device, 100, 4, profile)
+    tree.update(np.arange(100), np.ones(100))
+    for bad, message in ((np.array([1.0]), "must be integers"), (np.array([-1]), r"out of range \[0, 100\)"),
+                         (np.array([3, 100]), r"out of range \[0, 100\)")):
+        with pytest.raises(IndexError, match=message):
+            tree.update(bad, np.full(bad.size, 5.0))
+        with pytest.raises(IndexError, match=message):
+            tree.get(bad)
+    assert tree.total == pytest.approx(100.0)
+    np.testing.assert_array_equal(host(tree.get(np.arange(100))), np.ones(100))
