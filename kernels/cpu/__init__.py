@@ -10,11 +10,46 @@ gradients fall into the denormal range, where x86 arithmetic is up to 100x slowe
 step went from 237 us to 202 us with flushing on).
 """
 import functools
+import hashlib
+import os
 import platform
+import sys
 from contextlib import contextmanager
 from importlib import import_module
+from pathlib import Path
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")  # the kernels' x86 intrinsics (MXCSR, sfence)
+
+
+def compiled_cache_folder(sources: Path) -> Path:
+    """Where numba caches these kernels: one folder per version of all of `sources`' .py files.
+    Why: numba keys a cached function by its own file's text only, so a kernel compiled into its
+    caller (the fused DQN step calls bf16_gemm's product) stayed the old one after an update that
+    changed the callee's file alone, until the caller's file changed too (seen in session 30: the
+    AMX product measured as the old loop). ~1 ms to hash the ~20 files."""
+    digest = hashlib.sha256()
+    for path in sorted(sources.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return sources / "__pycache__" / f"numba-{digest.hexdigest()[:16]}"
+
+
+def _use_compiled_cache_folder() -> None:
+    """Points numba's cache at `compiled_cache_folder` unless the user chose NUMBA_CACHE_DIR: by
+    the environment before numba is imported (so that the estimator, which loads this package
+    without numba, still does not load it; and actor processes inherit it), or by numba's config
+    after. numba falls back to its own locations where the folder cannot be written."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    folder = str(compiled_cache_folder(Path(__file__).parent))
+    if "numba" in sys.modules:
+        from numba.core import config
+
+        config.CACHE_DIR = folder
+    else:
+        os.environ["NUMBA_CACHE_DIR"] = folder
+
+
+_use_compiled_cache_folder()
 
 # imported on first use: an actor process needs the MLP, not the learner's BLAS (SciPy) or the tree
 _EXPORTS = {"MLPLayout": "pearl.kernels.cpu.mlp", "QPolicy": "pearl.kernels.cpu.mlp",
