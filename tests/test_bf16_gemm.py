@@ -1,7 +1,8 @@
 """The bfloat16 product kernel (kernels/cpu/bf16_gemm.py) against its numpy reference: the packs'
 rounding bit for bit against torch's conversion, products of any shape the tiles take to float32
 summation order, and the emulation a CPU without AVX-512 BF16 compiles to bit for bit against the
-instruction where this CPU has it."""
+instruction where this CPU has it; on a CPU with AMX, the tile path to the same bound and every
+other shape on the vector loop."""
 from __future__ import annotations
 
 import os
@@ -68,7 +69,10 @@ def test_packs_round_as_torch_does_and_lay_pairs_out_as_documented():
 @settings(max_examples=40, deadline=None)
 @given(m=st.integers(1, 9), n=st.integers(1, 11), k=st.integers(1, 24), accumulate=st.booleans(), seed=st.integers(0, 99))
 def test_product_equals_the_reference(m, n, k, accumulate, seed):
-    m, n, k = ROWS * m, LANES * n, 2 * k
+    assert_product_within_float32_summation(bf16_product, ROWS * m, LANES * n, 2 * k, accumulate, seed)
+
+
+def assert_product_within_float32_summation(product, m, n, k, accumulate, seed):
     rng = np.random.default_rng(seed)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     start = rng.standard_normal((m, n)).astype(np.float32)
@@ -76,11 +80,35 @@ def test_product_equals_the_reference(m, n, k, accumulate, seed):
     pack_rows(a, packed_a)
     pack_row_pairs(b, packed_b)
     c = start.copy()
-    bf16_product(c, packed_a, packed_b, accumulate)
+    product(c, packed_a, packed_b, accumulate)
     want = bf16_product_reference(a, b).astype(np.float64) + (start if accumulate else 0.0)
     # float32 accumulation over k terms (and the start) against float64: k+1 roundings of 2^-24 of the terms' sizes
     bound = (np.abs(to_bf16(a)).astype(np.float64) @ np.abs(to_bf16(b)) + np.abs(start)) * (k + 1) * 2.0 ** -24
     assert np.all(np.abs(c - want) <= bound + 1e-30)
+
+
+@pytest.mark.skipif(not bf16_gemm._AMX, reason="needs AMX tiles this process may use")
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 5), n=st.integers(1, 5), k=st.integers(1, 6), accumulate=st.booleans(), seed=st.integers(0, 99))
+def test_amx_tiles_equal_the_reference(m, n, k, accumulate, seed):
+    """Every 32 x 32 block and every K step of 32 on the tiles (a block, a tile or a K step missed or
+    crossed would be off by whole products)."""
+    m, n, k = bf16_gemm.AMX_BLOCK * m, bf16_gemm.AMX_BLOCK * n, 2 * bf16_gemm.AMX_PAIRS * k
+    assert bf16_gemm.amx_fits(m, n, k) and bf16_product is bf16_gemm._amx_or_vector_product
+    assert_product_within_float32_summation(bf16_product, m, n, k, accumulate, seed)
+
+
+@pytest.mark.skipif(not bf16_gemm._AMX, reason="needs AMX tiles this process may use")
+def test_shapes_off_the_tiles_take_the_vector_loop_bit_for_bit():
+    rng = np.random.default_rng(3)
+    for m, n, k in ((36, 32, 32), (32, 48, 32), (32, 32, 40), (4, 16, 2)):
+        assert not bf16_gemm.amx_fits(m, n, k)
+        packed_a = rng.integers(0, 2 ** 32, (m, k // 2), dtype=np.uint64).astype(np.uint32) & np.uint32(0x3FFF3FFF)
+        packed_b = rng.integers(0, 2 ** 32, (k // 2, n), dtype=np.uint64).astype(np.uint32) & np.uint32(0x3FFF3FFF)
+        c, want = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+        bf16_product(c, packed_a, packed_b, False)
+        bf16_gemm._vector_product(want, packed_a, packed_b, False)
+        np.testing.assert_array_equal(c, want)
 
 
 @settings(max_examples=30, deadline=None)

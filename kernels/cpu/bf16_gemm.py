@@ -17,8 +17,22 @@ compiles to float32 fused multiply-adds of the unpacked values, in the instructi
 element of each pair first), so the results are the same there and only the speed differs; the
 planner offers bf16 only where the hardware has it (kernels/cpu/backend.py bf16_products).
 Shapes: M a multiple of 4, N of 16 (`fits`); callers run other shapes in float32.
+
+On a CPU with AMX (Intel Sapphire / Emerald Rapids and later) whose kernel lets this process use
+its tile registers (`_amx_permitted`), products of M and N multiples of 32 and K of 32 run on the
+tiles instead (`_AMX_BLOCKS`: 32 x 32 blocks of c as four 16 x 16 float32 tiles, K in steps of 32,
+the operands' pair layout being AMX's own). Why: on such a core the AVX-512 BF16 loop above gains
+nothing over float32 (its two 512-bit FMA ports already run float32 at the dot product's rate:
+46-75 GFLOP/s at the DQN step's shapes), while the tiles run 64 x 256 x 256 at ~230 GFLOP/s and
+256 x 64 x 256 at ~420 (docs/BENCHMARKS.md, issue 19, session 30). A tile product sums each K step
+in the hardware's order, not the loop's, so its results differ from the other paths' in the last
+bits (within the same float32 bound of the reference).
 """
 from __future__ import annotations
+
+import ctypes
+import platform
+import sys
 
 import numpy as np
 from llvmlite import binding as llvm
@@ -31,6 +45,28 @@ _NJIT = dict(cache=True, nogil=True, error_model="numpy")
 
 ROWS, LANES, WIDE = 4, 16, 4  # a tile: ROWS rows x WIDE vectors of LANES float32 columns
 _HARDWARE = bool(llvm.get_host_cpu_features().get("avx512bf16", False))
+
+
+def _amx_permitted() -> bool:
+    """Whether this CPU has AMX bfloat16 tiles and Linux lets this process use them: the tile data
+    is off until a process asks (arch_prctl ARCH_REQ_XCOMP_PERM), and a tile instruction without
+    that permission kills the process (SIGILL). Asked once per process, at import; forked children
+    keep it."""
+    features = llvm.get_host_cpu_features()
+    if not (features.get("amx-bf16", False) and features.get("amx-tile", False)):
+        return False
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18  # x86_64 Linux
+_AMX = _amx_permitted()
+AMX_BLOCK, AMX_PAIRS = 32, 16  # c in 32 x 32 blocks (four 16 x 16 tiles); K in steps of 16 pairs
 _F32X16 = ir.VectorType(ir.FloatType(), LANES)
 _I32X16 = ir.VectorType(ir.IntType(32), LANES)
 
@@ -108,8 +144,89 @@ _TILE_SET, _TILE_ADD = _tile(WIDE, False), _tile(WIDE, True)
 _STRIP_SET, _STRIP_ADD = _tile(1, False), _tile(1, True)
 
 
+_I8, _I16, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(64)
+_BYTES = _I8.as_pointer()
+
+
+def _tile_op(builder, name: str, *args):
+    kinds = [arg.type for arg in args]
+    fn = builder.module.declare_intrinsic(f"llvm.x86.{name}", fnty=ir.FunctionType(ir.VoidType(), kinds))
+    builder.call(fn, list(args))
+
+
+@intrinsic
+def _AMX_BLOCKS(typingctx, c, a, b, accumulate):
+    """c (+)= a . b on AMX tiles: tiles 0-3 hold a 32 x 32 block of c, 4-5 its rows' 16 pairs of
+    a, 6-7 the 16 pair rows of b for its two column halves. The tile configuration is loaded and
+    released within the call: it is per thread, and the caller's threads are numba's and a pool's."""
+    def codegen(context, builder, sig, args):
+        c_arr, a_arr, b_arr = (context.make_array(ty)(context, builder, value)
+                               for ty, value in zip(sig.args[:3], args[:3]))
+        config_type = ir.ArrayType(_I8, 64)
+        config = cgutils.alloca_once(builder, config_type)
+        builder.store(ir.Constant(config_type, [0] * 64), config)
+        config = builder.bitcast(config, _BYTES)
+        builder.store(_I8(1), config)  # palette 1; every tile 16 rows of 64 bytes
+        for tile in range(8):
+            builder.store(_I16(64), builder.bitcast(builder.gep(config, [_I64(16 + 2 * tile)]), _I16.as_pointer()))
+            builder.store(_I8(16), builder.gep(config, [_I64(48 + tile)]))
+        _tile_op(builder, "ldtilecfg", config)
+        m, n = cgutils.unpack_tuple(builder, c_arr.shape)
+        pairs = cgutils.unpack_tuple(builder, a_arr.shape)[1]
+        ldb = cgutils.unpack_tuple(builder, b_arr.shape)[1]
+
+        def at(array, row, col, width):
+            return builder.bitcast(builder.gep(array.data, [builder.add(builder.mul(row, width), col)]), _BYTES)
+
+        def stride(width):
+            return builder.mul(width, _I64(4))
+
+        quarters = ((0, 0), (0, 16), (16, 0), (16, 16))
+        with cgutils.for_range_slice(builder, _I64(0), m, _I64(AMX_BLOCK)) as (m0, _):
+            with cgutils.for_range_slice(builder, _I64(0), n, _I64(AMX_BLOCK)) as (n0, _):
+                with builder.if_else(cgutils.is_true(builder, args[3])) as (add, overwrite):
+                    with add:
+                        for tile, (row, col) in enumerate(quarters):
+                            _tile_op(builder, "tileloadd64", _I8(tile),
+                                     at(c_arr, builder.add(m0, _I64(row)), builder.add(n0, _I64(col)), n), stride(n))
+                    with overwrite:
+                        for tile in range(4):
+                            _tile_op(builder, "tilezero", _I8(tile))
+                with cgutils.for_range_slice(builder, _I64(0), pairs, _I64(AMX_PAIRS)) as (k0, _):
+                    _tile_op(builder, "tileloadd64", _I8(4), at(a_arr, m0, k0, pairs), stride(pairs))
+                    _tile_op(builder, "tileloadd64", _I8(5), at(a_arr, builder.add(m0, _I64(16)), k0, pairs), stride(pairs))
+                    _tile_op(builder, "tileloadd64", _I8(6), at(b_arr, k0, n0, ldb), stride(ldb))
+                    _tile_op(builder, "tileloadd64", _I8(7), at(b_arr, k0, builder.add(n0, _I64(16)), ldb), stride(ldb))
+                    for tile, (row, col) in enumerate(quarters):
+                        _tile_op(builder, "tdpbf16ps", _I8(tile), _I8(4 + row // 16), _I8(6 + col // 16))
+                for tile, (row, col) in enumerate(quarters):
+                    _tile_op(builder, "tilestored64", _I8(tile),
+                             at(c_arr, builder.add(m0, _I64(row)), builder.add(n0, _I64(col)), n), stride(n))
+        _tile_op(builder, "tilerelease")
+        return context.get_dummy_value()
+    return types.void(c, a, b, accumulate), codegen
+
+
+@njit(inline="always")
+def _amx_shape(m, n, pairs):
+    return m % AMX_BLOCK == 0 and n % AMX_BLOCK == 0 and pairs % AMX_PAIRS == 0 and min(m, n, pairs) > 0
+
+
+def amx_fits(m: int, n: int, k: int) -> bool:
+    """Whether an m x k by k x n product runs on the AMX tiles here (else on the vector loop)."""
+    return _AMX and k % 2 == 0 and _amx_shape(m, n, k // 2)
+
+
 @njit(**_NJIT)
-def bf16_product(c, a, b, accumulate):
+def _amx_or_vector_product(c, a, b, accumulate):
+    if _amx_shape(c.shape[0], c.shape[1], a.shape[1]):
+        _AMX_BLOCKS(c, a, b, accumulate)
+    else:
+        _vector_product(c, a, b, accumulate)
+
+
+@njit(**_NJIT)
+def _vector_product(c, a, b, accumulate):
     """c = a . b (accumulate: c += a . b); c float32 M x N, a uint32 M x K/2, b uint32 K/2 x N,
     all C-contiguous; M a multiple of ROWS, N of LANES."""
     m, n = c.shape
@@ -127,6 +244,12 @@ def bf16_product(c, a, b, accumulate):
             else:
                 _STRIP_SET(c, a, b, m0, n0)
             n0 += LANES
+
+
+# (chosen here, not inside one compiled function, so that no process without the permission ever
+# compiles or loads tile instructions from numba's cache)
+bf16_product = _amx_or_vector_product if _AMX else _vector_product
+bf16_product.__doc__ = _vector_product.__doc__
 
 
 @njit(inline="always")
