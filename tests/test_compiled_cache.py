@@ -38,3 +38,5 @@ def test_numba_caches_the_kernels_in_their_sources_folder_unless_told_otherwise(
     after = "import numba, pearl.kernels.cpu; print(numba.config.CACHE_DIR)"
     assert run(before) == want and run(after) == want
     assert run(before, NUMBA_CACHE_DIR=str(tmp_path)) == str(tmp_path)
+    # a folder of ours inherited from a parent process that ran other sources: worked out again
+    assert run(before, NUMBA_CACHE_DIR=str(Path(want).parent / "numba-0123456789abcdef")) == want

@@ -36,11 +36,15 @@ def compiled_cache_folder(sources: Path) -> Path:
 def _use_compiled_cache_folder() -> None:
     """Points numba's cache at `compiled_cache_folder` unless the user chose NUMBA_CACHE_DIR: by
     the environment before numba is imported (so that the estimator, which loads this package
-    without numba, still does not load it; and actor processes inherit it), or by numba's config
-    after. numba falls back to its own locations where the folder cannot be written."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
+    without numba, still does not load it), or by numba's config after. A folder of ours in the
+    environment (inherited from the process that started this one) is worked out again: the
+    sources may have changed since. numba falls back to its own locations where the folder cannot
+    be written."""
+    sources = Path(__file__).parent
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    if chosen and Path(chosen).parent != sources / "__pycache__":
         return
-    folder = str(compiled_cache_folder(Path(__file__).parent))
+    folder = str(compiled_cache_folder(sources))
     if "numba" in sys.modules:
         from numba.core import config
 
