@@ -83,6 +83,12 @@ CLI_BAD = [
     ("seed: 0\n", ["--steps", "-3"], "total_steps: expected an integer >= 1"),
     ("seed: 0\n", ["--device", "cuda:x"], "runtime.device"),
     ("seed: 0\n", ["--replay", "ring"], "replay.kind"),
+    # the continuous algorithms' own
+    ("algo: td3\nenv: CartPole-v1\n", [], "env: CartPole-v1 has actions Discrete(2); TD3 needs Box actions"),
+    ("algo: sac\nsac: {lr: -1}\n", [], "sac.lr: expected a positive number"),
+    ("algo: ddpg\nenv: Pendulum-v1\n", ["--replay", "amper"], "replay.kind: ddpg samples its replay uniformly"),
+    ("algo: sac\nenv: Pendulum-v1\nruntime: {learner_precision: bf16}\n", ["--learner-kernel", "torch"],
+     "runtime.learner_precision: bf16 products run in the fused cpu learner"),
 ]
 
 

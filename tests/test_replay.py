@@ -513,3 +513,60 @@ def test_amper_replay_sample_is_the_samplers_draw_with_its_own_weights():
         check_rows(replay, batch.indices, vars(batch))
     with pytest.raises(ValueError, match="empty"):
         PrioritizedReplay(8, 3, backend="amper").sample(4, rng)
+
+
+# -- copies --------------------------------------------------------------------------------------
+def _frame_table(kind, n_step):
+    from pearl.replay import FrameReplay
+
+    table = FrameReplay(256, (3, 3), 2, kind=kind, n_step=n_step, gamma=0.9)
+    rng = np.random.default_rng(0)
+    for t in range(150):
+        table.add([0], rng.integers(0, 255, (1, 2, 3, 3), dtype=np.uint8), [t % 3], [float(t)],
+                  rng.integers(0, 255, (1, 2, 3, 3), dtype=np.uint8), [t % 40 == 39], [False])
+    return table
+
+
+def _vector_table(factory):
+    table = factory()
+    table.add(*transitions(0, 150))
+    return table
+
+
+COPIED_TABLES = {
+    "uniform": lambda: _vector_table(lambda: UniformReplay(200, OBS_DIM)),
+    "prioritized": lambda: _vector_table(lambda: PrioritizedReplay(200, OBS_DIM)),
+    "prioritized-numpy": lambda: _vector_table(lambda: PrioritizedReplay(200, OBS_DIM, backend="numpy")),
+    "amper": lambda: _vector_table(lambda: PrioritizedReplay(200, OBS_DIM, backend="amper")),
+    "frames": lambda: _frame_table("uniform", 1),  # obs and next obs: views of one window buffer
+    "frames-prioritized": lambda: _frame_table("prioritized", 3),
+}
+BATCH_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts", "indices", "weights")
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+@pytest.mark.parametrize("table", list(COPIED_TABLES))
+def test_a_copied_table_samples_as_the_original_and_is_its_own(table, how):
+    """A copy's fields, batch outputs and bound kernels are its own views of its own arrays: it
+    samples the original's batches, and what is added to one is not in the other. (Copies of
+    numpy views are arrays of their own: a copy that kept the views' objects sampled stale rows.)"""
+    import copy
+    import pickle
+
+    original = COPIED_TABLES[table]()
+    original.sample(16, np.random.default_rng(1))  # binds the batch outputs and kernels first
+    twin = pickle.loads(pickle.dumps(original)) if how == "pickle" else copy.deepcopy(original)
+    for _ in range(3):
+        a, b = original.sample(16, np.random.default_rng(2)), twin.sample(16, np.random.default_rng(2))
+        for field in BATCH_FIELDS:
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+        if original.prioritized:
+            original.update_priorities(a.indices, np.linspace(0.1, 3.0, 16))
+            twin.update_priorities(b.indices, np.linspace(0.1, 3.0, 16))
+    if table.startswith("frames"):
+        return
+    twin.add(*transitions(1000, 60))  # overwrites the oldest slots of the copy only
+    assert set(stored_ids(original)) == set(range(150))
+    assert set(stored_ids(twin)) == set(range(10, 150)) | set(range(1000, 1060))
+    drawn = twin.sample(64, np.random.default_rng(3))
+    np.testing.assert_array_equal(drawn.rewards, twin.storage["rewards"][drawn.indices])

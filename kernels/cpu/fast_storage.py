@@ -237,24 +237,44 @@ class RowRing:
         offsets, stride = self.row_plan(self.layout)
         self.row_bytes = stride
         self.rows = _aligned_words(self.capacity, stride // 4)
+        self._make_views()
+        self._row_offsets = np.array([offsets[name] // 4 for name, _, _ in self.layout], dtype=np.int64)
+        self._widths = np.array([-(-self.fields[name][0].nbytes // 4) for name, _, _ in self.layout],
+                                dtype=np.int64)
+        padded = any(self.fields[name][0].nbytes % 4 for name, _, _ in self.layout)
+        self.word_rows = not padded  # every field is whole words: insert_frame applies
+        # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field; with a
+        # padded field, insert_rows's word copies do not apply (numpy's assignment writes it)
+        self._row_arrays = None if padded else tuple(
+            (dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
+            for _, dtype, shape in self.layout)
+
+    def _make_views(self) -> None:
+        """`fields` (numpy views of the rows), and no output buffers or bound kernels yet."""
+        offsets, _ = self.row_plan(self.layout)
         as_bytes = self.rows.view(np.uint8)
         self.fields = {}
         for name, dtype, shape in self.layout:
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             view = as_bytes[:, offsets[name]:offsets[name] + nbytes].view(dtype)
             self.fields[name] = view.reshape(self.capacity, *shape)
-        self._row_offsets = np.array([offsets[name] // 4 for name, _, _ in self.layout], dtype=np.int64)
-        self._widths = np.array([-(-self.fields[name][0].nbytes // 4) for name, _, _ in self.layout],
-                                dtype=np.int64)
-        padded = any(self.fields[name][0].nbytes % 4 for name, _, _ in self.layout)
-        self.word_rows = not padded  # every field is whole words: insert_frame applies
-        self._outputs: dict[int, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
-        self._uniform_calls: dict[int, tuple] = {}
-        # (dtype, strides of a C-contiguous (n, *shape) array, items per row) per field; with a
-        # padded field, insert_rows's word copies do not apply (numpy's assignment writes it)
-        self._row_arrays = None if padded else tuple(
-            (dtype, np.empty((2, *shape), dtype).strides, int(np.prod(shape, dtype=np.int64)))
-            for _, dtype, shape in self.layout)
+        self._outputs = {}
+        self._uniform_calls = {}
+
+    def __getstate__(self):
+        # a copy of a view is an array of its own: the fields, the batch outputs' views of their
+        # word buffers and the kernels bound to them are made again from the copied rows
+        state = dict(self.__dict__)
+        for name in ("fields", "_outputs", "_uniform_calls"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        rows = _aligned_words(self.capacity, self.rows.shape[1])
+        rows[:] = self.rows
+        self.rows = rows
+        self._make_views()
 
     @staticmethod
     def row_plan(layout) -> tuple[dict, int]:

@@ -98,10 +98,13 @@ class Replay(ABC):
         self.obs_dtype = np.dtype(obs_dtype)
         # one row per transition (kernels/cpu/fast_storage.py); `storage[name]` are numpy views
         self._ring = RowRing(capacity, self.layout(self.obs_shape, self.obs_dtype, action_dtype, action_shape))
-        self.storage = self._ring.fields
         self.cursor = 0  # next slot to write
         self.size = 0
         self.inserted = 0  # transitions ever inserted
+
+    @property
+    def storage(self) -> dict[str, np.ndarray]:
+        return self._ring.fields
 
     @staticmethod
     def layout(obs_shape: tuple, obs_dtype, action_dtype, action_shape) -> tuple:

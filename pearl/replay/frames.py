@@ -132,12 +132,22 @@ class FrameReplay:
         self._records = (self._frames, self._actions, self._rewards, self._ends, self._back, self._valid, self._counts,
                          self._episode_start, self._starting, self._state, self._marks, self.length, stack, n_step)
         self.inserted = 0  # env steps ever inserted (one transition each)
-        self._new_selector = (lambda: NumbaSumTree(self.capacity, fanout)) if kind == "uniform" else (
-            lambda: make_priority_sampler("amper" if kind == "amper" else backend, self.capacity, fanout))
+        self.backend, self.fanout = backend, fanout
         self._set_selector(self._new_selector())
         self.max_priority = 1.0
         self._outputs: dict[int, tuple] = {}
         self._snapshots: list[FrameSnapshot] = []  # being written: `add` keeps their frames as they were
+
+    def _new_selector(self):
+        """A uniform table's selector is the compiled tree with 0/1 priorities (valid or not)."""
+        if self.kind == "uniform":
+            return NumbaSumTree(self.capacity, self.fanout)
+        return make_priority_sampler("amper" if self.kind == "amper" else self.backend, self.capacity, self.fanout)
+
+    def __getstate__(self):
+        # the outputs' obs and next obs are views of one window buffer: made again in a copy, which
+        # also has no snapshot of its own being written
+        return {**self.__dict__, "_outputs": {}, "_snapshots": []}
 
     def _set_selector(self, tree) -> None:
         self.tree = tree

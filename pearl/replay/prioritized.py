@@ -56,10 +56,13 @@ class PrioritizedReplay(Replay):
         self.alpha, self.beta0, self.beta_final = alpha, beta, beta_final
         self.beta_steps = max(1, beta_steps)
         self.priority_eps = priority_eps
-        self._new_sampler = lambda: make_priority_sampler(backend, capacity, fanout)
+        self.backend, self.fanout = backend, fanout
         self.approximate = backend == "amper"
         self._set_tree(self._new_sampler())
         self.max_priority = 1.0
+
+    def _new_sampler(self):
+        return make_priority_sampler(self.backend, self.capacity, self.fanout)
 
     def _set_tree(self, tree) -> None:
         self.tree = tree
