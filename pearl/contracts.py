@@ -75,7 +75,10 @@ class Learner(Protocol):
 
 @runtime_checkable
 class ReplayTable(Protocol):
-    """Storage + selector (uniform, prioritized, AMPER) + rate limiter, in this process or on a device."""
+    """Storage + selector (uniform, prioritized, AMPER) + rate limiter, in this process or on a device.
+    Optional: `takes_frames` and `add_frame(frame, offsets, count)`, the same insert from one block of
+    bytes (pearl/replay/base.py), which the replay server and the processes runtime's learner use
+    where `takes_frames` holds: a table that changes what `add` does changes `add_frame` alike."""
 
     capacity: int
     prioritized: bool

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pearl.replay import PrioritizedReplay, UniformReplay
+from pearl.runtime.processes import takes_channel_rows
 from pearl.runtime.shared import ActorChannel, WeightBoard
 
 FIELDS = {"obs": (np.dtype(np.float32), (3,)), "actions": (np.dtype(np.int64), ()),
@@ -63,6 +65,69 @@ def test_ring_delivers_everything_once_in_order(rounds, capacity, episode_capaci
         assert episodes_received == episodes_sent
     finally:
         channel.close()
+
+
+TABLES = {
+    "uniform": lambda capacity: UniformReplay(capacity, 3),
+    "prioritized numba": lambda capacity: PrioritizedReplay(capacity, 3, backend="numba"),
+    "prioritized numpy": lambda capacity: PrioritizedReplay(capacity, 3, backend="numpy"),
+}
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.booleans()), min_size=1, max_size=40),
+       st.integers(4, 24), st.integers(3, 13))
+def test_rows_taken_by_span_land_as_views_added_do(table, rounds, capacity, replay_capacity):
+    """The learner's copy straight out of the shared block (take_spans + column_offsets +
+    add_frame) leaves a table as take + add do: rows, order and priorities, across the wrap-around
+    of both rings."""
+    by_views, by_spans = TABLES[table](replay_capacity), TABLES[table](replay_capacity)
+    assert takes_channel_rows(by_spans, FIELDS)
+    channels = [ActorChannel.create(FIELDS, capacity) for _ in range(2)]
+    try:
+        sent = 0
+        for count, take in rounds:
+            count = min(count, channels[0].free())
+            for channel in channels:
+                channel.put(transitions(sent, count) if count else None, [], 1)
+            sent += count
+            if take:
+                steps, runs, _ = channels[0].take()
+                for run in runs:
+                    by_views.add(*run)
+                channels[0].release()
+                spans_steps, spans, _ = channels[1].take_spans()
+                for first, rows in spans:
+                    by_spans.add_frame(channels[1].raw, channels[1].column_offsets(first), rows)
+                channels[1].release()
+                assert spans_steps == steps
+                assert [rows for _, rows in spans] == [len(run[2]) for run in runs]
+                runs = run = None  # the ring's views must not outlive the mapping
+                if by_views.prioritized and by_views.size:  # new rows then get a larger max priority
+                    for replay in (by_views, by_spans):
+                        replay.update_priorities(np.arange(replay.size), np.arange(replay.size) + float(sent))
+        want, have = by_views.state_dict(detached=True), by_spans.state_dict(detached=True)
+        assert want.keys() == have.keys()
+        for key in want:
+            if isinstance(want[key], dict):
+                for name in want[key]:
+                    np.testing.assert_array_equal(have[key][name], want[key][name])
+            else:
+                np.testing.assert_array_equal(np.asarray(have[key]), np.asarray(want[key]))
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def test_only_a_table_of_the_channels_word_fields_takes_its_rows():
+    assert takes_channel_rows(UniformReplay(8, 3), FIELDS)
+    assert not takes_channel_rows(UniformReplay(8, 3, action_dtype=np.int32), FIELDS)  # another dtype
+    assert not takes_channel_rows(UniformReplay(8, 4), FIELDS)  # another shape
+    reordered = {name: FIELDS[name] for name in ("actions", "obs", "rewards", "next_obs", "discounts")}
+    assert not takes_channel_rows(UniformReplay(8, 3), reordered)
+    bytes_obs = {**FIELDS, "obs": (np.dtype(np.uint8), (3,)), "next_obs": (np.dtype(np.uint8), (3,))}
+    assert not takes_channel_rows(UniformReplay(8, 3, obs_dtype=np.uint8), bytes_obs)  # not whole words
 
 
 def test_an_attached_channel_sees_the_creators_writes():

@@ -137,10 +137,10 @@ class Replay(ABC):
         return self._ring.word_rows
 
     def add_frame(self, frame: np.ndarray, offsets: np.ndarray, count: int) -> None:
-        """add() of `count` transitions received in one message (a replay server's
-        INSERT): the fields, in order, each exactly its stored dtype and shape in C order, start at
-        byte `offsets` (multiples of 4) of `frame` (uint8); one compiled copy into the ring, no
-        array per field. Only when `takes_frames`."""
+        """add() of `count` transitions lying in one block of bytes (a replay server's INSERT
+        message, an actor channel's shared memory): the fields, in order, each exactly its stored
+        dtype and shape in C order, start at byte `offsets` (multiples of 4) of `frame` (uint8);
+        one compiled copy into the ring, no array per field. Only when `takes_frames`."""
         if self.rate_limiter is not None:
             admit_insert(self.rate_limiter, count)
         self._ring.insert_frame(self.cursor, count, frame, offsets)

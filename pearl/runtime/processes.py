@@ -664,6 +664,18 @@ class _Lockstep:
         return max(0, (global_rounds - actor + self.n - 1) // self.n)
 
 
+def takes_channel_rows(replay, fields: dict[str, tuple[np.dtype, tuple]]) -> bool:
+    """Whether `replay` takes a run of an ActorChannel's rows (`fields`: the channel's) by one
+    compiled copy out of the shared block (Replay.add_frame): its rows are whole words and its
+    fields are the channel's, in the same order. Else the learner inserts views of the ring (add):
+    a view per field, and the table's check of each, cost ~10 us more per take here (an insert
+    in a deterministic run is a few rows: docs/BENCHMARKS.md, issue 19, session 32)."""
+    if not getattr(replay, "takes_frames", False):
+        return False
+    stored = [(name, column.dtype, column.shape[1:]) for name, column in replay.storage.items()]
+    return stored == [(name, np.dtype(dtype), tuple(shape)) for name, (dtype, shape) in fields.items()]
+
+
 @implements(Runtime)
 class Processes:
     name = "processes"
@@ -778,13 +790,20 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         if timer:
             timer.add("act_in_learner", clock() - t0)
 
+    by_rows = takes_channel_rows(replay, parts.transition_fields)
+
     def take_in(index: int, rounds: int | None = None) -> int:
         """Inserts what actor `index` committed (up to its round `rounds`); returns how many env
         steps it had been ahead."""
         channel = channels[index]
-        actor_steps, runs, finished = channel.take(rounds)
-        for run_fields in runs:
-            replay.add(*run_fields)
+        if by_rows:
+            actor_steps, spans, finished = channel.take_spans(rounds)
+            for first, count in spans:
+                replay.add_frame(channel.raw, channel.column_offsets(first), count)
+        else:
+            actor_steps, runs, finished = channel.take(rounds)
+            for run_fields in runs:
+                replay.add(*run_fields)
         channel.release()
         ahead_by, taken[index] = actor_steps - taken[index], actor_steps
         if finished:

@@ -137,6 +137,8 @@ class ActorChannel(_Block):
         self._totals = self.totals()  # the actor's running totals (its side only)
         self._rounds = int(self.counters[ROUNDS])  # the actor's own commit count (it is the one writer)
         self._rings = tuple(self.fields.values())
+        self._column_bases = np.array([layout.offsets[name] for name in layout.fields], dtype=np.int64)
+        self._row_bytes = np.array([ring[0].nbytes for ring in self._rings], dtype=np.int64)
         # what the actor last read of the learner's CONSUMED and EPISODES_READ: both only grow, so
         # a stale value under-counts the free room; re-read (a load of a line the learner's core
         # wrote: a cache miss) only when the stale value says there is not enough
@@ -242,19 +244,26 @@ class ActorChannel(_Block):
         episodes); with `rounds`, only up to the end of the actor's round `rounds` (committed, at
         most RECORDS - 1 rounds back). The arrays are views of the ring: consume them before
         calling `release`."""
+        steps, spans, episodes = self.take_spans(rounds)
+        rings = self._rings
+        return steps, [tuple([ring[first:first + count] for ring in rings]) for first, count in spans], episodes
+
+    def take_spans(self, rounds: int | None = None) -> tuple[int, list[tuple[int, int]], list[tuple[float, int]]]:
+        """`take` with each run of new transitions as (its first ring row, its row count): for
+        `column_offsets`, without a view per field."""
         if rounds is None:
             committed, written, steps = self.totals()
         else:
             committed, written, steps = self.records[(rounds - 1) % RECORDS].tolist() if rounds else (0, 0, 0)
-        consumed, rings = self._taken, self._rings
-        runs = []
+        consumed = self._taken
+        spans = []
         if committed > consumed:
             capacity = self.layout.capacity
             first, count = consumed % capacity, committed - consumed
             split = min(count, capacity - first)
-            runs.append(tuple([ring[first:first + split] for ring in rings]))
+            spans.append((first, split))
             if split < count:
-                runs.append(tuple([ring[:count - split] for ring in rings]))
+                spans.append((0, count - split))
         episodes = []
         if written > self._episodes_taken:
             for k in range(self._episodes_taken, written):
@@ -262,7 +271,12 @@ class ActorChannel(_Block):
                 episodes.append((episode_return, int(length)))
             self.counters[EPISODES_READ] = self._episodes_taken = written
         self._taken = committed
-        return steps, runs, episodes
+        return steps, spans, episodes
+
+    def column_offsets(self, first: int) -> np.ndarray:
+        """The byte offset in `raw` of ring row `first` of each field (layout order): with `raw`, a
+        run of rows as Replay.add_frame reads them."""
+        return self._column_bases + first * self._row_bytes
 
     def release(self) -> None:
         """Hands the slots of the last `take` back to the actor."""
