@@ -135,6 +135,23 @@ def test_overwritten_frames_leave_the_selector():
         assert set(table.sample(8, rng).obs[:, -1, 0].tolist()) <= {16, 17, 18, 19}
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_late_priority_update_does_not_revive_an_overwritten_transition(backend):
+    """A batch drawn, then records written over some of its slots (a concurrent writer), then its
+    priority update: the slots that hold no transition now keep priority 0."""
+    table = FrameReplay(8, (1,), 4, n_step=1, kind="prioritized", backend=backend)
+    for t in range(20):
+        table.add([0], [[t]], [0], [0.0], [[t + 1]], [False], [False])
+    batch = table.sample(16, np.random.default_rng(0))
+    for t in range(20, 22):  # a new episode's first frames invalidate the slots they land in
+        table.add([0], [[t]], [0], [0.0], [[t + 1]], [t == 21], [False])
+    left = sorted(set(batch.indices.tolist()) - set(table.valid_indices().tolist()))
+    assert left  # (the case under test)
+    table.update_priorities(batch.indices, np.full(16, 5.0))
+    leaves = table.tree.get(np.arange(table.capacity))
+    assert np.flatnonzero(leaves).tolist() == table.valid_indices().tolist()
+
+
 def test_bad_writes_are_refused():
     table = FrameReplay(16, (2, 2), 2, streams=2)
     with pytest.raises(IndexError, match="stream 2 out of range"):

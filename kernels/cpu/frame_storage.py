@@ -189,6 +189,16 @@ def _stack(frames, base, pos, back_of, length, stack, out):
         _copy(out[f], frames[base + p])
 
 
+@njit(**_NJIT)
+def any_left(valid, indices) -> bool:
+    """Whether a slot of `indices` holds no transition now (valid 0): a priority update of a batch
+    whose records were overwritten since it was drawn (~0.3 us; numpy's gather and compare ~4)."""
+    for i in range(indices.shape[0]):
+        if valid[indices[i]] == 0:
+            return True
+    return False
+
+
 @njit(inline="always")
 def _first_out_of_range(indices, capacity):
     for i in range(indices.shape[0]):

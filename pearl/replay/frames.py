@@ -48,7 +48,7 @@ from pearl.kernels.cpu import frame_storage, torch_threads_kept
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import write_steps, write_steps_selected
+from pearl.kernels.cpu.frame_storage import any_left, write_steps, write_steps_selected
 from pearl.replay.base import Batch, CopyOnWriteBlocks, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
@@ -341,9 +341,8 @@ class FrameReplay:
             top = float(priorities.max()) if priorities.size else -np.inf
             self.tree.update(indices, priorities ** self.alpha)
         self.max_priority = max(self.max_priority, top)
-        left = self._valid[indices] == 0  # overwritten since they were sampled (a concurrent writer)
-        if left.any():
-            self.tree.update(indices[left], 0.0)
+        if any_left(self._valid, indices):  # overwritten since they were sampled (a concurrent writer)
+            self.tree.update(indices[self._valid[indices] == 0], 0.0)
 
     # -- checkpoints
     # one value per slot: a checkpoint keeps the slots that hold records (`stored_slots`), so a run
