@@ -192,7 +192,8 @@ def _stack(frames, base, pos, back_of, length, stack, out):
 @njit(**_NJIT)
 def any_left(valid, indices) -> bool:
     """Whether a slot of `indices` holds no transition now (valid 0): a priority update of a batch
-    whose records were overwritten since it was drawn (~0.3 us; numpy's gather and compare ~4)."""
+    whose records were overwritten since it was drawn (0.5-0.8 us here; numpy's gather, compare and
+    any 2.5-4.3 us, docs/BENCHMARKS.md Pixel replay, session 32)."""
     for i in range(indices.shape[0]):
         if valid[indices[i]] == 0:
             return True
