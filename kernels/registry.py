@@ -81,6 +81,11 @@ class Backend(ABC):
         """The devices of this kind on this machine, as `pearl devices` prints them: dicts with at
         least id, kind and name."""
 
+    def unusable(self) -> list[dict]:
+        """Devices of this kind that the machine lists but PEARL cannot use, as `pearl devices`
+        prints them: dicts with kind, name and reason."""
+        return []
+
     @abstractmethod
     def check(self, device: DeviceId, platform=None, field: str = "device") -> None:
         """Raises a one-line ConfigError naming `field` unless `device` exists here (or, for a

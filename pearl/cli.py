@@ -352,7 +352,7 @@ def _report(agent, summary: dict, run_dir: Path, fpga) -> int:
 
 
 def _devices(args) -> int:
-    from pearl.devices import detect_devices
+    from pearl.devices import detect_devices, unusable_devices
 
     if args.write:
         from pearl.devices import draft_profile
@@ -373,6 +373,8 @@ def _devices(args) -> int:
     for device in found:
         details = ", ".join(f"{k} {v}" for k, v in device.items() if k not in ("id", "kind", "name"))
         print(f"{device['id']:<12} {device['kind']:<7} {device['name']}" + (f"  ({details})" if details else ""))
+    for device in unusable_devices():
+        print(f"{'(unusable)':<12} {device['kind']:<7} {device['name']}  ({device['reason']})")
     return 0
 
 

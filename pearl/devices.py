@@ -12,6 +12,11 @@ def detect_devices() -> list[dict]:
     return [device for b in backends() for device in b.detect()]
 
 
+def unusable_devices() -> list[dict]:
+    """Devices the backends found but cannot use, with why (kind, name, reason)."""
+    return [device for b in backends() for device in b.unusable()]
+
+
 # The built-in kinds' lists, for callers that want one kind (pearl profile, autotune).
 def cpu_devices() -> list[dict]:
     return backend("cpu").detect()

@@ -1,7 +1,8 @@
-"""The opencl backend: any OpenCL device (a GPU's driver, or PoCL on the host CPU), numbered
-opencl:0, opencl:1, ... in the order of (platform, device) that pyopencl lists them. Prioritized
-replay's sum tree (transition storage stays in host memory) and DQN's act (the Q-network, one
-launch per layer). Importing this module does not import pyopencl."""
+"""The opencl backend: any OpenCL device (a GPU's driver, or PoCL on the host CPU) whose compiler
+builds kernels, numbered opencl:0, opencl:1, ... in the order of (platform, device) that pyopencl
+lists them (kernels/opencl/devices.py). Prioritized replay's sum tree (transition storage stays in
+host memory) and DQN's act (the Q-network, one launch per layer). Importing this module does not
+import pyopencl."""
 from __future__ import annotations
 
 from pearl.errors import ConfigError
@@ -9,22 +10,10 @@ from pearl.kernels.registry import REPLAY_TASKS, Backend, register
 
 
 def _handles() -> list:
-    """(platform, device) pairs in the order that numbers them opencl:0, opencl:1, ..."""
-    try:
-        import pyopencl as cl
-    except ImportError:
-        return []
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error:  # no ICD loader or no platform installed
-        return []
-    pairs = []
-    for plat in platforms:
-        try:
-            pairs += [(plat, dev) for dev in plat.get_devices()]
-        except cl.Error:  # a platform without devices
-            continue
-    return pairs
+    """The usable (platform, device) pairs, in the order that numbers them opencl:0, opencl:1, ..."""
+    from pearl.kernels.opencl.devices import usable
+
+    return usable()
 
 
 def context(index: int):
@@ -49,6 +38,13 @@ class OpenCLBackend(Backend):
                  "platform": plat.name.strip(), "compute_units": dev.max_compute_units,
                  "memory_gib": round(dev.global_mem_size / 2**30, 1)}
                 for i, (plat, dev) in enumerate(_handles())]
+
+    def unusable(self) -> list[dict]:
+        from pearl.kernels.opencl.devices import unusable
+
+        return [{"kind": "opencl", "name": dev.name.strip(),
+                 "reason": f"{plat.name.strip()}: its compiler builds no kernel: {error}"}
+                for plat, dev, error in unusable()]
 
     def check(self, device, platform=None, field: str = "device") -> None:
         count = len(_handles())

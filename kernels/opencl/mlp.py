@@ -13,7 +13,8 @@ from importlib import resources
 import numpy as np
 
 from pearl.kernels.cpu.mlp import MLPLayout
-from pearl.kernels.opencl.sumtree import _cl, default_context, default_queue
+from pearl.kernels.opencl.devices import cl as _cl
+from pearl.kernels.opencl.sumtree import default_context, default_queue
 
 _PROGRAMS: dict = {}
 

@@ -29,43 +29,23 @@ row-gather kernel into preallocated device outputs; `sample_batch` chains tree s
 gather on the device, reading back only the final batch.
 
 Device choice: PEARL_OPENCL_DEVICE="platform[:device]" (indices into cl.get_platforms() and the
-platform's devices); otherwise the first GPU, else the first device of any kind. PoCL compiles
-kernels into POCL_CACHE_DIR; when unset, a fresh per-process temporary directory is used.
+platform's devices); otherwise the first usable GPU, else the first usable device of any kind
+(usable: its compiler builds kernels, kernels/opencl/devices.py).
 """
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 from importlib import resources
 
 import numpy as np
 
 from pearl.kernels.cpu.sumtree import checked_leaf_indices
+from pearl.kernels.opencl.devices import cl as _cl
+from pearl.kernels.opencl.devices import compile_error, usable
 
-_CACHE_DIR: str | None = None
 _CONTEXT = None
 _QUEUES: dict = {}
 _PROGRAMS: dict = {}
-
-
-def _ensure_cache_dir() -> None:
-    """PoCL needs a writable kernel cache; give this process its own unless one is configured.
-    Must run before the first platform query (PoCL reads the variable when it initialises)."""
-    global _CACHE_DIR
-    if os.environ.get("POCL_CACHE_DIR") or _CACHE_DIR is not None:
-        return
-    _CACHE_DIR = tempfile.mkdtemp(prefix="pearl-pocl-")
-    os.environ["POCL_CACHE_DIR"] = _CACHE_DIR
-    atexit.register(shutil.rmtree, _CACHE_DIR, True)
-
-
-def _cl():
-    _ensure_cache_dir()
-    import pyopencl as cl
-
-    return cl
 
 
 def kernel_source() -> str:
@@ -87,32 +67,25 @@ def parse_device_spec(spec: str) -> tuple[int, int | None]:
 
 
 def _choose_device():
-    cl = _cl()
-    platforms = cl.get_platforms()
     spec = os.environ.get("PEARL_OPENCL_DEVICE", "").strip()
     if spec:
         p, d = parse_device_spec(spec)
-        devices = platforms[p].get_devices()
-        return devices[d if d is not None else 0]
-    devices = [dev for platform in platforms for dev in _devices(platform)]
+        device = _cl().get_platforms()[p].get_devices()[d if d is not None else 0]
+        error = compile_error(device)
+        if error is not None:
+            raise RuntimeError(f"PEARL_OPENCL_DEVICE={spec}: {device.name.strip()} builds no kernel: {error}")
+        return device
+    devices = [device for _, device in usable()]
     if not devices:
-        raise RuntimeError("no OpenCL device found")
-    gpus = [dev for dev in devices if dev.type & cl.device_type.GPU]
+        raise RuntimeError("no usable OpenCL device found")
+    gpus = [dev for dev in devices if dev.type & _cl().device_type.GPU]
     return (gpus or devices)[0]
 
 
-def _devices(platform):
-    try:
-        return platform.get_devices()
-    except Exception:  # a platform with no devices raises DEVICE_NOT_FOUND
-        return []
-
-
 def available() -> bool:
-    """Whether pyopencl imports and at least one OpenCL device can be used."""
+    """Whether pyopencl imports and at least one OpenCL device builds kernels."""
     try:
-        cl = _cl()
-        return any(_devices(p) for p in cl.get_platforms())
+        return bool(usable())
     except Exception:
         return False
 
