@@ -20,7 +20,9 @@ TINY = "dqn: {hidden: [16], learning_starts: 100}\neval: {episodes: 1}\nlog: {pl
 
 
 def snapshot(root: Path) -> dict:
-    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file below `root` but Python's bytecode cache of a user module the run imported
+    (the interpreter's, written unless PYTHONDONTWRITEBYTECODE is set, not PEARL's)."""
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
 def refused(argv, capsys, where: Path, *names: str) -> str:
