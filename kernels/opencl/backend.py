@@ -6,19 +6,13 @@ import pyopencl."""
 from __future__ import annotations
 
 from pearl.errors import ConfigError
+from pearl.kernels.opencl import devices
 from pearl.kernels.registry import REPLAY_TASKS, Backend, register
-
-
-def _handles() -> list:
-    """The usable (platform, device) pairs, in the order that numbers them opencl:0, opencl:1, ..."""
-    from pearl.kernels.opencl.devices import usable
-
-    return usable()
 
 
 def context(index: int):
     """A pyopencl context on device opencl:`index`."""
-    handles = _handles()
+    handles = devices.usable()
     if index >= len(handles):
         raise ConfigError(f"opencl:{index}: no such OpenCL device ({len(handles)} found; "
                           f"see `pearl devices`)")
@@ -37,17 +31,15 @@ class OpenCLBackend(Backend):
         return [{"id": f"opencl:{i}", "kind": "opencl", "name": dev.name.strip(),
                  "platform": plat.name.strip(), "compute_units": dev.max_compute_units,
                  "memory_gib": round(dev.global_mem_size / 2**30, 1)}
-                for i, (plat, dev) in enumerate(_handles())]
+                for i, (plat, dev) in enumerate(devices.usable())]
 
     def unusable(self) -> list[dict]:
-        from pearl.kernels.opencl.devices import unusable
-
         return [{"kind": "opencl", "name": dev.name.strip(),
                  "reason": f"{plat.name.strip()}: its compiler builds no kernel: {error}"}
-                for plat, dev, error in unusable()]
+                for plat, dev, error in devices.unusable()]
 
     def check(self, device, platform=None, field: str = "device") -> None:
-        count = len(_handles())
+        count = len(devices.usable())
         if device.index >= count:
             raise ConfigError(f"{field}: {device}: no such OpenCL device ({count} found; see `pearl devices`)")
 

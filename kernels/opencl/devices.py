@@ -88,5 +88,5 @@ def usable() -> list[tuple]:
 
 def unusable() -> list[tuple]:
     """(platform, device, the compiler's message) for each listed device that builds no kernel."""
-    return [(platform, device, compile_error(device)) for platform, device in listed()
-            if compile_error(device) is not None]
+    return [(platform, device, error) for platform, device in listed()
+            if (error := compile_error(device)) is not None]
