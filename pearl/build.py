@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,7 @@ from pearl.envs import (box_spaces, discrete_spaces, env_factory, env_module, im
 from pearl.errors import ConfigError
 from pearl.estimator.workload import workload_of
 from pearl.kernels.cpu import MLPLayout
+from pearl.kernels.cpu.backend import bf16_products
 from pearl.kernels.registry import backend, kind_of, parse_device
 from pearl.algos.dqn import q_network
 from pearl.nets import TorchPolicy, check_conv, conv_shapes, encoded_policy, is_image
@@ -355,6 +357,9 @@ def build(config: ExperimentConfig, plan: Plan | None = None) -> Parts:
     plan = dataclasses.replace(plan, learner_precision=learner_precision(plan.learner_precision, plan.device_of("learn"),
                                                                          workload, kernel))
     family.check_precision(plan.learner_precision, kernel, plan.device_of("learn"), config)
+    if plan.learner_precision == "bf16" and kind_of(plan.device_of("learn")) == "cpu" and not bf16_products():
+        warnings.warn("runtime.learner_precision: bf16 on a CPU without bfloat16 units (AMX or AVX-512 BF16) "
+                      "runs emulated, slower than fp32 (auto picks fp32 here)")
 
     torch.set_num_threads(family.torch_threads(kernel, plan.device_of("learn"), config.runtime.torch_threads))
     algo = family.algorithm(config)

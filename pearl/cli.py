@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from pearl.errors import PearlError, TrainingDiverged
@@ -391,6 +392,17 @@ def main(argv: list[str] | None = None) -> int:
     # ms"). A policy the user set wins; actor processes inherit it.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        return _dispatch(args)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the command's other messages: one line, without Python's file and source line."""
+    print(f"pearl: warning: {message}", file=sys.stderr if file is None else file)
+
+
+def _dispatch(args) -> int:
     try:
         return {"train": _train, "devices": _devices, "autotune": _autotune,
                 "profile": _profile, "replay-server": _replay_server}[args.command](args)

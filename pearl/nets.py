@@ -12,6 +12,7 @@ The default stack is the Nature DQN's (Mnih et al. 2015): conv 32 8x8 stride 4, 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import numpy as np
@@ -216,10 +217,18 @@ class ConvReLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         conv = self.conv
-        if torch.is_grad_enabled() and (conv.weight.requires_grad or x.requires_grad):
+        if (torch.is_grad_enabled() and (conv.weight.requires_grad or x.requires_grad)) or not _fused_bf16_conv():
             return torch.relu(conv(x))
         return torch.ops.mkldnn._convolution_pointwise(x, conv.weight, conv.bias, [0, 0], list(conv.stride),
                                                        [1, 1], 1, "relu", [], None)
+
+
+@functools.cache
+def _fused_bf16_conv() -> bool:
+    """Whether oneDNN takes a bfloat16 convolution with a post-op on this CPU: it wants AVX-512
+    (BW, VL, DQ) or AVX-NE-CONVERT and raises elsewhere (an AMD Zen 3); torch's own convolution
+    runs bfloat16 on any CPU."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def _in_low_order(t: torch.Tensor) -> torch.Tensor:

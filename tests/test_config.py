@@ -130,3 +130,17 @@ def test_cli_cuda_without_gpu(tmp_path):
         pytest.skip("this machine has a GPU")
     result = run_cli("train", "--device", "cuda", "--steps", "10", "--run-dir", str(tmp_path / "r"))
     assert result.returncode == 2 and "torch sees no CUDA GPU" in result.stderr
+
+
+def test_cli_prints_a_warning_in_one_line(monkeypatch, capsys):
+    import warnings
+
+    import pearl.cli as cli
+
+    def warns(args):
+        warnings.warn("runtime.learner_precision: bf16 on a CPU without bfloat16 units runs emulated")
+        return 0
+
+    monkeypatch.setattr(cli, "_devices", warns)
+    assert cli.main(["devices"]) == 0
+    assert capsys.readouterr().err == "pearl: warning: runtime.learner_precision: bf16 on a CPU without bfloat16 units runs emulated\n"

@@ -290,3 +290,31 @@ def test_bf16_off_the_cpu_is_refused_in_one_line():
     family.check_precision("bf16", "torch", "cpu", config)
     with pytest.raises(ConfigError, match=r"^runtime.learner_precision: bf16 runs on a cpu learn device; got cuda:0"):
         family.check_precision("bf16", "torch", "cuda:0", config)
+
+
+def test_conv_relu_takes_torchs_convolution_where_onednn_refuses_bfloat16(monkeypatch):
+    """On a CPU whose oneDNN raises on a bfloat16 convolution with a post-op (an AMD Zen 3: no
+    AVX-512), ConvReLU's no-grad forward runs torch's convolution and ReLU instead: the same values."""
+    import pearl.nets as nets
+
+    def refused(*args):
+        raise RuntimeError("mkldnn_convolution: bf16 path needs the cpu support avx512bw, avx512vl and avx512dq")
+
+    monkeypatch.setattr(nets, "_fused_bf16_conv", lambda: False)
+    monkeypatch.setattr(torch.ops.mkldnn, "_convolution_pointwise", refused)
+    layer = ConvReLU(torch.nn.Conv2d(4, 8, 3, stride=2).to(torch.bfloat16))
+    x = torch.from_numpy(frames("minatar", 1).obs).to(torch.bfloat16)
+    with torch.no_grad():
+        np.testing.assert_array_equal(layer(x).float().numpy(), torch.relu(layer.conv(x)).float().numpy())
+
+
+@pytest.mark.parametrize("flags, warns", [({"avx2"}, True), ({"avx512f", "avx512_bf16"}, False)])
+def test_bf16_asked_for_on_a_cpu_without_bfloat16_units_warns_in_one_line(monkeypatch, recwarn, flags, warns):
+    from pearl.kernels.cpu import backend as cpu_backend
+
+    monkeypatch.setattr(cpu_backend, "cpu_flags", lambda: frozenset(flags))
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="bf16", **MINATAR)
+    assert agent.plan.learner_precision == "bf16"  # as asked: a warning, not a refusal
+    said = [str(w.message) for w in recwarn if "learner_precision" in str(w.message)]
+    assert said == (["runtime.learner_precision: bf16 on a CPU without bfloat16 units (AMX or AVX-512 BF16) runs "
+                     "emulated, slower than fp32 (auto picks fp32 here)"] if warns else [])
