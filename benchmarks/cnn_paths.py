@@ -25,7 +25,10 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
-(torch's, and the bf16 path's compiled pass).
+(torch's, and the bf16 path's compiled pass). The arithmetic: the fp32 update's FLOPs (convolutions
+and matrix products, forward and backward, torch's FlopCounterMode), each path's rate at them, and a
+1024^3 float32 GEMM's rate at the thread count, which no convolution beats: FLOPs / that rate is a
+floor under any float32 update on this CPU (the ceiling of issue 16's Atari row there).
 
     python benchmarks/cnn_paths.py [--repeats 20] [--nets nature minatar] [--threads 1 2] [--compile]
         [--double 0]   (--double 0: the RL Zoo's update, two forwards; default double DQN's three)
@@ -42,16 +45,22 @@ import contextlib
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
 from pearl.kernels.cpu.pixels import BF16_OF_BYTE, bytes_to_bf16_nhwc
 from pearl.replay import Batch
 from pearl.runtime.learners import TorchLearner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_ddpg import gemm_peak  # noqa: E402  (benchmarks/ is the script's own directory)
 
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
@@ -135,6 +144,15 @@ def make(net: str, path: str, batch: int, double: bool = True):
     return update
 
 
+def update_flops(net: str, batch: int, double: bool) -> float:
+    """FLOPs of one fp32 update (after a warm-up one), as torch counts its convolutions and products."""
+    update = make(net, "fp32", batch, double)
+    update()
+    with FlopCounterMode(display=False) as counter:
+        update()
+    return float(counter.get_total_flops())
+
+
 def timed(fn) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     fn()
@@ -189,11 +207,15 @@ def main() -> None:
                     walls.append(wall)
                     cpus.append(cpu_s)
             base = statistics.median(runs["fp32"][2]) if "fp32" in runs else None
+            flops, peak = update_flops(net, args.batch, bool(args.double)), gemm_peak(threads)
+            print(f"{net:8s} threads {threads}  fp32 update {flops / 1e9:.3f} GFLOP; a 1024^3 GEMM {peak / 1e9:.0f} GFLOP/s"
+                  f" -> no float32 update below {flops / peak * 1e3:.2f} ms here")
             for path, (_, walls, cpus) in runs.items():
                 cpu_ms = statistics.median(cpus) * 1e3
+                wall = statistics.median(walls)
                 speedup = f"  fp32/this {base * 1e3 / cpu_ms:5.2f}x" if base else ""
-                print(f"{net:8s} threads {threads}  {path:18s} update wall {statistics.median(walls) * 1e3:8.2f} ms"
-                      f"  cpu {cpu_ms:8.2f} ms{speedup}")
+                print(f"{net:8s} threads {threads}  {path:18s} update wall {wall * 1e3:8.2f} ms"
+                      f"  cpu {cpu_ms:8.2f} ms{speedup}  {flops / wall / 1e9:6.1f} GFLOP/s")
             conversions(net, args.batch, args.repeats)
             print(f"# load {os.getloadavg()}")
 
