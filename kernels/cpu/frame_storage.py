@@ -37,9 +37,10 @@ from pearl.kernels.cpu.fast_sumtree import _write as _tree_write
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
 TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (measured)
-# windows copied a cache line of each in turn: one core keeps more of its reads in flight over 8
-# streams than over one (16: past what it tracks, slower; measured, docs/BENCHMARKS.md Pixel replay)
-WINDOWS_AT_ONCE = 8
+# windows copied a cache line of each in turn: one core keeps more of its reads in flight over 4
+# streams than over one (8: as fast on a Zen 4, slower on a Zen 3; 16: slower on both; measured,
+# docs/BENCHMARKS.md Pixel replay). `_copy_four_runs` spells the 4 streams out; the count is its shape
+WINDOWS_AT_ONCE = 4
 _copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
 
 
@@ -252,45 +253,62 @@ def _copy_bytes(dst, dst_at, src, src_at, count):
         dst[dst_at + o] = src[src_at + o]
 
 
+@njit(inline="always")
+def _copy_four_runs(out, d0, d1, d2, d3, table, s0, s1, s2, s3, count):
+    """out.flat[dK:dK + count] = table.flat[sK:sK + count] for K = 0..3, a line of each in turn, the
+    four offsets held in registers (read from arrays inside the line loop instead: ~10% slower, measured)."""
+    tail = count - count % LINE
+    for o in range(0, tail, LINE):
+        _copy_line(out, d0 + o, table, s0 + o)
+        _copy_line(out, d1 + o, table, s1 + o)
+        _copy_line(out, d2 + o, table, s2 + o)
+        _copy_line(out, d3 + o, table, s3 + o)
+    for o in range(tail, count):
+        out[d0 + o] = table[s0 + o]
+        out[d1 + o] = table[s1 + o]
+        out[d2 + o] = table[s2 + o]
+        out[d3 + o] = table[s3 + o]
+
+
 @njit(**_NJIT)
 def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
                    returns_out, discounts_out, lo, hi):
     """gather_windows of positions lo .. hi - 1 (not inlined: see _transitions_range). A window
     whose stack + 1 records are stored one after another (all but those reaching before their
-    episode's first frame or across the ring's end) is one run of bytes; the runs of
-    WINDOWS_AT_ONCE transitions are copied a line of each in turn."""
+    episode's first frame or across the ring's end) is one run of bytes. A first pass writes the
+    small outputs, copies the other windows frame by frame and lists the runs; a second copies the
+    runs WINDOWS_AT_ONCE at a time, a line of each in turn, and the few left over one by one (lists
+    first, copies after: ~12% faster than copying each group as soon as it fills, measured)."""
     width = frames.shape[1]
     span = (stack + 1) * width
     table, out = frames.reshape(-1), windows_out.reshape(-1)
-    run_from, run_row = np.empty(WINDOWS_AT_ONCE, np.int64), np.empty(WINDOWS_AT_ONCE, np.int64)
-    for first in range(lo, hi, WINDOWS_AT_ONCE):
-        runs = 0
-        for i in range(first, min(first + WINDOWS_AT_ONCE, hi)):
-            g = indices[i]
-            base = (g // length) * length
-            pos = g - base
-            returns_out[i] = rewards[g]
-            discounts_out[i] = 0.0 if ends[g] == TERMINATED else powers[1]
-            _copy(actions_out[i], actions[g])
-            b = np.int64(back[g])
-            if b >= stack - 1 and stack - 1 <= pos < length - 1:
-                run_from[runs], run_row[runs] = (g - (stack - 1)) * width, i * span
-                runs += 1
-                continue
-            for f in range(stack + 1):
-                p = pos + max(f - (stack - 1), -b)
-                if p < 0:
-                    p += length
-                elif p >= length:
-                    p -= length
-                _copy_bytes(out, i * span + f * width, table, (base + p) * width, width)
-        tail = span - span % LINE
-        for o in range(0, tail, LINE):
-            for r in range(runs):
-                _copy_line(out, run_row[r] + o, table, run_from[r] + o)
-        for r in range(runs):
-            for o in range(tail, span):
-                out[run_row[r] + o] = table[run_from[r] + o]
+    run_from, run_row = np.empty(hi - lo, np.int64), np.empty(hi - lo, np.int64)
+    runs = 0
+    for i in range(lo, hi):
+        g = indices[i]
+        base = (g // length) * length
+        pos = g - base
+        returns_out[i] = rewards[g]
+        discounts_out[i] = 0.0 if ends[g] == TERMINATED else powers[1]
+        _copy(actions_out[i], actions[g])
+        b = np.int64(back[g])
+        if b >= stack - 1 and stack - 1 <= pos < length - 1:
+            run_from[runs], run_row[runs] = (g - (stack - 1)) * width, i * span
+            runs += 1
+            continue
+        for f in range(stack + 1):
+            p = pos + max(f - (stack - 1), -b)
+            if p < 0:
+                p += length
+            elif p >= length:
+                p -= length
+            _copy_bytes(out, i * span + f * width, table, (base + p) * width, width)
+    grouped = runs - runs % WINDOWS_AT_ONCE
+    for r in range(0, grouped, WINDOWS_AT_ONCE):
+        _copy_four_runs(out, run_row[r], run_row[r + 1], run_row[r + 2], run_row[r + 3], table, run_from[r],
+                        run_from[r + 1], run_from[r + 2], run_from[r + 3], span)
+    for r in range(grouped, runs):
+        _copy_bytes(out, run_row[r], table, run_from[r], span)
 
 
 @njit(parallel=True, **_NJIT)
