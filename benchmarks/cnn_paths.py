@@ -3,15 +3,14 @@ three forwards (Q(s), Q(s'), Q_target(s')), the backward, gradient clipping and 
 uint8 frames, through pearl's TorchLearner (the learner a run builds), for the Nature DQN stack on
 4x84x84 and MinAtar's on 4x10x10, at 1 and 2 torch threads. Paths:
 
-  fp32            the default: NCHW float32, oneDNN convolutions, torch's default (foreach) Adam
-                  (what Stable-Baselines3's DQN runs)
+  fp32            the default: NCHW float32, oneDNN convolutions, torch's fused Adam (pearl.nets.adam)
+  fp32_foreach    fp32 with torch's default (foreach) Adam: what Stable-Baselines3's DQN runs
   fp32_cl         channels_last float32 modules
-  fp32_fused      float32 with torch's fused Adam (one pass over the weights)
   mkldnn_bf16     float32 modules, oneDNN told it may compute float32 convolutions and matmuls in
                   bfloat16 (torch.backends.mkldnn.{conv,matmul}.fp32_precision = "bf16")
   no_onednn       torch.backends.mkldnn disabled (torch's native convolutions)
   autocast        torch.autocast(cpu, bfloat16) around the float32 update (per-op casts)
-  autocast_cl     autocast on channels_last modules, fused Adam
+  autocast_cl     autocast on channels_last modules
   bf16            learner_precision bf16: bfloat16 channels_last copies of the networks, float32
                   master weights and loss, Adam compiled with the copies' refresh (pearl.nets.BF16Copy,
                   kernels/cpu/bf16_adam.py)
@@ -64,7 +63,7 @@ from e2e_ddpg import gemm_peak  # noqa: E402  (benchmarks/ is the script's own d
 
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
-PATHS = ("fp32", "fp32_cl", "fp32_fused", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
+PATHS = ("fp32", "fp32_cl", "fp32_foreach", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
          "bf16_torch_step", "bf16_separate_relu", "fp32_target_thread", "bf16_target_thread")
 
 
@@ -120,8 +119,8 @@ def make(net: str, path: str, batch: int, double: bool = True):
     if path in ("fp32_cl", "autocast_cl"):
         for module in algo.networks().values():
             module.to(memory_format=torch.channels_last)
-    if path in ("fp32_fused", "autocast_cl"):
-        algo.optimizer = torch.optim.Adam(algo.online.parameters(), lr=algo.config.lr, fused=True)
+    if path == "fp32_foreach":
+        algo.optimizer = torch.optim.Adam(algo.online.parameters(), lr=algo.config.lr)
     if path == "compile":
         for module in algo.networks().values():
             module.forward = torch.compile(module.forward)

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from pearl.contracts import Algorithm, implements
-from pearl.nets import CNNQNetwork
+from pearl.nets import CNNQNetwork, adam
 from pearl.estimator.signatures import (Cost, adam_cost, conv_backward_cost, conv_forward_cost, conv_output_size,
                                         conv_parameter_count, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count)
 
@@ -78,7 +78,7 @@ class DQN:
         self.online = (QNetwork(obs_dim, n_actions, config.hidden, config.dueling) if not obs_shape
                        else q_network(obs_shape, n_actions, config, obs_scale)())
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=config.lr)
+        self.optimizer = adam(self.online, config.lr)
 
     # -- act -----------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:

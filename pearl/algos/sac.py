@@ -30,11 +30,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pearl.algos.ddpg import (DDPG, adam, critic_step_cost, encoders, frozen, image_encoder_cost, mlp, soft_update, step,
+from pearl.algos.ddpg import (DDPG, critic_step_cost, encoders, frozen, image_encoder_cost, mlp, soft_update, step,
                               with_encoder)
 from pearl.algos.td3 import TwinCritic
 from pearl.contracts import Algorithm, implements
-from pearl.nets import SharedEncoder
+from pearl.nets import SharedEncoder, adam
 from pearl.estimator.signatures import (Cost, adam_cost, conv_output_size, mlp_backward_cost, mlp_forward_cost, mlp_input_gradient_cost,
                                         mlp_parameter_count, soft_update_cost)
 

@@ -200,8 +200,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     for group in optimizer.param_groups:
         for p in group["params"]:
             n = p.numel()
-            optimizer.state[p] = {
-                "step": torch.tensor(float(state["steps"])),
+            optimizer.state[p] = {  # a fused Adam (pearl.nets.adam) wants its step on the weights' device
+                "step": torch.tensor(float(state["steps"]), device=p.device),
                 "exp_avg": torch.from_numpy(state["exp_avg"][offset:offset + n].copy()).view_as(p).to(p.device),
                 "exp_avg_sq": torch.from_numpy(state["exp_avg_sq"][offset:offset + n].copy()).view_as(p).to(p.device),
             }
