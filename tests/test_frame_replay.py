@@ -229,18 +229,17 @@ def test_an_index_out_of_range_is_refused_by_both_gather_kernels(n_step):
 
 
 @pytest.mark.parametrize("gather_threads", [1, 2])
-@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
-def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind, gather_threads):
-    """1-step samples from the compiled tree go through one kernel (frame_storage.sample_windows):
-    the same indices, transitions and weights as sample_into + gather + importance_weights."""
+def test_the_one_call_prioritized_sample_equals_the_tree_draw_gather_and_weights(gather_threads):
+    """1-step prioritized samples from the compiled tree go through one kernel
+    (frame_storage.sample_windows): the same indices, transitions and weights as sample_into +
+    gather + importance_weights."""
     from pearl.kernels.cpu.fast_storage import importance_weights
 
-    table = FrameReplay(64, FRAME, 4, n_step=1, kind=kind, alpha=0.6, beta=0.5, gather_threads=gather_threads)
+    table = FrameReplay(64, FRAME, 4, n_step=1, kind="prioritized", alpha=0.6, beta=0.5,
+                        gather_threads=gather_threads)
     drive(table, ReferenceFrameReplay(64, 1, 4, 1, 0.99), np.random.default_rng(0), 90, 0.05, 1, np.uint8)
-    if kind == "prioritized":
-        table.update_priorities(table.valid_indices(), np.random.default_rng(1).exponential(size=table.size))
+    table.update_priorities(table.valid_indices(), np.random.default_rng(1).exponential(size=table.size))
     batch = table.sample(16, np.random.default_rng(2))
-    assert (batch.weights is None) == (kind == "uniform")
     got = {name: np.copy(getattr(batch, name)) for name in ("obs", "next_obs", "actions", "rewards", "discounts",
                                                             "indices")}
     uniforms = np.random.default_rng(2).random(16)
@@ -250,11 +249,68 @@ def test_the_one_call_sample_equals_the_tree_draw_gather_and_weights(kind, gathe
     expected = table.gather(indices)
     for name in ("obs", "next_obs", "actions", "rewards", "discounts"):
         assert np.array_equal(got[name], getattr(expected, name)), name
-    if kind == "prioritized":
-        weights = np.empty(16, np.float32)
-        importance_weights(priorities, table.tree.total, table.tree.min(), table.size, table.beta, weights,
-                           np.empty(16))
-        assert np.array_equal(batch.weights, weights)
+    weights = np.empty(16, np.float32)
+    importance_weights(priorities, table.tree.total, table.tree.min(), table.size, table.beta, weights, np.empty(16))
+    assert np.array_equal(batch.weights, weights)
+
+
+def uniform_table(n_step: int, gather_threads: int = 1) -> FrameReplay:
+    """3 streams, short episodes (a third of the stored records are their FINAL ones: no
+    transition), two rings wrapped, one not: a uniform draw's first try misses often."""
+    table = FrameReplay(3 * 60, FRAME, 4, streams=3, n_step=n_step, gamma=0.9, gather_threads=gather_threads)
+    drive(table, ReferenceFrameReplay(60, 3, 4, n_step, 0.9), np.random.default_rng(6), 60, 0.5, 2, np.uint8)
+    return table
+
+
+@pytest.mark.parametrize("gather_threads", [1, 2])
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_uniform_sample_is_a_stored_record_where_valid_else_the_trees_draw(n_step, gather_threads):
+    """frame_storage.draw_uniform against its rule in numpy: uniforms[i] picks one of the stored
+    records (stream after stream), kept where it is a valid transition's; elsewhere uniforms[B + i]
+    picks one of the valid transitions (the 0/1 tree's find of u x V is the floor(u x V)-th valid
+    slot). The batch holds those transitions, as a gather of them does."""
+    from pearl.replay.frames import stored_slots
+
+    table = uniform_table(n_step, gather_threads)
+    stored = stored_slots(table._counts, table.length)
+    valid = table.valid_indices()
+    assert 0.2 < 1 - len(valid) / len(stored) < 0.8 and len(stored) < table.capacity
+    batch = table.sample(64, np.random.default_rng(11))
+    got = {name: np.copy(getattr(batch, name)) for name in ("obs", "next_obs", "actions", "rewards", "discounts",
+                                                            "indices")}
+    uniforms = np.random.default_rng(11).random(128)
+    first = stored[(uniforms[:64] * len(stored)).astype(np.int64)]
+    expected = np.where(table._valid[first] == 1, first, valid[(uniforms[64:] * len(valid)).astype(np.int64)])
+    assert np.array_equal(got["indices"], expected)
+    assert 0 < np.count_nonzero(table._valid[first] == 0) < 64  # both ways taken
+    gathered = table.gather(expected)
+    for name in ("obs", "next_obs", "actions", "rewards", "discounts"):
+        assert np.array_equal(got[name], getattr(gathered, name)), name
+
+
+def test_uniform_samples_are_uniform_over_the_valid_transitions():
+    """Frequencies over 12,800 draws from a table whose first tries miss a third of the time:
+    each valid transition equally likely (chi-square), no other slot ever drawn."""
+    from scipy.stats import chisquare
+
+    table = uniform_table(1)
+    valid = table.valid_indices()
+    rng = np.random.default_rng(12)
+    drawn = np.concatenate([table.sample(32, rng).indices.copy() for _ in range(400)])
+    assert set(drawn.tolist()) <= set(valid.tolist())
+    counts = np.array([np.count_nonzero(drawn == slot) for slot in valid])
+    assert chisquare(counts).pvalue > 1e-3
+
+
+def test_a_uniform_draw_of_u_near_1_stays_among_the_stored_records():
+    from pearl.kernels.cpu.frame_storage import draw_uniform
+
+    table = uniform_table(1)
+    tree, batch = table.tree, 8
+    uniforms, indices = np.full(2 * batch, np.nextafter(1.0, 0.0)), np.empty(batch, np.int64)
+    assert draw_uniform(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout, uniforms, np.empty(batch),
+                        table._valid, table._counts, table.length, indices)
+    assert np.all(table._valid[indices] == 1)
 
 
 @pytest.mark.parametrize("n_step", [1, 3])

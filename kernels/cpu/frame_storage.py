@@ -16,11 +16,13 @@ transition is named by the slot of its first record.
   discounts of a batch of transitions, one frame copy at a time; `gather_windows(...)` the same
   for 1-step transitions as one window of stack + 1 frames each, of which obs and next obs are
   overlapping views (5 frames copied for Atari's stack of 4 instead of 8).
-- `sample_windows(...)`: a 1-step batch as one call: the compiled sum tree's stratified draw
-  (kernels/cpu/fast_sumtree.py), the importance weights where asked, and `gather_windows`.
+- `sample_windows(...)`: a prioritized 1-step batch as one call: the compiled sum tree's
+  stratified draw (kernels/cpu/fast_sumtree.py), the importance weights and `gather_windows`.
   Measured at capacity 1M the gather is ~3/4 of a prioritized sample + update of 32, the draw
   ~6 us, and the rest the Python between three compiled calls; one call drops two dispatches and
-  that glue (docs/BENCHMARKS.md, Pixel replay, session 14).
+  that glue (docs/BENCHMARKS.md, Pixel replay, session 14). `draw_uniform(...)` draws a uniform
+  batch by rejection over the stored records (the tree only for the few rejected), and
+  `sample_uniform_windows(...)` is it and `gather_windows` in one call.
 - `threads=2` in the gathers (replay.gather_threads): a batch of TWO_THREADS_FROM or more is copied
   in two halves on numba's thread pool, bit-identical to one thread; ~0.55x the time when the
   second core is idle, far slower when it is busy (docs/ARCHITECTURE.md, the frame table).
@@ -31,8 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from pearl.kernels.cpu.fast_storage import LINE, _word_copy, importance_weights
-from pearl.kernels.cpu.fast_sumtree import _sample as _tree_sample
-from pearl.kernels.cpu.fast_sumtree import _write as _tree_write
+from pearl.kernels.cpu.fast_sumtree import _find, _sample as _tree_sample, _write as _tree_write
 
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
@@ -382,19 +383,74 @@ def gather_windows(frames, actions, rewards, ends, back, length, stack, powers, 
 
 
 @njit(**_NJIT)
-def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, beta, weighted, frames, actions,
-                   rewards, ends, back, length, stack, powers, indices, priorities, weights, windows_out,
-                   actions_out, returns_out, discounts_out, threads=1):
-    """A stratified draw of uniforms.shape[0] transitions from the tree (sums, prefix, mins,
-    offsets, depth, k: NumbaSumTree's arrays; `mass` a float64 scratch as long as the batch) into
-    indices and priorities, their importance weights into `weights` if `weighted` ((p_i /
-    p_min)^-beta, fast_storage.importance_weights with `size` valid transitions), then
-    gather_windows of them. Returns False, sampling nothing, when the tree has no mass."""
+def draw_uniform(sums, prefix, offsets, depth, k, uniforms, mass, valid, counts, length, indices):
+    """indices[i] uniform over the valid transitions, each drawn on its own (with replacement, as
+    the flat uniform table's rows are): uniforms[i] picks a slot uniformly among the stored
+    records, kept if it holds a valid transition; else uniforms[B + i] walks the 0/1 sum tree
+    (sums .. k: NumbaSumTree's arrays; `mass` a float64 scratch as long as the batch). With V of
+    F stored records valid, P(slot) = 1/F + (1 - V/F) / V = 1/V: exact. A full table's records
+    are nearly all valid (all but each stream's newest n and the episodes' last), so a batch of
+    32 takes ~0.3 us instead of the tree walk's ~2.5 (measured, docs/BENCHMARKS.md Pixel replay,
+    session 38). `uniforms` holds 2B. Returns False, drawing nothing, when no transition is valid."""
+    total = sums[0]
+    if not total > 0:
+        return False
+    b = indices.shape[0]
+    stored = np.int64(0)
+    for s in range(counts.shape[0]):
+        stored += min(counts[s], length)
+    missed = 0
+    for i in range(b):
+        r = min(np.int64(uniforms[i] * stored), stored - 1)  # (a u near 1 may round up to `stored`)
+        s = 0
+        while r >= min(counts[s], length):
+            r -= min(counts[s], length)
+            s += 1
+        slot = s * length + r
+        if valid[slot]:
+            indices[i] = slot
+        else:
+            indices[i] = -1
+            mass[missed] = uniforms[b + i] * total
+            missed += 1
+    if missed:
+        drawn = np.empty(missed, np.int64)
+        _find(sums, prefix, offsets, depth, k, mass[:missed], drawn)
+        j = 0
+        for i in range(b):
+            if indices[i] < 0:
+                indices[i] = drawn[j]
+                j += 1
+    return True
+
+
+@njit(**_NJIT)
+def sample_uniform_windows(sums, prefix, offsets, depth, k, uniforms, mass, valid, counts, frames, actions, rewards,
+                           ends, back, length, stack, powers, indices, windows_out, actions_out, returns_out,
+                           discounts_out, threads=1):
+    """draw_uniform, then gather_windows of the drawn transitions: a uniform 1-step batch as one
+    call. Returns False, sampling nothing, when no transition is valid."""
+    if not draw_uniform(sums, prefix, offsets, depth, k, uniforms, mass, valid, counts, length, indices):
+        return False
+    gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
+                   returns_out, discounts_out, threads)
+    return True
+
+
+@njit(**_NJIT)
+def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, beta, frames, actions, rewards, ends,
+                   back, length, stack, powers, indices, priorities, weights, windows_out, actions_out, returns_out,
+                   discounts_out, threads=1):
+    """A prioritized 1-step batch as one call: a stratified draw of uniforms.shape[0] transitions
+    from the tree (sums, prefix, mins, offsets, depth, k: NumbaSumTree's arrays; `mass` a float64
+    scratch as long as the batch) into indices and priorities, their importance weights into
+    `weights` ((p_i / p_min)^-beta, fast_storage.importance_weights with `size` valid
+    transitions), then gather_windows of them. Returns False, sampling nothing, when the tree has
+    no mass."""
     if not sums[0] > 0:
         return False
     _tree_sample(sums, prefix, offsets, depth, k, uniforms, mass, indices, priorities)
-    if weighted:
-        importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
+    importance_weights(priorities, sums[0], mins[0], size, beta, weights, mass)
     gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
                    returns_out, discounts_out, threads)
     return True

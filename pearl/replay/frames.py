@@ -24,9 +24,11 @@ Semantics (the same as the actor's n-step transitions of flat observations, pear
   transitions whose stacks reach back to it leave the selector at once (priority 0 in the sum
   tree or AMPER), so no sample ever mixes frames of different times.
 
-Selectors: "uniform" (uniform over the valid transitions, drawn through a sum tree of 0/1
-leaves: exact, and stratified like the prioritized draw), "prioritized" (the compiled sum tree,
-its numpy reference or another backend's tree, pearl/replay/prioritized.py) and "amper".
+Selectors: "uniform" (uniform over the valid transitions, each drawn on its own with
+replacement as in the flat uniform table: a stored record picked at random, kept if it is a
+valid transition's, else a draw from a sum tree of 0/1 leaves, which is exact:
+frame_storage.draw_uniform), "prioritized" (the compiled sum tree, its numpy reference or another
+backend's tree, pearl/replay/prioritized.py; stratified) and "amper".
 
 Writers call `add(streams, obs, actions, rewards, next_obs, terminated, truncated)` once per env
 step batch: one row per env; obs and next_obs either the full stacked observations (the table
@@ -48,15 +50,15 @@ from pearl.kernels.cpu import frame_storage, torch_threads_kept
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import any_left, write_steps, write_steps_selected
+from pearl.kernels.cpu.frame_storage import any_left, draw_uniform, write_steps, write_steps_selected
 from pearl.replay.base import Batch, CopyOnWriteBlocks, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
 
 # the gathers on 2 threads (gather_threads) start a numba parallel region
-gather_transitions, gather_windows, sample_windows = (
+gather_transitions, gather_windows, sample_windows, sample_uniform_windows = (
     torch_threads_kept(kernel) for kernel in (frame_storage.gather_transitions, frame_storage.gather_windows,
-                                              frame_storage.sample_windows))
+                                              frame_storage.sample_windows, frame_storage.sample_uniform_windows))
 
 KINDS = ("uniform", "prioritized", "amper")
 _INT64, _FLOAT32, _BOOL = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.bool_)
@@ -139,7 +141,8 @@ class FrameReplay:
         self._snapshots: list[FrameSnapshot] = []  # being written: `add` keeps their frames as they were
 
     def _new_selector(self):
-        """A uniform table's selector is the compiled tree with 0/1 priorities (valid or not)."""
+        """A uniform table's selector is the compiled tree with 0/1 priorities (valid or not): the
+        draw of the few first tries that miss (frame_storage.draw_uniform)."""
         if self.kind == "uniform":
             return NumbaSumTree(self.capacity, self.fanout)
         return make_priority_sampler("amper" if self.kind == "amper" else self.backend, self.capacity, self.fanout)
@@ -301,38 +304,49 @@ class FrameReplay:
         if not self.size:
             raise ValueError("cannot sample from an empty replay (no transition is complete yet)")
         admit_sample(self.rate_limiter, batch_size)
-        uniforms = rng.random(batch_size)
         prepared = self.outputs(batch_size)
         obs, next_obs, actions, returns, discounts, indices, weights, priorities, scratch = prepared[:9]
+        tree = self.tree
+        if not self.prioritized:  # (a uniform table's tree is always the compiled one)
+            uniforms = rng.random(2 * batch_size)  # a first try each, and a tree draw where it misses
+            if self.n_step == 1:  # draw and gather in one compiled call
+                drawn = sample_uniform_windows(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout,
+                                               uniforms, scratch, self._valid, self._counts, self._frames,
+                                               self._actions, self._rewards, self._ends, self._back, self.length,
+                                               self.stack, self._powers, indices, obs.base, actions, returns,
+                                               discounts, self.gather_threads)
+                if not drawn:
+                    raise ValueError(NO_MASS)
+                return self._batch(prepared, indices)
+            if not draw_uniform(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout, uniforms, scratch,
+                                self._valid, self._counts, self.length, indices):
+                raise ValueError(NO_MASS)
+            return self.gather(indices)
+        uniforms = rng.random(batch_size)
         if self._compiled and self.n_step == 1:  # draw, weights and gather in one compiled call
-            tree = self.tree
             if not sample_windows(tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout,
-                                  uniforms, scratch, self.size, self.beta, self.prioritized, self._frames,
-                                  self._actions, self._rewards, self._ends, self._back, self.length, self.stack,
-                                  self._powers, indices, priorities, weights, obs.base, actions, returns,
-                                  discounts, self.gather_threads):
+                                  uniforms, scratch, self.size, self.beta, self._frames, self._actions,
+                                  self._rewards, self._ends, self._back, self.length, self.stack, self._powers,
+                                  indices, priorities, weights, obs.base, actions, returns, discounts,
+                                  self.gather_threads):
                 raise ValueError(NO_MASS)
             batch = self._batch(prepared, indices)
-            if self.prioritized:
-                batch.weights = weights
+            batch.weights = weights
             return batch
         if self._compiled:
-            self.tree.sample_into(uniforms, indices, priorities)
+            tree.sample_into(uniforms, indices, priorities)
         elif self._amper:
-            indices[:], priorities[:] = self.tree.sample_with_probabilities(uniforms)
+            indices[:], priorities[:] = tree.sample_with_probabilities(uniforms)
         else:
-            if not self.tree.total > 0:
+            if not tree.total > 0:
                 raise ValueError(NO_MASS)
-            indices[:] = self.tree.sample(uniforms)
-            priorities[:] = self.tree.get(indices)
+            indices[:] = tree.sample(uniforms)
+            priorities[:] = tree.get(indices)
         batch = self.gather(indices)
-        if not self.prioritized:
-            return batch
         if self._amper:  # AMPER's own probabilities q_i: weights (q_i / q_min)^-beta
-            weights[:] = (priorities / self.tree.min_probability()) ** -self.beta
+            weights[:] = (priorities / tree.min_probability()) ** -self.beta
         else:
-            importance_weights(priorities, self.tree.total, self.tree.min(), self.size, self.beta, weights,
-                               scratch)
+            importance_weights(priorities, tree.total, tree.min(), self.size, self.beta, weights, scratch)
         batch.weights = weights
         return batch
 
