@@ -252,12 +252,13 @@ class FrameReplay:
 
     # -- sampling
     def outputs(self, batch: int) -> tuple:
-        """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch, shaped)
-        for a batch size, made once and reused by the next sample of that size. With 1-step
+        """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch, shaped,
+        draws) for a batch size, made once and reused by the next sample of that size. With 1-step
         transitions obs and next obs are views of one window of stack + 1 frames per transition
         (kernels/cpu/frame_storage.py gather_windows): strided, not C-contiguous. `shaped`: obs,
         actions and next obs as the Batch hands them out, views made here once (making them per
-        sample cost ~2.5 us of a ~50 us sample of 32, measured)."""
+        sample cost ~2.5 us of a ~50 us sample of 32, measured). `draws`: the sample's uniforms,
+        (2 x batch of them, their first batch), drawn in place (~0.25 us less than new arrays)."""
         prepared = self._outputs.get(batch)
         if prepared is None:
             frame_bytes = self._frames.shape[1]
@@ -268,9 +269,10 @@ class FrameReplay:
                 obs, next_obs = (np.empty((batch, self.stack, frame_bytes), np.uint8) for _ in range(2))
             actions = np.empty((batch, self._actions.shape[1]), self.action_dtype)
             shaped = (self._as_obs(obs), actions.reshape(-1, *self.action_shape), self._as_obs(next_obs))
+            draws = np.empty(2 * batch)
             prepared = (obs, next_obs, actions, np.empty(batch, np.float32), np.empty(batch, np.float32),
                         np.empty(batch, np.int64), np.empty(batch, np.float32), np.empty(batch, np.float64),
-                        np.empty(batch, np.float64), shaped)
+                        np.empty(batch, np.float64), shaped, (draws, draws[:batch]))
             self._outputs[batch] = prepared
         return prepared
 
@@ -301,14 +303,14 @@ class FrameReplay:
         return rows.view(self.frame_dtype).reshape(rows.shape[0], self.stack, *self.frame_shape)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        if not self.size:
+        if not self._state[0]:  # (self.size, without its property and int: ~0.15 us)
             raise ValueError("cannot sample from an empty replay (no transition is complete yet)")
         admit_sample(self.rate_limiter, batch_size)
         prepared = self.outputs(batch_size)
         obs, next_obs, actions, returns, discounts, indices, weights, priorities, scratch = prepared[:9]
         tree = self.tree
         if not self.prioritized:  # (a uniform table's tree is always the compiled one)
-            uniforms = rng.random(2 * batch_size)  # a first try each, and a tree draw where it misses
+            uniforms = rng.random(out=prepared[10][0])  # a first try each, and a tree draw where it misses
             if self.n_step == 1:  # draw and gather in one compiled call
                 drawn = sample_uniform_windows(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout,
                                                uniforms, scratch, self._valid, self._counts, self._frames,
@@ -322,7 +324,7 @@ class FrameReplay:
                                 self._valid, self._counts, self.length, indices):
                 raise ValueError(NO_MASS)
             return self.gather(indices)
-        uniforms = rng.random(batch_size)
+        uniforms = rng.random(out=prepared[10][1])
         if self._compiled and self.n_step == 1:  # draw, weights and gather in one compiled call
             if not sample_windows(tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout,
                                   uniforms, scratch, self.size, self.beta, self._frames, self._actions,
