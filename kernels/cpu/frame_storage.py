@@ -389,9 +389,9 @@ def draw_uniform(sums, prefix, offsets, depth, k, uniforms, mass, valid, counts,
     records, kept if it holds a valid transition; else uniforms[B + i] walks the 0/1 sum tree
     (sums .. k: NumbaSumTree's arrays; `mass` a float64 scratch as long as the batch). With V of
     F stored records valid, P(slot) = 1/F + (1 - V/F) / V = 1/V: exact. A full table's records
-    are nearly all valid (all but each stream's newest n and the episodes' last), so a batch of
-    32 takes ~0.3 us instead of the tree walk's ~2.5 (measured, docs/BENCHMARKS.md Pixel replay,
-    session 38). `uniforms` holds 2B. Returns False, drawing nothing, when no transition is valid."""
+    are nearly all valid (all but each stream's newest n and the episodes' last), so the tree is
+    rarely walked: a draw of 32 called from Python took 2.2-2.4 us against the tree's 4.1-4.5
+    (100k, 1M; docs/BENCHMARKS.md Pixel replay, session 38). `uniforms` holds 2B. Returns False, drawing nothing, when no transition is valid."""
     total = sums[0]
     if not total > 0:
         return False
