@@ -5,7 +5,11 @@ Each system runs in its own process (so its resident memory is its own): it buil
 uniform table of `capacity` transitions, times it, drops it, and does the same with a prioritized
 one (episodes of 1000 steps, frames from a pool of random ones), then times, after WARMUP_CALLS
 untimed calls of each operation (every system alike), the median of `repeats` calls of
-  insert          one env step (the actor's add)
+  insert          one env step (the actor's add), in the form each system's writer hands it over:
+                  PEARL's actor the step's arrays (pearl/runtime/actor.py `step`: stream ids, the
+                  stacks' newest frames, actions, rewards, terminated, truncated; one row each),
+                  cpprb the step's fields, Tianshou a Batch of them (its collector's form; the
+                  rivals' times move < 5% with arrays instead of scalars, measured)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
 and reports the growth of its resident set (RSS) while building and filling a table (the median of
@@ -121,7 +125,7 @@ def measure(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
         grown.append(rss_bytes() - before)
         huge.append(huge_page_bytes() - huge_before)
         if kind == "uniform":
-            one = Steps(seed + 1, system.last_axis).step()
+            one = system.step_record(Steps(seed + 1, system.last_axis).step())
             out["insert"] = median_us(lambda: system.insert(table, one), repeats, WARMUP_CALLS)
             for b in batches:
                 out.update(timed(system, table, f"uniform_{b}", threads, repeats,
@@ -172,9 +176,15 @@ class Pearl:
             table.add(np.zeros(n, np.int64), obs, act, rew, next_obs, done, np.zeros(n, bool))
 
     @staticmethod
-    def insert(table, step):
+    def step_record(step):
+        """What the actor hands the table for one env (`Actor.step`'s frame-table branch)."""
         obs, act, rew, next_obs, done = step
-        table.add([0], obs[None], [act], [rew], next_obs[None], [done], [False])
+        return (np.zeros(1, np.int64), obs[None][:, -1], np.array([act], np.int64), np.array([rew], np.float32),
+                next_obs[None][:, -1], np.array([done]), np.zeros(1, bool))
+
+    @staticmethod
+    def insert(table, record):
+        table.add(*record)
 
     @staticmethod
     def sample(table, b, rng):
@@ -191,6 +201,10 @@ class Pearl:
 
 class Cpprb:
     last_axis = True  # stack_compress stacks on the last axis
+
+    @staticmethod
+    def step_record(step):
+        return step
 
     @staticmethod
     def make(kind, capacity):
@@ -232,6 +246,10 @@ class Cpprb:
 
 class Tianshou:
     last_axis = False
+
+    @staticmethod
+    def step_record(step):
+        return step
 
     @staticmethod
     def make(kind, capacity):

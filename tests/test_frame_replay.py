@@ -11,6 +11,7 @@ from pearl.replay.frames import FrameReplay
 
 FRAME = (2, 3)
 WIDE = (9, 11)  # 99 bytes: windows of several cache lines and a tail, the gather's line copies
+LARGE = (64, 64)  # 4096 bytes: written by non-temporal stores (frame_storage.STREAM_FRAMES_FROM)
 
 
 def drive(table, reference, rng, steps: int, end_probability: float, batch_streams: int, frame_dtype,
@@ -60,7 +61,7 @@ def assert_matches(table, expected: dict, indices: np.ndarray, batch):
 @given(stack=st.integers(1, 4), n=st.integers(1, 4), streams=st.integers(1, 3), spare=st.integers(0, 9),
        steps=st.integers(1, 120), end=st.sampled_from([0.0, 0.05, 0.3]), batch_streams=st.integers(1, 4),
        kind=st.sampled_from(["uniform", "prioritized", "amper"]), float_frames=st.booleans(),
-       vector_actions=st.booleans(), takeover=st.sampled_from([0.0, 0.1]), frame=st.sampled_from([FRAME, WIDE]),
+       vector_actions=st.booleans(), takeover=st.sampled_from([0.0, 0.1]), frame=st.sampled_from([FRAME, WIDE, LARGE]),
        seed=st.integers(0, 2**31))
 def test_frame_replay_matches_the_naive_reference(gather_threads, stack, n, streams, spare, steps, end,
                                                   batch_streams, kind, float_frames, vector_actions, takeover,

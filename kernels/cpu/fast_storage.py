@@ -72,6 +72,46 @@ def _word_copy(count):
 _copy1 = _word_copy(1)
 _copy8 = _word_copy(8)
 
+STREAM_BYTES = 16  # one non-temporal store: the widest whose alignment a frame row keeps (16-byte rows)
+
+
+@intrinsic
+def _stream_store(typingctx, dst_address, src_address):
+    """STREAM_BYTES from src_address (any alignment) stored at dst_address (STREAM_BYTES-aligned)
+    past the caches: a non-temporal store, which does not read the destination's line first.
+    Such stores are ordered only by a fence: `_store_fence` after them."""
+    if not (isinstance(dst_address, types.Integer) and isinstance(src_address, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        lanes = ir.VectorType(ir.IntType(8), STREAM_BYTES).as_pointer()
+        value = builder.load(builder.inttoptr(args[1], lanes), align=1)
+        store = builder.store(value, builder.inttoptr(args[0], lanes), align=STREAM_BYTES)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return types.void(dst_address, src_address), codegen
+
+
+@intrinsic
+def _store_fence(typingctx):
+    """A full fence (x86: mfence), which orders the non-temporal stores before it."""
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@njit(inline="always")
+def _stream_row(dst, src):
+    """dst[:] = src for 1-d uint8 rows of a length that is a multiple of STREAM_BYTES, contiguous,
+    dst STREAM_BYTES-aligned, by non-temporal stores (`_store_fence` before the rows are read
+    elsewhere)."""
+    to, of = dst.ctypes.data, src.ctypes.data
+    for k in range(0, dst.shape[0], STREAM_BYTES):
+        _stream_store(to + k, of + k)
+
 
 @njit(inline="always")
 def _copy_words(dst, dst_index, src, src_index, width):

@@ -23,6 +23,10 @@ transition is named by the slot of its first record.
   that glue (docs/BENCHMARKS.md, Pixel replay, session 14). `draw_uniform(...)` draws a uniform
   batch by rejection over the stored records (the tree only for the few rejected), and
   `sample_uniform_windows(...)` is it and `gather_windows` in one call.
+- `FrameRecords`: a table's arrays and sizes, and its compiled sum tree's, as one argument of the
+  entry points `insert_steps`, `sample_uniform` and `sample_prioritized` (the three calls of an
+  env step and of a 1-step sample): numba unboxes every array argument of a call, and the 32 of
+  an insert's dispatch took ~2 us of its ~10 (docs/BENCHMARKS.md Pixel replay, session 39).
 - `threads=2` in the gathers (replay.gather_threads): a batch of TWO_THREADS_FROM or more is copied
   in two halves on numba's thread pool, bit-identical to one thread; ~0.55x the time when the
   second core is idle, far slower when it is busy (docs/ARCHITECTURE.md, the frame table).
@@ -30,9 +34,11 @@ transition is named by the slot of its first record.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.experimental import structref
 
-from pearl.kernels.cpu.fast_storage import LINE, _word_copy, importance_weights
+from pearl.kernels.cpu.fast_storage import (LINE, STREAM_BYTES, _store_fence, _stream_row, _word_copy,
+                                            importance_weights)
 from pearl.kernels.cpu.fast_sumtree import _find, _sample as _tree_sample, _write as _tree_write
 
 _NJIT = dict(cache=True, nogil=True)
@@ -43,6 +49,17 @@ TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (mea
 # docs/BENCHMARKS.md Pixel replay). `_copy_four_runs` spells the 4 streams out; the count is its shape
 WINDOWS_AT_ONCE = 4
 _copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
+# frames of this many bytes or more are written by non-temporal stores: a big table's next slot is
+# long out of the caches, and an ordinary store reads each of its lines from memory first (an
+# Atari frame's write 1.33 -> 0.92 us a call, measured: docs/BENCHMARKS.md Pixel replay, session 39)
+STREAM_FRAMES_FROM = 4096
+
+
+@njit(inline="always")
+def _streams_frames(frames):
+    """Whether frames' rows are written by non-temporal stores: large rows, each STREAM_BYTES-aligned."""
+    width = frames.shape[1]
+    return width >= STREAM_FRAMES_FROM and width % STREAM_BYTES == 0 and frames.ctypes.data % STREAM_BYTES == 0
 
 
 @njit(inline="always")
@@ -91,7 +108,10 @@ def _write_record(s, frame, end, first, frames, ends, back, valid, counts, episo
             g = base + u % length
             if back[g] >= j:
                 count = _set_valid(g, 0, valid, state, changed, count, marks, stamp)
-    _copy(frames[slot], frame)
+    if _streams_frames(frames):
+        _stream_row(frames[slot], frame)
+    else:
+        _copy(frames[slot], frame)
     ends[slot] = end
     if first:
         episode_start[s] = t
@@ -152,6 +172,8 @@ def write_steps(frames, actions, rewards, ends, back, valid, counts, episode_sta
         starting[s] = end != CONTINUES
     for c in range(count):
         priorities[c] = priority if valid[changed[c]] else 0.0
+    if _streams_frames(frames):
+        _store_fence()
     return count
 
 
@@ -454,3 +476,55 @@ def sample_windows(sums, prefix, mins, offsets, depth, k, uniforms, mass, size, 
     gather_windows(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
                    returns_out, discounts_out, threads)
     return True
+
+
+@structref.register
+class FrameRecordsType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class FrameRecords(structref.StructRefProxy):
+    """A frame table's records (frames .. marks), sizes (length, stack, n), n-step discount
+    powers and its compiled sum tree's arrays (sums .. k, tree_marks: NumbaSumTree's; empty
+    arrays for a table whose selector is another backend's), held by reference: the kernels
+    write the table's own arrays."""
+
+
+FRAME_RECORD_FIELDS = ("frames", "actions", "rewards", "ends", "back", "valid", "counts", "episode_start", "starting",
+                       "state", "marks", "length", "stack", "n", "powers", "sums", "prefix", "mins", "offsets",
+                       "depth", "k", "tree_marks")
+structref.define_proxy(FrameRecords, FrameRecordsType, list(FRAME_RECORD_FIELDS))
+
+
+@njit(**_NJIT)
+def insert_steps(r, streams, obs_frames, step_actions, step_rewards, next_frames, terminated, truncated, changed,
+                 priority, priorities, nodes, selected):
+    """write_steps into the records of `r`, and with `selected` write_steps_selected (the
+    priorities into its compiled tree; `nodes` that tree's scratch, as long as `changed`)."""
+    if selected:
+        return write_steps_selected(r.frames, r.actions, r.rewards, r.ends, r.back, r.valid, r.counts,
+                                    r.episode_start, r.starting, r.state, r.marks, r.length, r.stack, r.n, streams,
+                                    obs_frames, step_actions, step_rewards, next_frames, terminated, truncated,
+                                    changed, priority, priorities, r.sums, r.prefix, r.mins, r.offsets, r.depth, r.k,
+                                    r.tree_marks, nodes)
+    return write_steps(r.frames, r.actions, r.rewards, r.ends, r.back, r.valid, r.counts, r.episode_start,
+                       r.starting, r.state, r.marks, r.length, r.stack, r.n, streams, obs_frames, step_actions,
+                       step_rewards, next_frames, terminated, truncated, changed, priority, priorities)
+
+
+@njit(**_NJIT)
+def sample_uniform(r, uniforms, mass, indices, windows_out, actions_out, returns_out, discounts_out, threads):
+    """sample_uniform_windows from the records and tree of `r`."""
+    return sample_uniform_windows(r.sums, r.prefix, r.offsets, r.depth, r.k, uniforms, mass, r.valid, r.counts,
+                                  r.frames, r.actions, r.rewards, r.ends, r.back, r.length, r.stack, r.powers,
+                                  indices, windows_out, actions_out, returns_out, discounts_out, threads)
+
+
+@njit(**_NJIT)
+def sample_prioritized(r, uniforms, mass, beta, indices, priorities, weights, windows_out, actions_out, returns_out,
+                       discounts_out, threads):
+    """sample_windows from the records and tree of `r`, its valid transitions counted in r.state[0]."""
+    return sample_windows(r.sums, r.prefix, r.mins, r.offsets, r.depth, r.k, uniforms, mass, r.state[0], beta,
+                          r.frames, r.actions, r.rewards, r.ends, r.back, r.length, r.stack, r.powers, indices,
+                          priorities, weights, windows_out, actions_out, returns_out, discounts_out, threads)

@@ -50,15 +50,18 @@ from pearl.kernels.cpu import frame_storage, torch_threads_kept
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
-from pearl.kernels.cpu.frame_storage import any_left, draw_uniform, write_steps, write_steps_selected
+from pearl.kernels.cpu.frame_storage import FrameRecords, any_left, draw_uniform, insert_steps
 from pearl.replay.base import Batch, CopyOnWriteBlocks, admit_insert, admit_sample
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
 
 # the gathers on 2 threads (gather_threads) start a numba parallel region
-gather_transitions, gather_windows, sample_windows, sample_uniform_windows = (
+gather_transitions, gather_windows, sample_prioritized, sample_uniform = (
     torch_threads_kept(kernel) for kernel in (frame_storage.gather_transitions, frame_storage.gather_windows,
-                                              frame_storage.sample_windows, frame_storage.sample_uniform_windows))
+                                              frame_storage.sample_prioritized, frame_storage.sample_uniform))
+# the kernels' records of a table whose selector is not the compiled tree (its tree fields go
+# unread): arrays of the compiled tree's types, so the records' type and compiled kernels are one
+_NO_TREE = np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), 0, 2, np.zeros(0, np.int64)
 
 KINDS = ("uniform", "prioritized", "amper")
 _INT64, _FLOAT32, _BOOL = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.bool_)
@@ -131,8 +134,6 @@ class FrameReplay:
         self._state = np.zeros(2, np.int64)  # valid transitions, the kernel's listing stamp
         self._changed, self._changed_priorities = np.empty(0, np.int64), np.empty(0, np.float64)
         self._powers = gamma ** np.arange(n_step + 1, dtype=np.float64)
-        self._records = (self._frames, self._actions, self._rewards, self._ends, self._back, self._valid, self._counts,
-                         self._episode_start, self._starting, self._state, self._marks, self.length, stack, n_step)
         self.inserted = 0  # env steps ever inserted (one transition each)
         self.backend, self.fanout = backend, fanout
         self._set_selector(self._new_selector())
@@ -150,12 +151,23 @@ class FrameReplay:
     def __getstate__(self):
         # the outputs' obs and next obs are views of one window buffer: made again in a copy, which
         # also has no snapshot of its own being written
-        return {**self.__dict__, "_outputs": {}, "_snapshots": []}
+        # (and the kernels' records, which hold the arrays by reference: made again from the copy's)
+        state = {**self.__dict__, "_outputs": {}, "_snapshots": []}
+        del state["_records"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._set_selector(self.tree)
 
     def _set_selector(self, tree) -> None:
         self.tree = tree
         self._compiled = isinstance(tree, NumbaSumTree)
         self._amper = hasattr(tree, "sample_with_probabilities")
+        tree_arrays = (*tree._arrays(), tree._marks) if self._compiled else _NO_TREE
+        self._records = FrameRecords(self._frames, self._actions, self._rewards, self._ends, self._back, self._valid,
+                                     self._counts, self._episode_start, self._starting, self._state, self._marks,
+                                     self.length, self.stack, self.n_step, self._powers, *tree_arrays)
 
     # -- reads
     @property
@@ -185,12 +197,12 @@ class FrameReplay:
             values = np.asarray(values)
         if values.ndim == len(self.obs_shape) + 1:  # full stacks: the newest frame
             values = values[:, -1]
-        if values.shape != (count, *self.frame_shape):
+        if values.shape[0] != count or values.shape[1:] != self.frame_shape:
             raise ValueError(f"frame replay {name}: expected {count} frames of shape {self.frame_shape} "
                              f"(or stacks of {self.obs_shape}), got {values.shape}")
-        if values.dtype != self.frame_dtype:
+        if values.dtype is not self.frame_dtype and values.dtype != self.frame_dtype:
             values = values.astype(self.frame_dtype)
-        if not values[0].flags.c_contiguous:
+        if not (values.flags.c_contiguous or values[0].flags.c_contiguous):  # (rows may sit apart: a stack's newest)
             values = np.ascontiguousarray(values)
         values = values.reshape(count, -1)
         return values if values.dtype == np.uint8 else values.view(np.uint8)
@@ -201,7 +213,8 @@ class FrameReplay:
         whose transitions became sampleable or left."""
         streams = _column(streams, _INT64, -1)
         count = streams.shape[0]
-        admit_insert(self.rate_limiter, count)
+        if self.rate_limiter is not None:
+            admit_insert(self.rate_limiter, count)
         if not count:  # (a replay server's warm-up inserts nothing)
             return self._changed[:0]
         for snapshot in self._snapshots:
@@ -216,14 +229,9 @@ class FrameReplay:
             self._changed, self._changed_priorities = np.empty(size, np.int64), np.empty(size, np.float64)
         top = self.max_priority ** self.alpha if self.prioritized else 1.0
         changed = self._changed
-        if self._compiled:
-            tree = self.tree
-            filled = write_steps_selected(*self._records, streams, obs_rows, actions, rewards, next_rows, terminated,
-                                          truncated, changed, top, self._changed_priorities, *tree._arrays(),
-                                          tree._marks, tree._nodes(changed.shape[0]))
-        else:
-            filled = write_steps(*self._records, streams, obs_rows, actions, rewards, next_rows, terminated,
-                                 truncated, changed, top, self._changed_priorities)
+        nodes = self.tree._nodes(changed.shape[0]) if self._compiled else changed
+        filled = insert_steps(self._records, streams, obs_rows, actions, rewards, next_rows, terminated, truncated,
+                              changed, top, self._changed_priorities, nodes, self._compiled)
         if filled < 0:
             stream = streams[-filled - 1]
             stream = stream if stream >= 0 else ~stream  # (~s: a new writer's first step)
@@ -312,12 +320,8 @@ class FrameReplay:
         if not self.prioritized:  # (a uniform table's tree is always the compiled one)
             uniforms = rng.random(out=prepared[10][0])  # a first try each, and a tree draw where it misses
             if self.n_step == 1:  # draw and gather in one compiled call
-                drawn = sample_uniform_windows(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout,
-                                               uniforms, scratch, self._valid, self._counts, self._frames,
-                                               self._actions, self._rewards, self._ends, self._back, self.length,
-                                               self.stack, self._powers, indices, obs.base, actions, returns,
-                                               discounts, self.gather_threads)
-                if not drawn:
+                if not sample_uniform(self._records, uniforms, scratch, indices, obs.base, actions, returns, discounts,
+                                      self.gather_threads):
                     raise ValueError(NO_MASS)
                 return self._batch(prepared, indices)
             if not draw_uniform(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout, uniforms, scratch,
@@ -326,11 +330,8 @@ class FrameReplay:
             return self.gather(indices)
         uniforms = rng.random(out=prepared[10][1])
         if self._compiled and self.n_step == 1:  # draw, weights and gather in one compiled call
-            if not sample_windows(tree._sums, tree._prefix, tree._mins, tree.offsets, tree.depth, tree.fanout,
-                                  uniforms, scratch, self.size, self.beta, self._frames, self._actions,
-                                  self._rewards, self._ends, self._back, self.length, self.stack, self._powers,
-                                  indices, priorities, weights, obs.base, actions, returns, discounts,
-                                  self.gather_threads):
+            if not sample_prioritized(self._records, uniforms, scratch, self.beta, indices, priorities, weights,
+                                      obs.base, actions, returns, discounts, self.gather_threads):
                 raise ValueError(NO_MASS)
             batch = self._batch(prepared, indices)
             batch.weights = weights
