@@ -181,6 +181,27 @@ def test_state_dict_round_trip_samples_the_same():
     assert copy.size == table.size and copy.inserted == table.inserted
 
 
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "amper"])
+def test_a_pickled_table_samples_the_same_and_writes_its_own_arrays(kind):
+    """A copy (pickle, deepcopy) gets kernel records of its own arrays: the same samples as the
+    original, and its inserts leave the original untouched."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(3)
+    table = FrameReplay(128, LARGE, 4, streams=2, n_step=1, kind=kind)
+    reference = ReferenceFrameReplay(64, 2, 4, 1, 0.99)
+    drive(table, reference, rng, 80, 0.05, 2, np.uint8)
+    for clone in (pickle.loads(pickle.dumps(table)), copy.deepcopy(table)):
+        a, b = table.sample(8, np.random.default_rng(5)), clone.sample(8, np.random.default_rng(5))
+        for name in ("obs", "next_obs", "actions", "rewards", "discounts", "indices"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        frames, valid = table._frames.copy(), table._valid.copy()
+        drive(clone, ReferenceFrameReplay(64, 2, 4, 1, 0.99), np.random.default_rng(6), 40, 0.05, 2, np.uint8)
+        assert not np.array_equal(clone._frames, frames)
+        assert np.array_equal(table._frames, frames) and np.array_equal(table._valid, valid)
+
+
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
 def test_a_state_holds_the_stored_records_only_and_loads_into_any_table(kind):
     """A checkpoint of a table that is far from full holds each stream's stored records, not its
