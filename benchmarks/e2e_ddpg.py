@@ -39,6 +39,9 @@ learner's products on two threads).
     python benchmarks/e2e_ddpg.py                  # 3 seeds x 5000 steps (~10 min on 2 cores)
     python benchmarks/e2e_ddpg.py --quick          # smoke test: 1 seed x 1500 steps
     python benchmarks/e2e_ddpg.py --threads 2 --json out.json   # PEARL's learner on 2 threads
+    # issue 19's row at the RL Zoo's Pendulum budget, where both sides have learned on every seed
+    # (at 5000 steps a seed of either library often has not: its returns are a coin toss)
+    python benchmarks/e2e_ddpg.py --precision bf16 --runtime processes --threads 2 --seeds 0 1 --steps 20000
 """
 from __future__ import annotations
 
