@@ -170,7 +170,7 @@ def test_the_target_thread_takes_the_callers_float_mode():
     """The worker flushes denormals when the learner's thread does (pearl.kernels.cpu.cpu_kernel_mode
     sets it on the calling thread only): a denormal product there costs ~100x."""
     from pearl.kernels.cpu import cpu_kernel_mode
-    from pearl.kernels.cpu.qlearn import thread_float_mode
+    from pearl.kernels.cpu.float_mode import thread_float_mode
 
     learner = TorchLearner(algorithm("minatar"), "cpu", "bf16", target_thread=True)
     learner.update(frames("minatar", 0))  # the worker is made here, outside the mode

@@ -340,19 +340,19 @@ def test_the_pool_thread_takes_the_callers_float_mode():
     1-thread step's, and its denormals ran up to 2x slower."""
     from numba import njit, prange
 
-    from pearl.kernels.cpu.qlearn import _float_mode, _set_float_mode
+    from pearl.kernels.cpu.float_mode import apply_float_mode, current_float_mode
 
     @njit(parallel=True)
     def modes_seen(mode):
         seen = np.zeros(2, np.int64)
         for side in prange(2):
-            _set_float_mode(mode)
-            seen[side] = _float_mode()
+            apply_float_mode(mode)
+            seen[side] = current_float_mode()
         return seen
 
     @njit
     def caller_mode():
-        return _float_mode()
+        return current_float_mode()
 
     with cpu_kernel_mode():
         flushing = caller_mode()
@@ -360,6 +360,30 @@ def test_the_pool_thread_takes_the_callers_float_mode():
     assert flushing != plain  # FTZ and DAZ (x86's MXCSR bits 15 and 6) on under cpu_kernel_mode
     for mode in (flushing, plain):
         np.testing.assert_array_equal(modes_seen(mode), [mode, mode])
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
+def test_torchs_intra_op_threads_flush_denormals_under_cpu_kernel_mode_and_not_after():
+    """torch's intra-op threads keep the mode of the thread that made them: made here before
+    cpu_kernel_mode, they would run their share of a 2-thread op (a learner on 2 torch threads)
+    on denormals unflushed unless the mode reaches them too. An elementwise op on 4M denormal
+    floats splits over both threads; each thread's share of x * 1.0 stays denormal or becomes 0
+    by its own mode."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.full((1 << 22,), 1e-39)  # below float32's smallest normal (1.2e-38)
+
+        def denormals_kept():
+            return int(((x * 1.0) != 0).sum())
+
+        assert denormals_kept() == x.numel()  # the pool exists now, made without flushing
+        with cpu_kernel_mode():
+            assert torch.get_num_threads() == 2
+            assert denormals_kept() == 0  # the caller's share and the pool thread's
+        assert denormals_kept() == x.numel()  # restored on exit, on both
+    finally:
+        torch.set_num_threads(threads)
 
 
 # -- precision bf16: the inner hidden layers' products in bfloat16 -----------------------------------

@@ -2,19 +2,16 @@
 
 The kernels work on matrices of a few thousand elements, where a multi-threaded BLAS only adds
 synchronisation: with one other busy process on a 2-core machine, OpenBLAS's second thread made
-the fused DQN step 15x slower (4.6 ms instead of 0.32 ms). `cpu_kernel_mode()` pins BLAS to
-one thread while the runtime runs (its parallelism comes from running tasks side by side, and
-from the fused DQN step's products side by side on two threads, each a one-thread call), and
-flushes denormal floats to zero on the calling thread: Adam's second moments of tiny
-gradients fall into the denormal range, where x86 arithmetic is up to 100x slower (the fused
-step went from 237 us to 202 us with flushing on).
+the fused DQN step 15x slower (4.6 ms instead of 0.32 ms). `cpu_kernel_mode()` (float_mode.py)
+pins BLAS to one thread while the runtime runs (its parallelism comes from running tasks side by
+side, and from the fused DQN step's products side by side on two threads, each a one-thread call),
+and flushes denormal floats to zero on the learner's threads.
 """
 import functools
 import hashlib
 import os
 import platform
 import sys
-from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
 
@@ -57,7 +54,8 @@ _use_compiled_cache_folder()
 
 # imported on first use: an actor process needs the MLP, not the learner's BLAS (SciPy) or the tree
 _EXPORTS = {"MLPLayout": "pearl.kernels.cpu.mlp", "QPolicy": "pearl.kernels.cpu.mlp",
-            "FusedQLearner": "pearl.kernels.cpu.qlearn", "SumTree": "pearl.kernels.cpu.sumtree"}
+            "FusedQLearner": "pearl.kernels.cpu.qlearn", "SumTree": "pearl.kernels.cpu.sumtree",
+            "cpu_kernel_mode": "pearl.kernels.cpu.float_mode"}
 
 
 def __getattr__(name: str):
@@ -105,18 +103,3 @@ def torch_threads_kept(kernel):
         finally:
             torch.set_num_threads(threads)
     return kept
-
-
-@contextmanager
-def cpu_kernel_mode():
-    """One BLAS thread and denormals flushed to zero on this thread, restored on exit."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        flushing = flush_denormals()
-        try:
-            yield
-        finally:
-            if flushing:
-                torch.set_flush_denormal(False)

@@ -14,8 +14,8 @@ numba's thread pool: the online forward on the caller beside the target forward 
 thread, and each hidden layer's gradient passed down on the caller beside its weight gradient on
 the pool's thread (so the online weights, which Adam writes on the caller, are read only there).
 Each product is the one-thread kernel's own BLAS call, so the result is the same to the bit, and
-the pool's thread takes the caller's floating-point mode first (cpu_kernel_mode flushes denormals
-on the caller only; without it the update ran up to 3x slower in some processes). A pair pays
+the pool's thread takes the caller's floating-point mode first (float_mode.py: a thread keeps
+the mode it was made with; without it the update ran up to 3x slower in some processes). A pair pays
 only for products of PAIR_FROM_MACS multiply-adds or more (pearl.kernels.cpu.paired_products):
 below, the pool's hand-off and end barrier cost more than the half it saves (docs/BENCHMARKS.md
 issue 19, session 18).
@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so cpu_kernel_mode's BLAS limit covers it)
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
-from pearl.kernels.cpu import PAIR_FROM_MACS, X86, torch_threads_kept
+from pearl.kernels.cpu import PAIR_FROM_MACS, torch_threads_kept
 from pearl.kernels.cpu.bf16_gemm import (bf16_bits, bf16_product, interleave_rows, pack_columns, pack_row_pairs,
                                          pack_rows, transpose)
+from pearl.kernels.cpu.float_mode import apply_float_mode, current_float_mode
 from pearl.kernels.cpu.mlp import MLPLayout, activation_offsets, bf16_layers, mlp_forward, pack_forward_weights
 
 # error_model "numpy": a division by zero gives inf instead of raising, so numba emits no zero
@@ -44,56 +43,11 @@ from pearl.kernels.cpu.mlp import MLPLayout, activation_offsets, bf16_layers, ml
 _NJIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
-_MXCSR = X86  # SSE's control and status register
-
-
-def _mxcsr_call(builder, name: str, slot) -> None:
-    fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]))
-    builder.call(fn, [builder.bitcast(slot, ir.IntType(8).as_pointer())])
-
-
-@intrinsic
-def _float_mode(typingctx):
-    """The calling thread's floating-point mode (x86's MXCSR: rounding, denormal flushing); 0 elsewhere."""
-    def codegen(context, builder, sig, args):
-        if not _MXCSR:
-            return ir.Constant(ir.IntType(64), 0)
-        slot = builder.alloca(ir.IntType(32))
-        _mxcsr_call(builder, "llvm.x86.sse.stmxcsr", slot)
-        return builder.zext(builder.load(slot), ir.IntType(64))
-    return types.int64(), codegen
-
-
-@intrinsic
-def _set_float_mode(typingctx, mode):
-    """Gives the calling thread the floating-point mode `mode` (from _float_mode)."""
-    def codegen(context, builder, sig, args):
-        if _MXCSR:
-            slot = builder.alloca(ir.IntType(32))
-            builder.store(builder.trunc(args[0], ir.IntType(32)), slot)
-            _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
-        return context.get_dummy_value()
-    return types.void(types.int64), codegen
-
-
-@njit(**_NJIT)
-def thread_float_mode() -> int:
-    """The calling thread's floating-point mode, for `set_thread_float_mode` on another thread."""
-    return _float_mode()
-
-
-@njit(**_NJIT)
-def set_thread_float_mode(mode: int) -> None:
-    """Gives the calling thread the mode `thread_float_mode` read (a worker thread made before or
-    outside `cpu_kernel_mode` takes its caller's denormal flushing so)."""
-    _set_float_mode(mode)
-
-
 @njit(**_NJIT)
 def _forward_side(side, online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs):
     """One side of the forward pair (not inlined, so that the parallel compile of _forward_pair
     does not reach mlp_forward's loops)."""
-    _set_float_mode(mode)
+    apply_float_mode(mode)
     low, packed, packed_target, _, scratch, scratch_target, _ = packs
     if side == 0:
         mlp_forward(online, shapes, offsets, x, acts, act_offsets, low, packed, scratch)
@@ -112,7 +66,7 @@ def _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_act
 def _backward_side(side, grad_z, inputs, weight, grad_weight, grad_below, mode, low, packed_down, scratch):
     """Side 0: the gradient passed down; side 1: the weight gradient; in bfloat16 where `low`
     (`packed_down`: the weight as _pack_online packs it; `scratch`: this side's own)."""
-    _set_float_mode(mode)
+    apply_float_mode(mode)
     batch, n_out = grad_z.shape
     if side == 0:
         if low:
@@ -224,7 +178,7 @@ def _dqn_step(online, target, grad, exp_avg, exp_avg_sq, shapes, offsets, obs, a
         widest = max(widest, shapes[layer, 0] * shapes[layer, 1])
     packs = (low, packed, packed_target, packed_down, scratch, scratch_target, low_bits)
     _pack_online(online, shapes, offsets, low, low_bits, packed, packed_down, rows_current)
-    mode = _float_mode()
+    mode = current_float_mode()
     if threads > 1 and batch * widest >= PAIR_FROM_MACS:
         _forward_pair(online, target, shapes, offsets, x, next_obs, acts, target_acts, act_offsets, mode, packs)
     else:

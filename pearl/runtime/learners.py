@@ -21,7 +21,7 @@ import torch
 
 from pearl.contracts import Learner, implements
 from pearl.kernels.cpu import FusedQLearner
-from pearl.kernels.cpu.qlearn import set_thread_float_mode, thread_float_mode
+from pearl.kernels.cpu.float_mode import set_thread_float_mode, thread_float_mode
 from pearl.nets import BF16Copy, as_views_of
 
 
