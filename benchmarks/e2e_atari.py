@@ -68,6 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runtimes", nargs="+", choices=["sequential", "processes"], default=["sequential"])
     p.add_argument("--actors", type=int, default=1, help="actor processes of the processes runtime")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="PEARL's learner precision")
+    p.add_argument("--actor-priority", choices=["auto", "normal", "low"], default="auto",
+                   help="PEARL's runtime.actor_priority (default auto: low with --threads 2 and 1 actor on 2 cores)")
     p.add_argument("--frame-stack", type=int, default=4, help="PEARL's replay.frame_stack (default 4, as "
                    "configs/breakout_dqn.yaml: each frame stored once; 0: whole stacked observations, as SB3)")
     p.add_argument("--omp-wait-policy", choices=["passive", "active"], default=None,
@@ -95,6 +97,7 @@ def run_pearl(seed: int, args, runtime: str) -> dict:
         updates_per_step=1.0 / TRAIN_FREQ, target_update_interval=TARGET_UPDATE, tau=1.0, double=False,
         n_step=1, max_grad_norm=MAX_GRAD_NORM, exploration={"initial": 1.0, "final": EPS_FINAL, "fraction": EPS_FRACTION},
         replay="uniform", capacity=BUFFER, torch_threads=args.threads, learner_precision=args.precision,
+        actor_priority=args.actor_priority,
         plan=Plan(batch_size=BATCH, runtime=runtime, actors=args.actors if runtime == "processes" else 1))
     _ = agent.actor  # the env is built before the clock starts
     started, cpu = time.perf_counter(), cpu_seconds()
@@ -181,7 +184,7 @@ def main(argv=None) -> int:
                platform.processor())
     print(f"PEARL vs SB3 {found['sb3']} DQN on {ENV_ID}: {args.steps} steps x seeds {args.seeds}, learning_starts "
           f"{args.learning_starts}, torch {found['torch']}; PEARL {args.threads} thread(s), precision "
-          f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
+          f"{args.precision}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}, frame_stack {args.frame_stack}, actor_priority {args.actor_priority}, runtimes {args.runtimes} ({args.actors} actor process(es) for processes); SB3 "
           f"threads {args.sb3_threads}; CPU {cpu}, {os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
     runners = {name: (lambda seed, name=name: run_fresh(__file__, name, seed, argv)) for name in sides(args)}
     results = run_alternating(args.seeds, runners, report)

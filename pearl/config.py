@@ -171,6 +171,11 @@ class RuntimeConfig:
     # with torch_threads > 1, the learner's count while it runs: torch_threads or 1, whichever
     # updates faster now (pearl/runtime/adaptive_threads.py); false: always torch_threads
     adapt_threads: bool = True
+    # the processes runtime's actor processes: low = niced below the learner, so that the kernel
+    # preempts an actor rather than a learner thread where they share a core; auto: low where the
+    # learner's torch_threads (> 1) and the actors outnumber the cores (pearl/runtime/processes.py
+    # actor_niceness), else normal
+    actor_priority: Literal["auto", "normal", "low"] = "auto"
 
     def check(self, at: str) -> None:
         from pearl.kernels.registry import parse_device
@@ -502,7 +507,7 @@ def _keyword_overrides(kwargs: dict, algo: str) -> dict:
         elif key in ("checkpoint_interval", "checkpoint_seconds"):
             out[f"log.{key}"] = value
         elif key in ("device", "learner_kernel", "learner_precision", "envs_per_actor", "torch_threads",
-                     "adapt_threads"):
+                     "adapt_threads", "actor_priority"):
             out[f"runtime.{key}"] = value
         else:
             raise ConfigError(f"{key}: unknown {algo.upper()} option")

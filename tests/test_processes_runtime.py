@@ -551,3 +551,37 @@ def test_lag_zero_is_the_sequential_run_with_a_cnn_on_minatar():
         agent.train()
         return agent.parts.learner.policy_weights().copy()
     np.testing.assert_array_equal(run("processes", deterministic_lag=0), run("sequential"))
+
+
+def niceness_of_threads(pid: int) -> set[int]:
+    """The niceness of each thread of process `pid` (a thread takes its creator's; field 19 of its stat)."""
+    tasks = f"/proc/{pid}/task"
+    return {int(open(f"{tasks}/{tid}/stat").read().rpartition(")")[2].split()[16]) for tid in os.listdir(tasks)}
+
+
+@pytest.mark.parametrize("priority,threads,cores,nicer", [("low", 1, 2, processes.LOW_PRIORITY_NICENESS),
+                                                          ("normal", 2, 2, 0), ("auto", 2, 2, processes.LOW_PRIORITY_NICENESS),
+                                                          ("auto", 2, 4, 0), ("auto", 1, 1, 0)])
+def test_actor_processes_run_at_the_priority_asked(monkeypatch, start, priority, threads, cores, nicer):
+    """runtime.actor_priority: every thread of every actor process runs `nicer` than the learner
+    (auto: low only where the learner's threads and the actors outnumber the cores)."""
+    import pearl.devices
+
+    monkeypatch.setattr(pearl.devices, "cpu_devices", lambda: [{"id": "cpu", "kind": "cpu", "cores": cores}])
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), actor_priority=priority, torch_threads=threads,
+                      adapt_threads=False, **FAST)
+    seen = {}
+
+    def look(a):
+        if a.env_steps >= 1000 and not seen:
+            seen.update({p.pid: niceness_of_threads(p.pid) for p in a.actor_processes.processes})
+
+    agent.train(2000, on_round=look)
+    learner = os.getpriority(os.PRIO_PROCESS, 0)
+    assert len(seen) == 2 and all(values == {min(19, learner + nicer)} for values in seen.values()), seen
+    assert os.getpriority(os.PRIO_PROCESS, 0) == learner  # the learner's own is untouched
+
+
+def test_actor_priority_is_checked():
+    with pytest.raises(ConfigError, match="runtime.actor_priority: expected one of 'auto', 'normal', 'low'"):
+        pearl.DQN("CartPole-v1", actor_priority="lowest", **FAST)

@@ -123,11 +123,12 @@ def _wait(spins: int) -> int:
 
 
 # An actor's interpreter: isolated (-I: no cwd or script dir on sys.path, no PYTHON* variables, no
-# user site), deaf to the terminal's Ctrl-C (the learner stops it), its sys.path the learner's as
+# user site), deaf to the terminal's Ctrl-C (the learner stops it), niced by its first argument
+# (before any thread starts: a thread takes its creator's niceness), its sys.path the learner's as
 # sent on stdin, then actor_main. A Ctrl-C in the few ms before the first line runs kills it as a
 # signal would (the learner restarts it, or is stopping anyway).
-ACTOR_BOOT = ("import pickle, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-              "sys.path[:] = pickle.load(sys.stdin.buffer); "
+ACTOR_BOOT = ("import os, pickle, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "os.nice(int(sys.argv[1])); sys.path[:] = pickle.load(sys.stdin.buffer); "
               "from pearl.runtime.processes import actor_main; actor_main()")
 
 
@@ -145,6 +146,24 @@ def actor_path(modules: tuple[str, ...]) -> list[str]:
             if folder not in path:
                 path.append(folder)
     return path
+
+
+# How much nicer than the learner a low-priority actor process runs (runtime.actor_priority): the
+# most there is, so that where an actor and a learner thread want the same core the kernel runs the
+# learner's (a scheduling weight of 15 against 1024)
+LOW_PRIORITY_NICENESS = 19
+
+
+def actor_niceness(priority: str, learner_threads: int, actors: int, cores: int) -> int:
+    """The niceness the actor processes add to the learner's (runtime.actor_priority). auto: low
+    where the learner runs on more than one thread and its threads and the actors outnumber the
+    cores. There a learner thread the kernel preempts for an actor stalls the learner's whole
+    parallel product at its next barrier, while an actor preempted for the learner delays only its
+    own next step, which the learner waits for anyway once it has learned (DQN on Atari, bf16 on 2
+    threads with 1 actor on 2 cores: +17% env steps/s, docs/BENCHMARKS.md "Actor priority")."""
+    if priority == "auto":
+        priority = "low" if learner_threads > 1 and learner_threads + actors > cores else "normal"
+    return LOW_PRIORITY_NICENESS if priority == "low" else 0
 
 
 BLAS_BINDINGS = "scipy.linalg.cython_blas"
@@ -372,9 +391,10 @@ class _ActorProcesses:
     """
 
     def __init__(self, parts, start_steps: int, n_weights: int, quota: int, fork: bool = False,
-                 board: VersionBoard | None = None):
+                 board: VersionBoard | None = None, niceness: int = 0):
         """`board`: a deterministic run's (its actor 0 then starts with the run's seed, as the
-        sequential runtime's actor does); None: a WeightBoard for `n_weights` weights."""
+        sequential runtime's actor does); None: a WeightBoard for `n_weights` weights. `niceness`:
+        what each actor process adds to the learner's (`actor_niceness`)."""
         plan = parts.plan
         if "__main__" in parts.actor_recipe.modules:
             raise PearlError(f"env: {parts.config.env} was registered by the main script; actor processes "
@@ -396,6 +416,7 @@ class _ActorProcesses:
         self.generations = [0] * self.n
         self.restarts = 0
         self.fork = fork
+        self.niceness = niceness
 
     def start(self, index: int) -> None:
         if self.deterministic and index == 0 and self.generations[0] == 0:
@@ -407,7 +428,7 @@ class _ActorProcesses:
             self.processes[index] = self._fork(index, seed)
             return
         args = (index, self.recipe, seed, self.channels[index].spec(), (type(self.board), self.board.spec()), os.getpid())
-        process = subprocess.Popen([sys.executable, "-I", "-c", ACTOR_BOOT], stdin=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-I", "-c", ACTOR_BOOT, str(self.niceness)], stdin=subprocess.PIPE,
                                    env={**os.environ, **ONE_BLAS_THREAD})
         try:
             pickle.dump(actor_path((*self.recipe.modules, self.recipe.actor_class.__module__)), process.stdin)
@@ -451,6 +472,7 @@ class _ActorProcesses:
                     signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.nice(self.niceness)  # (the child's only thread: the one that forked)
             # the learner's objects stay shared with it until written: a collection here would
             # write to every one of them (reference counts and links), so none is ever collected
             gc.freeze()
@@ -709,8 +731,12 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         lockstep = _Lockstep(parts, start, counters.updates, weights.size, n * (ahead // envs + 2))
         lockstep.publish(counters.updates, weights)
         lockstep.plan_rounds(0, n * quota // envs)
+    from pearl.devices import cpu_devices
+
+    niceness = actor_niceness(parts.config.runtime.actor_priority, parts.config.runtime.torch_threads, n,
+                              cpu_devices()[0]["cores"])
     actors = _ActorProcesses(parts, start, weights.size, quota, fork=fork_actors(parts),
-                             board=lockstep.board if lockstep else None)
+                             board=lockstep.board if lockstep else None, niceness=niceness)
     board, channels = actors.board, actors.channels
     if lockstep is None:
         board.publish(weights)
