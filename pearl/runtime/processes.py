@@ -160,7 +160,8 @@ def actor_niceness(priority: str, learner_threads: int, actors: int, cores: int)
     cores. There a learner thread the kernel preempts for an actor stalls the learner's whole
     parallel product at its next barrier, while an actor preempted for the learner delays only its
     own next step, which the learner waits for anyway once it has learned (DQN on Atari, bf16 on 2
-    threads with 1 actor on 2 cores: +17% env steps/s, docs/BENCHMARKS.md "Actor priority")."""
+    threads with 1 actor on 2 cores: +18-21% env steps/s, docs/BENCHMARKS.md "Pixels end to end",
+    session 43)."""
     if priority == "auto":
         priority = "low" if learner_threads > 1 and learner_threads + actors > cores else "normal"
     return LOW_PRIORITY_NICENESS if priority == "low" else 0
