@@ -576,8 +576,8 @@ def test_actor_processes_run_at_the_priority_asked(monkeypatch, start, priority,
         if a.env_steps >= 1000 and not seen:
             seen.update({p.pid: niceness_of_threads(p.pid) for p in a.actor_processes.processes})
 
-    agent.train(2000, on_round=look)
     learner = os.getpriority(os.PRIO_PROCESS, 0)
+    agent.train(2000, on_round=look)
     assert len(seen) == 2 and all(values == {min(19, learner + nicer)} for values in seen.values()), seen
     assert os.getpriority(os.PRIO_PROCESS, 0) == learner  # the learner's own is untouched
 
