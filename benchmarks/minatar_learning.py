@@ -20,9 +20,17 @@ episodes, epsilon-greedy as the paper's curves; `eval` = PEARL's greedy evaluati
 the target when the mean over the seeds reaches the published value with every seed at that frame
 count. No published value is built in (see TARGETS): without --target-return the verdict says so.
 
+Where the published figure cannot be read, `--reference-runs` takes the value from runs of the code
+that drew it (kenjyoung/MinAtar examples/dqn.py, the paper's DQN, NUM_FRAMES set to --frames; its
+`<output>_data_and_weights` file, or a JSON file with the same "returns" and "frame_stamps" lists):
+each run's mean return over its last 100 training episodes that ended by --target-frames (the
+measure PEARL's `mean_return_100` is), averaged over the runs. That code is not part of PEARL.
+
     python benchmarks/minatar_learning.py --frames 150000 --out runs/minatar-study
     python benchmarks/minatar_learning.py --frames 150000 --out runs/minatar-study \\
         --target-frames 150000 --target-return X --report     # the verdict only, no training
+    python benchmarks/minatar_learning.py --frames 150000 --out runs/minatar-study --report \\
+        --reference-runs ref/breakout-0_data_and_weights ref/breakout-1_data_and_weights ...
 """
 from __future__ import annotations
 
@@ -65,6 +73,44 @@ TARGETS = {
     },
 }
 METRICS = {"train": "train_return_100", "eval": "eval_return"}
+REFERENCE_EPISODES = 100  # the window of PEARL's mean_return_100
+
+
+def reference_run(path: Path) -> tuple[list[float], list[int]]:
+    """(episode returns, the frame count at each episode's end) of one reference run: a JSON file,
+    or the torch file MinAtar's examples/dqn.py writes (plain lists and tensors: loaded weights-only)."""
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            import torch
+
+            data = torch.load(path, weights_only=True)
+        returns, stamps = [float(r) for r in data["returns"]], [int(t) for t in data["frame_stamps"]]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError) as error:
+        raise SystemExit(f"--reference-runs {path}: expected a file with 'returns' and 'frame_stamps' "
+                         f"lists (examples/dqn.py's output or JSON), got {type(error).__name__}: {error}")
+    if len(returns) != len(stamps) or any(b < a for a, b in zip(stamps, stamps[1:])):
+        raise SystemExit(f"--reference-runs {path}: expected one rising frame stamp per episode return")
+    return returns, stamps
+
+
+def reference_return(paths: list[Path], frames: int) -> float:
+    """The mean over the runs in `paths` of each run's mean return over its last REFERENCE_EPISODES
+    episodes that ended at or before `frames`. A run's last episode is never counted: the code's loop
+    stops it unfinished at its frame budget."""
+    means = []
+    for path in paths:
+        returns, stamps = reference_run(path)
+        if not stamps or stamps[-1] < frames:
+            raise SystemExit(f"--reference-runs {path}: expected a run of >= {frames:,} frames, it ends "
+                             f"at {stamps[-1] if stamps else 0:,}")
+        ended = [r for r, t in zip(returns[:-1], stamps[:-1]) if t <= frames][-REFERENCE_EPISODES:]
+        if len(ended) < REFERENCE_EPISODES:
+            raise SystemExit(f"--reference-runs {path}: expected >= {REFERENCE_EPISODES} episodes ended by "
+                             f"{frames:,} frames, got {len(ended)}")
+        means.append(statistics.fmean(ended))
+    return statistics.fmean(means)
 
 
 def derived_config(base: dict, frames: int, eval_interval: int, log_interval: int) -> dict:
@@ -147,6 +193,14 @@ class Study:
         if args.target_return is not None:
             self.target.update(value=args.target_return, frames=args.target_frames or args.frames,
                                how_read=args.how_read or "given on the command line")
+        elif args.reference_runs:
+            frames = args.target_frames or args.frames
+            paths = [Path(p) for p in args.reference_runs]
+            self.target.update(
+                value=reference_return(paths, frames), frames=frames, metric="train",
+                how_read=args.how_read or f"the figure's own code re-run ({len(paths)} runs of kenjyoung/MinAtar "
+                f"examples/dqn.py: {', '.join(map(str, paths))}): each run's mean return over its last "
+                f"{REFERENCE_EPISODES} training episodes at {frames:,} frames, averaged")
         self.target["frames"] = self.target["frames"] or args.frames
         if self.target["frames"] > args.frames:
             raise SystemExit(f"--target-frames: at most --frames {args.frames:,}, got {self.target['frames']:,}")
@@ -250,12 +304,16 @@ def parse_args(argv=None):
     p.add_argument("--target", choices=sorted(TARGETS), default="young-tian-2019")
     p.add_argument("--target-frames", type=int, help="the frame count the published value is read at")
     p.add_argument("--target-return", type=float, help="the published curve's return there")
+    p.add_argument("--reference-runs", nargs="+", metavar="FILE",
+                   help="the target from runs of the published curve's code (examples/dqn.py's output files)")
     p.add_argument("--how-read", help="how the published value was read (kept in curves.json)")
     p.add_argument("--metric", choices=sorted(METRICS), help="override the target's metric")
     p.add_argument("--report", action="store_true", help="print the verdict from what is on disk; no training")
     args = p.parse_args(argv)
-    if args.target_frames is not None and args.target_return is None:
-        p.error("--target-frames: give --target-return with it")
+    if args.target_frames is not None and args.target_return is None and not args.reference_runs:
+        p.error("--target-frames: give --target-return or --reference-runs with it")
+    if args.target_return is not None and args.reference_runs:
+        p.error("--reference-runs: the target comes from --target-return or from reference runs, not both")
     if args.actors < 1:
         p.error(f"--actors: expected an integer >= 1, got {args.actors}")
     if args.poll <= 0:

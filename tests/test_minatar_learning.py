@@ -126,3 +126,69 @@ def test_bad_arguments_are_refused(tmp_path, capsys):
     assert "--target-frames: give --target-return" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="^--target-frames: at most"):
         _study(tmp_path, "--target-return", "1", "--target-frames", "30000")
+
+
+def _reference(path, returns, stamps):
+    path.write_text(json.dumps({"returns": returns, "frame_stamps": stamps}))
+    return str(path)
+
+
+def test_the_target_from_reference_runs_is_their_last_100_episodes_by_the_frame_count(tmp_path):
+    # run a: 150 episodes of 100 frames (returns 0..149), then one more that the loop cut at 15,050
+    a = _reference(tmp_path / "a.json", [*range(150), 99.0], [100 * (i + 1) for i in range(150)] + [15_050])
+    # run b: every return 2.0 by 12,000 frames, 9.0 after; its last episode ends at the budget
+    b = _reference(tmp_path / "b.json", [2.0] * 120 + [9.0] * 31, [100 * (i + 1) for i in range(151)])
+    # a at 15,000: episodes 50..149 (the cut one is never counted) -> 99.5; b at 12,000: 2.0
+    assert ml.reference_return([Path(a)], 15_000) == pytest.approx(99.5)
+    assert ml.reference_return([Path(b)], 12_000) == pytest.approx(2.0)
+    assert ml.reference_return([Path(a), Path(b)], 12_000) == pytest.approx((69.5 + 2.0) / 2)
+    # b at its budget, 15,100: its last episode is left out -> episodes 50..149: 70 x 2.0 + 30 x 9.0
+    assert ml.reference_return([Path(b)], 15_100) == pytest.approx((70 * 2.0 + 30 * 9.0) / 100)
+
+
+def test_reference_runs_in_the_file_minatars_dqn_writes(tmp_path):
+    import collections
+
+    import torch
+
+    torch.save({"returns": [1.0] * 100 + [3.0] * 100, "frame_stamps": list(range(10, 2001, 10)),
+                "policy_net_state_dict": collections.OrderedDict(w=torch.zeros(2, 2))},
+               tmp_path / "breakout_data_and_weights")
+    assert ml.reference_run(tmp_path / "breakout_data_and_weights")[0][-1] == 3.0
+    # episodes 99..198 (the 200th, at the budget, left out): one 1.0 and 99 x 3.0
+    assert ml.reference_return([tmp_path / "breakout_data_and_weights"], 2000) == pytest.approx((1.0 + 99 * 3.0) / 100)
+
+
+@pytest.mark.parametrize("content, frames, message", [
+    ({"returns": [1.0] * 200, "frame_stamps": list(range(1, 201))}, 500, "expected a run of >= 500 frames"),
+    ({"returns": [1.0] * 50, "frame_stamps": list(range(1, 51))}, 40, "expected >= 100 episodes"),
+    ({"returns": [1.0]}, 1, "expected a file with 'returns' and 'frame_stamps'"),
+    ({"returns": [1.0, 2.0], "frame_stamps": [5, 3]}, 1, "expected one rising frame stamp per episode"),
+])
+def test_bad_reference_runs_are_refused_naming_the_file(tmp_path, content, frames, message):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(SystemExit, match=f"^--reference-runs {path}: {message}"):
+        ml.reference_return([path], frames)
+    with pytest.raises(SystemExit, match="^--reference-runs .*missing.json: expected a file"):
+        ml.reference_return([tmp_path / "missing.json"], frames)
+
+
+def test_the_study_judged_against_reference_runs(tmp_path):
+    for seed, train in ((0, 2.0), (1, 3.0), (2, 4.0)):
+        run = tmp_path / f"seed-{seed}"
+        run.mkdir()
+        (run / "metrics.csv").write_text(HEADER + f"20000,15000,1500,{train},2.5,,0.1,100,190\n")
+    stamps = [150 * (i + 1) for i in range(133)] + [20_000]
+    refs = [_reference(tmp_path / f"ref{k}.json", [value] * 134, stamps) for k, value in enumerate((2.5, 3.5))]
+    data = _study(tmp_path, "--reference-runs", *refs).save()
+    assert data["target"]["value"] == pytest.approx(3.0) and data["target"]["frames"] == 20_000
+    assert "2 runs of kenjyoung/MinAtar examples/dqn.py" in data["target"]["how_read"]
+    assert data["verdict"].startswith("met: mean 3.00 >= published 3.00")
+    assert _study(tmp_path, "--reference-runs", refs[1], "--metric", "train").save()["verdict"].startswith("not met")
+
+
+def test_a_target_given_twice_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ml.parse_args(["--out", str(tmp_path), "--target-return", "1", "--reference-runs", "r.json"])
+    assert "--reference-runs: the target comes from --target-return or from reference runs" in capsys.readouterr().err
