@@ -58,7 +58,8 @@ CONFIG = ROOT / "configs" / "minatar_breakout_dqn.yaml"
 # Published DQN curves on MinAtar Breakout. `value` is the return read off the source at `frames`
 # frames; None where it has not been read (the figures are images: nothing on this machine or in
 # the text that the project's search could reach states the curve's values; docs/BENCHMARKS.md,
-# "Pixels end to end (issue 16)", session 14).
+# "Pixels end to end (issue 16)", sessions 14 and 44): --target-return enters a value read off the
+# figure, --reference-runs takes it from runs of the figure's own code.
 TARGETS = {
     "young-tian-2019": {
         "source": "Young & Tian 2019, MinAtar (arXiv:1903.03176v2), the DQN learning curve on Breakout "
@@ -206,6 +207,7 @@ class Study:
             raise SystemExit(f"--target-frames: at most --frames {args.frames:,}, got {self.target['frames']:,}")
         self.metric = METRICS[args.metric or self.target["metric"]]
         self.path = self.out / "curves.json"
+        self.env = yaml.safe_load(Path(args.config).read_text())["env"]
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"seeds": {}}
 
     def run_dir(self, seed: int) -> Path:
@@ -222,7 +224,7 @@ class Study:
                 state=seed_state(run_dir), curve=curve, at_target=at_target[seed])
         text, mean = verdict(at_target, self.target["value"], len(self.args.seeds))
         self.data.update(
-            study="DQN on MinAtar/Breakout-v1 (configs/minatar_breakout_dqn.yaml cut to --frames)",
+            study=f"DQN on {self.env} ({self.args.config} cut to --frames)",
             frames=self.args.frames, runtime=self.args.runtime, actors=self.args.actors,
             target=self.target, metric=self.metric, mean_at_target=mean, verdict=text,
             updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), load_average=load_average())
