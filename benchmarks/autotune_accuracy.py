@@ -354,7 +354,7 @@ HELDOUT = {
         [Candidate("uniform", "cpu", "cpu", "torch", 1, 64), Candidate("uniform", "cpu", "cpu", "torch", 16, 64),
          Candidate("uniform", "cpu", "cpu", "torch", 4, 64, runtime="processes", actors=2)]),
     # an image workload (issue 16): uint8 10x10x4 boards, the CNN learns with torch
-    "DQN MinAtar/Breakout-v1 CNN B32 u0.25": (
+    "DQN MinAtar/Breakout-v0 CNN B32 u0.25": (
         "minatar_breakout_dqn.yaml",
         {"dqn.updates_per_step": 0.25, "dqn.learning_starts": 500, "replay.capacity": 50_000},
         [Candidate("uniform", "cpu", "cpu", "torch", 1, 32), Candidate("prioritized", "cpu", "cpu", "torch", 4, 32),

@@ -1,9 +1,9 @@
 """Issue 16's learning study: DQN on MinAtar Breakout, several seeds, against a published DQN curve.
 
 Each seed is one `pearl train` of configs/minatar_breakout_dqn.yaml (the MinAtar paper's DQN: Young
-& Tian 2019, arXiv:1903.03176; Adam for RMSProp, see the config's header) cut to `--frames` env
+& Tian 2019, arXiv:1903.03176, and its code; see the config's header) cut to `--frames` env
 steps (= MinAtar frames: no frame skip). The cut keeps the paper's schedule in absolute frames (epsilon
-1 -> 0.1 over the first 100k frames, replay start 5000, target every 1000, one update per frame), so
+1 -> 0.1 over the 100k frames after the replay start of 5000, target every 1000, one update per frame), so
 a run's first N frames are those of the paper's 5M-frame run and its curve is comparable at N.
 
 The study writes, under --out: the derived config (config.yaml), one run directory per seed
@@ -65,7 +65,7 @@ TARGETS = {
         "source": "Young & Tian 2019, MinAtar (arXiv:1903.03176v2), the DQN learning curve on Breakout "
                   "(the paper's learning-curve figure; the same curves as img/results.gif in "
                   "github.com/kenjyoung/MinAtar): 30 runs, the hyperparameters of "
-                  "configs/minatar_breakout_dqn.yaml (RMSProp there, Adam here)",
+                  "configs/minatar_breakout_dqn.yaml",
         "metric": "train",
         "frames": None,
         "value": None,
@@ -117,10 +117,11 @@ def reference_return(paths: list[Path], frames: int) -> float:
 def derived_config(base: dict, frames: int, eval_interval: int, log_interval: int) -> dict:
     """`base` (the shipped config as a dict) cut to `frames` env steps with its epsilon decay kept in
     absolute frames (the schedule is a fraction of total_steps)."""
-    base_total = base["total_steps"]
-    decay_frames = round(base["dqn"]["exploration"]["fraction"] * base_total)
-    if frames < decay_frames or frames > base_total:
-        raise SystemExit(f"--frames: expected {decay_frames:,} (the end of the exploration decay) to "
+    base_total, explore = base["total_steps"], base["dqn"]["exploration"]
+    decay_frames = round(explore["fraction"] * base_total)
+    decay_end = decay_frames + (base["dqn"]["learning_starts"] if explore.get("decay_from") == "learning_starts" else 0)
+    if frames < decay_end or frames > base_total:
+        raise SystemExit(f"--frames: expected {decay_end:,} (the end of the exploration decay) to "
                          f"{base_total:,}, got {frames:,}")
     for name, value in (("--eval-interval", eval_interval), ("--log-interval", log_interval)):
         if value < 1 or frames % value:

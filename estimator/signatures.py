@@ -65,6 +65,15 @@ def adam_cost(n_params: int) -> Cost:
     return Cost(flops=10 * n_params, bytes=7 * n_params * FLOAT_BYTES)
 
 
+def optimizer_cost(kind: str, n_params: int) -> Cost:
+    """One step of DQN's optimizer (config dqn.optimizer.kind). RMSprop is costed in the form the
+    DQN papers run, centered with momentum: ~10 FLOPs per parameter; reads param, grad, the squared
+    and plain gradient averages and the momentum, and writes all but grad back."""
+    if kind == "adam":
+        return adam_cost(n_params)
+    return Cost(flops=10 * n_params, bytes=9 * n_params * FLOAT_BYTES)
+
+
 def sum_tree_cost(capacity: int, batch: int, fanout: int = 2) -> Cost:
     """A batch of root-to-leaf walks (sample) or leaf-to-root walks (update) in a K-ary sum tree."""
     depth = max(1, math.ceil(math.log(max(capacity, 2), fanout)))

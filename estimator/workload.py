@@ -33,6 +33,7 @@ class Workload:
     learning_starts: int
     double: bool = True
     dueling: bool = False
+    optimizer: str = "adam"  # DQN's dqn.optimizer.kind; the continuous algorithms step Adam
     algo: str = "dqn"
     policy_delay: int = 1  # TD3: the actor and the targets step every policy_delay-th update
     # the rest changes what a profiled task costs, not the FLOPs: the n-step buffer sits in act ->
@@ -98,8 +99,8 @@ class Workload:
     @property
     def learner_kernels(self) -> tuple[str, ...]:
         """The cpu learner kernels the agent builds for this workload (pearl/api.py,
-        pearl/continuous.py): the fused one has no dueling head and no CNN."""
-        fused = self.continuous or not self.dueling
+        pearl/continuous.py): the fused one has no dueling head, no CNN and steps only Adam."""
+        fused = self.continuous or not (self.dueling or self.optimizer != "adam")
         return ("fused", "torch") if fused and not self.image else ("torch",)
 
     @property
@@ -139,7 +140,8 @@ class Workload:
             return f"{self.algo}|{shape}" + (f"|delay{self.policy_delay}" if self.algo == "td3" else "")
         image = (f"|img{'x'.join(map(str, self.obs_shape))}|conv{self.conv}" if self.image else "") + (
             f"|frames{self.frame_stack}" if self.frame_stack else "")
-        return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}{image}"
+        optimizer = f"|{self.optimizer}" if self.optimizer != "adam" else ""
+        return f"{shape}|{'double' if self.double else 'single'}{'|dueling' if self.dueling else ''}{optimizer}{image}"
 
 
 def workload_of(config, obs_dim: int, n_actions: int, obs_shape: tuple = (), obs_itemsize: int = 4) -> Workload:
@@ -153,6 +155,7 @@ def workload_of(config, obs_dim: int, n_actions: int, obs_shape: tuple = (), obs
                     fanout=config.replay.fanout, updates_per_step=cfg.updates_per_step,
                     learning_starts=cfg.learning_starts, double=getattr(cfg, "double", False),
                     dueling=getattr(cfg, "dueling", False), algo=config.algo,
+                    optimizer=cfg.optimizer.kind if hasattr(cfg, "optimizer") else "adam",
                     policy_delay=getattr(cfg, "policy_delay", 1), n_step=cfg.n_step, batch_size=cfg.batch_size,
                     replay_backend=config.replay.backend, frame_stack=config.replay.frame_stack, **image)
 

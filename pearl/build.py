@@ -83,6 +83,9 @@ class Discrete:
             raise ConfigError(f"runtime.learner_precision: {precision} products run in DQN's fused learner, or in "
                               f"its torch learner for a CNN Q-network; {config.env}'s observations are flat "
                               f"(expected runtime.learner_kernel fused or auto, or learner_precision fp32)")
+        if precision != "fp32" and config.dqn.optimizer.kind != "adam":  # both steps are compiled Adam
+            raise ConfigError(f"runtime.learner_precision: {precision} learners step Adam; dqn.optimizer.kind "
+                              f"{config.dqn.optimizer.kind} learns in fp32 (expected learner_precision fp32 or auto)")
         if precision != "fp32" and kind_of(device) != "cpu":  # its Adam step is a compiled cpu kernel
             raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
                               f"(expected learner_precision fp32 there)")

@@ -28,11 +28,36 @@ class ExplorationConfig:
     initial: float = 1.0
     final: float = 0.05
     fraction: float = 0.1  # of total_steps over which epsilon decays linearly
+    # where the decay begins: at step 0 (Stable-Baselines3's schedule), or at learning_starts, once
+    # the replay holds its uniformly random start (Dopamine's and the MinAtar paper's)
+    decay_from: Literal["start", "learning_starts"] = "start"
 
     def check(self, at: str) -> None:
         _in_range(at + ".initial", self.initial, 0.0, 1.0)
         _in_range(at + ".final", self.final, 0.0, 1.0)
         _in_range(at + ".fraction", self.fraction, 0.0, 1.0)
+
+
+@dataclass
+class OptimizerConfig:
+    """DQN's optimizer (pearl.nets.make_optimizer): torch's Adam, or torch's RMSprop as the DQN
+    papers ran it (Mnih et al. 2015 and the MinAtar paper: centered, with momentum). Adam learns
+    with every learner kernel; RMSprop with the torch learner in float32."""
+    kind: Literal["adam", "rmsprop"] = "adam"
+    eps: float = 1e-8  # added to the denominator (torch's defaults for both)
+    alpha: float = 0.99  # rmsprop: the squared gradient's smoothing constant
+    momentum: float = 0.0  # rmsprop: momentum of the step
+    centered: bool = False  # rmsprop: divide by the gradient's variance estimate, not its raw second moment
+
+    def check(self, at: str) -> None:
+        _positive(at + ".eps", self.eps)
+        _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
+        _in_range(at + ".momentum", self.momentum, 0.0, 1.0)
+        if self.kind == "adam":
+            for name, default in (("alpha", 0.99), ("momentum", 0.0), ("centered", False)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{at}.{name}: an option of kind rmsprop; expected kind: rmsprop "
+                                      f"or no {name} with kind adam")
 
 
 @dataclass
@@ -52,8 +77,9 @@ class DQNConfig:
     double: bool = True
     dueling: bool = False
     n_step: int = 1
-    max_grad_norm: float = 10.0
+    max_grad_norm: float | None = 10.0  # null: no clipping (the DQN papers' own code clips none)
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # at the learning rate `lr`
     # image observations: conv layers [out channels, kernel, stride] before the `hidden` fc layers
     # (pearl/nets.py; default the Nature DQN's); flat observations ignore it
     conv: list[list[int]] = field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
@@ -61,8 +87,15 @@ class DQNConfig:
     def check(self, at: str) -> None:
         _check_learning(at, self)
         _at_least(at + ".target_update_interval", self.target_update_interval, 1)
-        _positive(at + ".max_grad_norm", self.max_grad_norm)
+        if self.max_grad_norm is not None:
+            _positive(at + ".max_grad_norm", self.max_grad_norm)
         self.exploration.check(at + ".exploration")
+        self.optimizer.check(at + ".optimizer")
+
+    @property
+    def grad_clip(self) -> float:
+        """The gradient norm the learners clip to (inf: max_grad_norm null)."""
+        return math.inf if self.max_grad_norm is None else self.max_grad_norm
 
 
 @dataclass

@@ -88,8 +88,12 @@ def env_module(env_id: str) -> str | None:
 
 def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.Env:
     check_env_id(env_id, field)
+    # MinAtar's v0 and v1 are two action sets (all 6 actions, the MinAtar paper's; or the game's
+    # minimal set), not an old and a new version: made from its spec, a v0 id skips Gymnasium's
+    # "out of date, upgrade to v1" notice, which would send users to a different experiment
+    target = gym.spec(env_id) if env_id.startswith("MinAtar/") else env_id
     try:
-        env = gym.make(env_id, disable_env_checker=True)
+        env = gym.make(target, disable_env_checker=True)
     except gym.error.DependencyNotInstalled as err:
         raise ConfigError(f"{field}: {env_id} needs an extra package ({err})") from None
     except Exception as err:  # the user's environment failed to construct

@@ -94,6 +94,24 @@ def adam(module: nn.Module, lr: float) -> torch.optim.Adam:
     return torch.optim.Adam(module.parameters(), lr=lr, fused=True)
 
 
+def make_optimizer(module: nn.Module, lr: float, settings) -> torch.optim.Optimizer:
+    """`settings` (config.OptimizerConfig): `adam` above, or torch's RMSprop."""
+    if settings.kind == "adam":
+        return torch.optim.Adam(module.parameters(), lr=lr, eps=settings.eps, fused=True)
+    return torch.optim.RMSprop(module.parameters(), lr=lr, alpha=settings.alpha, eps=settings.eps,
+                               momentum=settings.momentum, centered=settings.centered)
+
+
+def optimizer_buffers(optimizer: torch.optim.Optimizer) -> tuple[str, ...]:
+    """The names of the per-parameter state tensors `optimizer` keeps (one weight-shaped tensor
+    each, in optimizer.state[param]) beside its step count."""
+    if isinstance(optimizer, torch.optim.RMSprop):
+        group = optimizer.param_groups[0]
+        return ("square_avg", *(("momentum_buffer",) if group["momentum"] > 0 else ()),
+                *(("grad_avg",) if group["centered"] else ()))
+    return ("exp_avg", "exp_avg_sq")
+
+
 class CNNQNetwork(nn.Module):
     """Q(s, .) from an image: the conv encoder, fc `hidden` layers, then Q-values (or the dueling
     head: V(s) + A(s, a) - mean_a A(s, a), Wang et al. 2016)."""

@@ -106,7 +106,8 @@ def check_placement(devices: dict[str, str], workload, learner_kernel: str | Non
     available = kinds["learn"].learner_kernels(workload)
     if learner_kernel not in (None, "auto") and learner_kernel not in available:
         raise ConfigError(f"runtime.learner_kernel: {device['learn']} has no {learner_kernel} learner for "
-                          f"{workload.algo}{' with a dueling head' if workload.dueling else ''} (it has "
+                          f"{workload.algo}{' with a dueling head' if workload.dueling else ''}"
+                          f"{' stepping ' + workload.optimizer if workload.optimizer != 'adam' else ''} (it has "
                           f"{', '.join(available) or 'none'}); use 'auto'")
 
 

@@ -236,6 +236,9 @@ def _train_freq(value) -> int:
     return value
 
 
+OPTIMIZER_KWARGS = ("eps", "alpha", "momentum", "centered")  # config.OptimizerConfig's, as torch names them
+
+
 def _policy_kwargs(algo: str, kwargs, cnn: bool) -> dict:
     """`cnn`: SB3's CnnPolicy, whose net_arch follows NatureCNN's 512 features."""
     import torch
@@ -259,9 +262,21 @@ def _policy_kwargs(algo: str, kwargs, cnn: bool) -> dict:
         elif name == "n_critics" and algo in ("td3", "sac"):
             if value != 2:
                 raise ConfigError(f"policy_kwargs.n_critics: {algo.upper()} in PEARL has 2 critics, got {value!r}")
+        elif name == "optimizer_class" and algo == "dqn":
+            kinds = {torch.optim.Adam: "adam", torch.optim.RMSprop: "rmsprop"}
+            if value not in kinds:
+                raise ConfigError(f"policy_kwargs.optimizer_class: PEARL's DQN steps torch.optim.Adam or "
+                                  f"torch.optim.RMSprop, got {value!r}")
+            out["dqn.optimizer.kind"] = kinds[value]
+        elif name == "optimizer_kwargs" and algo == "dqn":
+            if not isinstance(value, dict) or set(value) - set(OPTIMIZER_KWARGS):
+                raise ConfigError(f"policy_kwargs.optimizer_kwargs: expected a dict of {', '.join(OPTIMIZER_KWARGS)}, "
+                                  f"got {value!r}")
+            out.update({f"dqn.optimizer.{key}": option for key, option in value.items()})
         else:
+            extra = {"dqn": ", optimizer_class, optimizer_kwargs"}.get(algo, ", n_critics=2" if algo in ("td3", "sac") else "")
             raise ConfigError(f"policy_kwargs.{name}: not supported by PEARL (it takes net_arch, "
-                              f"activation_fn=nn.ReLU{', n_critics=2' if algo in ('td3', 'sac') else ''})")
+                              f"activation_fn=nn.ReLU{extra})")
     return out
 
 

@@ -30,6 +30,7 @@ def test_the_derived_config_keeps_the_epsilon_decay_at_100k_frames():
 
 @pytest.mark.parametrize("frames, eval_interval, log_interval, field", [
     (50_000, 10_000, 5_000, "--frames"),          # stops inside the exploration decay
+    (100_000, 10_000, 5_000, "--frames"),         # the decay begins at the replay start: it ends at 105k
     (6_000_000, 10_000, 5_000, "--frames"),       # past the paper's 5M
     (150_000, 7_000, 5_000, "--eval-interval"),   # not a divisor: no evaluation at the end's frame
     (150_000, 10_000, 0, "--log-interval"),

@@ -129,10 +129,10 @@ class CPUBackend(Backend):
 
     def learner_precisions(self, workload, kernel: str) -> tuple[str, ...]:
         """bf16 too, on a CPU with bfloat16 units, for the fused DDPG / TD3 / SAC learners and for
-        DQN's torch learner of a CNN Q-network (pearl/runtime/learners.py)."""
+        DQN's torch learner of a CNN Q-network stepping Adam (pearl/runtime/learners.py)."""
         if not bf16_products():
             return ("fp32",)
-        if kernel == "torch" and workload.algo == "dqn" and workload.image:
+        if kernel == "torch" and workload.algo == "dqn" and workload.image and workload.optimizer == "adam":
             return ("fp32", "bf16")
         return workload.fused_precisions if kernel == "fused" else ("fp32",)
 

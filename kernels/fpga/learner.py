@@ -28,7 +28,7 @@ class FPGALearner:
                               f"and batches up to 256; got layers {sizes}, batch {batch_size}")
         self.algo, self.device = algo, device
         self.kernel = "fpga (simulated)" if device.simulated else "fpga"
-        self.trainer = FPGAQTrainer(sizes, cfg.lr, cfg.max_grad_norm, max_batch=batch_size, device=device)
+        self.trainer = FPGAQTrainer(sizes, cfg.lr, cfg.grad_clip, max_batch=batch_size, device=device)
         self.online_policy = FPGAQPolicy(sizes, max_batch=batch_size, device=device)
         self.target_policy = FPGAQPolicy(sizes, max_batch=batch_size, device=device)
         self.online = algo.flat_weights(algo.online).astype(np.float32)

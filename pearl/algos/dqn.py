@@ -11,7 +11,8 @@ The algorithm, top to bottom, as the papers state it:
             sample a batch with importance weights w                                    # sample
             a* = argmax_a Q(s', a)                  (double DQN; else target net's argmax)
             y  = R + discount * Q_target(s', a*)
-            loss = mean(w * huber(Q(s, a) - y)); Adam step, gradient norm clipped       # learn
+            loss = mean(w * huber(Q(s, a) - y)); optimizer step (Adam or RMSprop),      # learn
+                                                  gradient norm clipped
             new priorities = |Q(s, a) - y|                                              # update_priorities
         every target_update_interval steps: Q_target <- tau Q + (1 - tau) Q_target
 
@@ -27,9 +28,10 @@ import torch
 from torch import nn
 
 from pearl.contracts import Algorithm, implements
-from pearl.nets import CNNQNetwork, adam
-from pearl.estimator.signatures import (Cost, adam_cost, conv_backward_cost, conv_forward_cost, conv_output_size,
-                                        conv_parameter_count, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count)
+from pearl.nets import CNNQNetwork, make_optimizer
+from pearl.estimator.signatures import (Cost, conv_backward_cost, conv_forward_cost, conv_output_size,
+                                        conv_parameter_count, mlp_backward_cost, mlp_forward_cost, mlp_parameter_count,
+                                        optimizer_cost)
 
 
 def q_network(obs_shape, n_actions: int, config, obs_scale: float) -> functools.partial:
@@ -78,18 +80,21 @@ class DQN:
         self.online = (QNetwork(obs_dim, n_actions, config.hidden, config.dueling) if not obs_shape
                        else q_network(obs_shape, n_actions, config, obs_scale)())
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = adam(self.online, config.lr)
+        self.optimizer = make_optimizer(self.online, config.lr, config.optimizer)
 
     # -- act -----------------------------------------------------------------------------------
     def epsilon(self, step: int) -> float:
         """The probability of a random action at env step `step`: 1 before learning_starts (the replay
         fills with uniformly random actions, as in Mnih et al. 2015, Stable-Baselines3 and this
         package's DDPG / TD3 / SAC; no greedy pass is computed for them), then the linear decay over
-        the first `fraction` of the run, counted from step 0 (SB3's schedule)."""
+        `fraction` of the run's steps, counted from step 0 (SB3's schedule) or from learning_starts
+        (exploration.decay_from)."""
         if step < self.config.learning_starts:
             return 1.0
         explore = self.config.exploration
         decay_steps = max(1.0, explore.fraction * self.total_steps)
+        if explore.decay_from == "learning_starts":
+            step -= self.config.learning_starts
         progress = min(1.0, step / decay_steps)
         return explore.initial + progress * (explore.final - explore.initial)
 
@@ -116,11 +121,12 @@ class DQN:
         return huber.mean(), td.detach().abs()
 
     def update(self, obs, actions, rewards, next_obs, discounts, weights=None, target=None):
-        """One Adam step (`target` as in `loss`). Returns (loss, |TD error| per sample) as (float, tensor)."""
+        """One optimizer step (`target` as in `loss`). Returns (loss, |TD error| per sample) as (float, tensor)."""
         loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights, target=target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
+        if self.config.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         return float(loss.detach()), abs_td
 
@@ -145,7 +151,7 @@ class DQN:
         return sum(p.numel() for p in self.online.parameters())
 
     # -- cost spec: FLOPs and bytes from shapes alone (estimator/workload.py asks for them) --------
-    COST_OPTIONS = ("double",)  # config options learn_cost reads beside the shapes
+    COST_OPTIONS = ("double", "optimizer")  # options learn_cost reads beside the shapes (Workload's names)
 
     @staticmethod
     def policy_shape(obs_dim: int, n_actions: int, hidden) -> list[int]:
@@ -165,18 +171,18 @@ class DQN:
 
     @classmethod
     def learn_cost(cls, obs_dim: int, n_actions: int, hidden, batch: int, kernel: str, double: bool = True,
-                   image=None) -> Cost:
+                   optimizer: str = "adam", image=None) -> Cost:
         """One update on a batch; the fused and torch learners do the same arithmetic."""
         forwards = 3 if double else 2  # Q(s), Q_target(s'), and Q(s') for double DQN
         if image is None:
             sizes = cls.policy_shape(obs_dim, n_actions, hidden)
             return (mlp_forward_cost(sizes, batch) * forwards + mlp_backward_cost(sizes, batch)
-                    + adam_cost(mlp_parameter_count(sizes)))
+                    + optimizer_cost(optimizer, mlp_parameter_count(sizes)))
         shape, conv, input_bytes = image
         sizes = cls.policy_shape(conv_output_size(shape, conv), n_actions, hidden)
         return ((conv_forward_cost(shape, conv, batch, input_bytes) + mlp_forward_cost(sizes, batch)) * forwards
                 + conv_backward_cost(shape, conv, batch) + mlp_backward_cost(sizes, batch)
-                + adam_cost(cls.image_parameter_count(n_actions, hidden, image)))
+                + optimizer_cost(optimizer, cls.image_parameter_count(n_actions, hidden, image)))
 
     @classmethod
     def image_parameter_count(cls, n_actions: int, hidden, image) -> int:

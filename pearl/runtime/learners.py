@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from pearl.contracts import Learner, implements
+from pearl.errors import ConfigError
 from pearl.kernels.cpu import FusedQLearner
 from pearl.kernels.cpu.float_mode import set_thread_float_mode, thread_float_mode
-from pearl.nets import BF16Copy, as_views_of
+from pearl.nets import BF16Copy, as_views_of, optimizer_buffers
 
 
 @implements(Learner)
@@ -32,7 +33,7 @@ class FusedCPULearner:
     def __init__(self, algo, threads: int = 1, precision: str = "fp32"):
         self.algo, self.precision = algo, precision
         cfg = algo.config
-        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.max_grad_norm, threads=threads,
+        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.grad_clip, threads=threads,
                                          precision=precision)
         self.kernel_impl.online[:] = algo.flat_weights(algo.online)
         self.kernel_impl.target[:] = algo.flat_weights(algo.target)
@@ -123,7 +124,7 @@ class TorchLearner:
         algo, low = self.algo, self._low
         loss, abs_td = algo.loss(*tensors, online=low["online"], target=target)
         loss.backward()
-        low["online"].adam_step(algo.optimizer, algo.config.max_grad_norm)
+        low["online"].adam_step(algo.optimizer, algo.config.grad_clip)
         return float(loss.detach()), abs_td
 
     def _refresh_low(self, *names) -> None:
@@ -180,15 +181,17 @@ def _forward_without_grad(network, x: torch.Tensor, float_mode: int) -> torch.Te
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
-    """Adam's moments as flat float32 vectors in parameter order, and its step count."""
+    """The optimizer's per-parameter buffers (Adam's moments, RMSprop's averages) as flat float32
+    vectors in parameter order, keyed by their names (pearl.nets.optimizer_buffers), and its step
+    count."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     state = optimizer.state
 
-    def moment(name):
+    def buffer(name):
         return np.concatenate([state[p][name].detach().reshape(-1).cpu().numpy() if p in state
                                else np.zeros(p.numel(), np.float32) for p in params])
     steps = int(state[params[0]]["step"]) if params[0] in state else 0
-    return {"exp_avg": moment("exp_avg"), "exp_avg_sq": moment("exp_avg_sq"), "steps": steps}
+    return {**{name: buffer(name) for name in optimizer_buffers(optimizer)}, "steps": steps}
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
@@ -196,13 +199,18 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     optimizer.state.clear()
     if not state["steps"]:
         return
+    names = optimizer_buffers(optimizer)
+    # a fused Adam (pearl.nets.adam) wants its step on the weights' device, RMSprop on the cpu
+    fused = isinstance(optimizer, torch.optim.Adam)
+    missing = [name for name in names if name not in state]
+    if missing:  # a checkpoint of another optimizer: the config's optimizer was changed
+        raise ConfigError(f"dqn.optimizer: the checkpoint holds no {missing[0]} state for this optimizer "
+                          f"({type(optimizer).__name__}); expected the optimizer the run was saved with")
     offset = 0
     for group in optimizer.param_groups:
         for p in group["params"]:
             n = p.numel()
-            optimizer.state[p] = {  # a fused Adam (pearl.nets.adam) wants its step on the weights' device
-                "step": torch.tensor(float(state["steps"]), device=p.device),
-                "exp_avg": torch.from_numpy(state["exp_avg"][offset:offset + n].copy()).view_as(p).to(p.device),
-                "exp_avg_sq": torch.from_numpy(state["exp_avg_sq"][offset:offset + n].copy()).view_as(p).to(p.device),
-            }
+            optimizer.state[p] = {"step": torch.tensor(float(state["steps"]), device=p.device if fused else "cpu"), **{
+                name: torch.from_numpy(state[name][offset:offset + n].copy()).view_as(p).to(p.device)
+                for name in names}}
             offset += n
