@@ -4,6 +4,7 @@ learning_starts (dqn.exploration.decay_from): the update against a numpy referen
 optimizer's state through a checkpoint, the learners and precisions that can run it, config errors."""
 import copy
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +165,23 @@ def test_sb3s_optimizer_class_and_kwargs_map_to_the_optimizer_section():
     with pytest.raises(ConfigError, match=r"^policy_kwargs\.optimizer_class: PEARL's DQN steps torch\.optim\.Adam or "
                                           r"torch\.optim\.RMSprop"):
         pearl.DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=torch.optim.SGD))
+
+
+def test_the_shipped_minatar_config_trains_saves_and_resumes_with_rmsprop(tmp_path):
+    pytest.importorskip("minatar")
+    from pearl.config import load_config
+
+    config = load_config(Path(pearl.__file__).resolve().parent.parent / "configs" / "minatar_breakout_dqn.yaml")
+    agent = pearl.DQN(config=config, seed=2, total_steps=300, learning_starts=100, capacity=1000, batch_size=16)
+    assert isinstance(agent.parts.algo.optimizer, torch.optim.RMSprop) and agent.parts.learner.kernel == "torch"
+    assert agent.parts.algo.n_actions == 6  # v0: the full action set
+    agent.train(200)
+    assert agent.counters.updates == 100
+    agent.save(tmp_path / "minatar.npz")
+    restored = pearl.load(tmp_path / "minatar.npz")
+    saved = optimizer_state(agent.parts.algo.optimizer)
+    assert set(saved) == {"square_avg", "momentum_buffer", "grad_avg", "steps"} and saved["steps"] == 100
+    for name, values in optimizer_state(restored.parts.algo.optimizer).items():
+        np.testing.assert_array_equal(values, saved[name])
+    restored.train(50)
+    assert restored.counters.updates == 150
