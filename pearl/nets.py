@@ -86,18 +86,18 @@ def mlp(sizes, last_activation: bool = False) -> list[nn.Module]:
     return layers
 
 
-def adam(module: nn.Module, lr: float) -> torch.optim.Adam:
+def adam(module: nn.Module, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Every algorithm's optimizer. fused: one pass over each tensor for the whole Adam update (CPU
     and CUDA alike); on the CPU it takes ~270 us for a 400x300 critic where the default
     multi-tensor path takes ~530 us, and a Nature DQN update 26.3 ms instead of 29.2 ms (Zen 3,
     2 threads; benchmarks/cnn_paths.py, paths fp32_foreach / fp32)."""
-    return torch.optim.Adam(module.parameters(), lr=lr, fused=True)
+    return torch.optim.Adam(module.parameters(), lr=lr, eps=eps, fused=True)
 
 
 def make_optimizer(module: nn.Module, lr: float, settings) -> torch.optim.Optimizer:
     """`settings` (config.OptimizerConfig): `adam` above, or torch's RMSprop."""
     if settings.kind == "adam":
-        return torch.optim.Adam(module.parameters(), lr=lr, eps=settings.eps, fused=True)
+        return adam(module, lr, settings.eps)
     return torch.optim.RMSprop(module.parameters(), lr=lr, alpha=settings.alpha, eps=settings.eps,
                                momentum=settings.momentum, centered=settings.centered)
 

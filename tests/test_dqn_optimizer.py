@@ -185,3 +185,9 @@ def test_the_shipped_minatar_config_trains_saves_and_resumes_with_rmsprop(tmp_pa
         np.testing.assert_array_equal(values, saved[name])
     restored.train(50)
     assert restored.counters.updates == 150
+
+
+def test_adams_eps_reaches_every_adam_the_learners_run():
+    agent = pearl.DQN("CartPole-v1", optimizer={"eps": 1e-5})
+    assert agent.parts.learner.kernel == "fused" and agent.parts.learner.kernel_impl.adam_eps == 1e-5
+    assert agent.parts.algo.optimizer.param_groups[0]["eps"] == 1e-5

@@ -54,6 +54,9 @@ def test_fpga_learner_refuses_what_the_kernels_cannot_run():
     dueling = pearl.DQN("CartPole-v1", dueling=True)
     with pytest.raises(ConfigError, match="dueling"):
         FPGALearner(dueling.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
+    rmsprop = pearl.DQN("CartPole-v1", optimizer={"kind": "rmsprop"})
+    with pytest.raises(ConfigError, match="steps Adam, not rmsprop"):
+        FPGALearner(rmsprop.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)
     wide = pearl.DQN("CartPole-v1", hidden=[512])
     with pytest.raises(ConfigError, match="width 256"):
         FPGALearner(wide.algo, SimDevice(load_platform("alveo_u250")), batch_size=64)

@@ -23,12 +23,16 @@ class FPGALearner:
         if cfg.dueling:
             raise ConfigError("plan.devices.learn: the FPGA training kernel runs plain MLP Q-networks, "
                               "not the dueling head (dqn.dueling: false, or learn on cpu/cuda)")
+        if cfg.optimizer.kind != "adam":
+            raise ConfigError(f"plan.devices.learn: the FPGA training kernel steps Adam, not "
+                              f"{cfg.optimizer.kind} (dqn.optimizer.kind: adam, or learn on cpu/cuda)")
         if len(sizes) - 1 > 4 or max(sizes) > 256 or batch_size > 256:
             raise ConfigError(f"plan.devices.learn: the FPGA MLP kernels take up to 4 layers of width 256 "
                               f"and batches up to 256; got layers {sizes}, batch {batch_size}")
         self.algo, self.device = algo, device
         self.kernel = "fpga (simulated)" if device.simulated else "fpga"
-        self.trainer = FPGAQTrainer(sizes, cfg.lr, cfg.grad_clip, max_batch=batch_size, device=device)
+        self.trainer = FPGAQTrainer(sizes, cfg.lr, cfg.grad_clip, adam_eps=cfg.optimizer.eps, max_batch=batch_size,
+                                    device=device)
         self.online_policy = FPGAQPolicy(sizes, max_batch=batch_size, device=device)
         self.target_policy = FPGAQPolicy(sizes, max_batch=batch_size, device=device)
         self.online = algo.flat_weights(algo.online).astype(np.float32)

@@ -33,8 +33,8 @@ class FusedCPULearner:
     def __init__(self, algo, threads: int = 1, precision: str = "fp32"):
         self.algo, self.precision = algo, precision
         cfg = algo.config
-        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.grad_clip, threads=threads,
-                                         precision=precision)
+        self.kernel_impl = FusedQLearner(algo.policy_sizes(), cfg.lr, cfg.double, cfg.grad_clip,
+                                         adam_eps=cfg.optimizer.eps, threads=threads, precision=precision)
         self.kernel_impl.online[:] = algo.flat_weights(algo.online)
         self.kernel_impl.target[:] = algo.flat_weights(algo.target)
 
