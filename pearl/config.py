@@ -54,10 +54,13 @@ class OptimizerConfig:
         _in_range(at + ".alpha", self.alpha, 0.0, 1.0)
         _in_range(at + ".momentum", self.momentum, 0.0, 1.0)
         if self.kind == "adam":
-            for name, default in (("alpha", 0.99), ("momentum", 0.0), ("centered", False)):
-                if getattr(self, name) != default:
+            for name in RMSPROP_ONLY:
+                if getattr(self, name) != OptimizerConfig.__dataclass_fields__[name].default:
                     raise ConfigError(f"{at}.{name}: an option of kind rmsprop; expected kind: rmsprop "
                                       f"or no {name} with kind adam")
+
+
+RMSPROP_ONLY = ("alpha", "momentum", "centered")  # OptimizerConfig's options that Adam has not
 
 
 @dataclass

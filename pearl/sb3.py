@@ -12,10 +12,13 @@ line naming the argument.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from pearl.callbacks import evaluate_policy  # SB3's stable_baselines3.common.evaluation.evaluate_policy
 from pearl.vec_env import DummyVecEnv  # SB3's stable_baselines3.common.vec_env.DummyVecEnv
+from pearl.config import OptimizerConfig
 from pearl.errors import ConfigError
 
 POLICIES = ("MlpPolicy", "CnnPolicy")
@@ -236,7 +239,8 @@ def _train_freq(value) -> int:
     return value
 
 
-OPTIMIZER_KWARGS = ("eps", "alpha", "momentum", "centered")  # config.OptimizerConfig's, as torch names them
+# config.OptimizerConfig's options, which torch's optimizers name alike
+OPTIMIZER_KWARGS = tuple(option.name for option in dataclasses.fields(OptimizerConfig) if option.name != "kind")
 
 
 def _policy_kwargs(algo: str, kwargs, cnn: bool) -> dict:
