@@ -170,7 +170,7 @@ class BF16Copy(nn.Module):
         encoder.obs_scale = 1.0
         # the first convolution's weight, in the copy and in the master: where the scale is folded
         self._first = encoder.convs[0].weight, master.encoder.convs[0].weight
-        self._views = self._row = None  # adam_step's, made at its first call
+        self._views, self._row, self._moment_views = None, None, {}  # adam_step's, made at its first call
         self.refresh()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -196,32 +196,41 @@ class BF16Copy(nn.Module):
         torch.nn.utils.clip_grad_norm_ (coefficient max_norm / (norm + 1e-6) when below 1), then the
         copy refreshed from the new weights; clears this copy's gradients. The master's .grad is not
         written."""
-        from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
+        from pearl.kernels.cpu.bf16_adam import adam_to_bf16, bf16_sumsq
 
         lows, masters = self._pairs
         if self._views is None:  # numpy views of the weights in the copy's order (their tensors stay)
             self._views = [(_in_low_order(master.data).numpy(), _bits(_in_low_order(low.data)),
-                            np.empty(_in_low_order(low).shape, np.float32),  # the widened gradient, kept
                             self._scale if low is self._first[0] else 1.0) for low, master in zip(lows, masters)]
-            self._row = np.empty(max(view[2].shape[2] for view in self._views), np.float32)
-        sumsq = 0.0
-        for low, (_, _, wide, scale) in zip(lows, self._views):
-            sumsq += widen_bf16(_bits(_in_low_order(low.grad).contiguous()).reshape(-1), wide.reshape(-1)) * scale * scale
+            self._row = np.empty(max(view[1].shape[2] for view in self._views), np.float32)
+        sumsq, grads = 0.0, []
+        for low, (_, _, scale) in zip(lows, self._views):
+            bits = _bits(_in_low_order(low.grad).contiguous())  # the array keeps the gradient's memory
+            sumsq += bf16_sumsq(bits.reshape(-1)) * scale * scale
+            grads.append(bits)
             low.grad = None
         coef = max_norm / (math.sqrt(sumsq) + 1e-6)
         clip = coef if coef < 1.0 else 1.0
         group = optimizer.param_groups[0]
         (beta1, beta2), lr, eps = group["betas"], group["lr"], group["eps"]
-        for master, (weights, low_bits, wide, scale) in zip(masters, self._views):
+        for i, (master, grad, (weights, low_bits, scale)) in enumerate(zip(masters, grads, self._views)):
             state = optimizer.state[master]
             if not state:
                 state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(master),
                              exp_avg_sq=torch.zeros_like(master))
             state["step"] += 1
-            # the moments' tensors change at a checkpoint load (load_optimizer_state): viewed each step
-            adam_to_bf16(wide, scale * clip, weights, _in_low_order(state["exp_avg"]).numpy(),
-                         _in_low_order(state["exp_avg_sq"]).numpy(), low_bits, scale, self._row,
+            exp_avg, exp_avg_sq = self._moments(i, state)
+            adam_to_bf16(grad, scale * clip, weights, exp_avg, exp_avg_sq, low_bits, scale, self._row,
                          lr, beta1, beta2, eps, float(state["step"]))
+
+    def _moments(self, i: int, state: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Numpy views of parameter i's Adam moments in the copy's order, made again when the state's
+        tensors change (a checkpoint load replaces them: load_optimizer_state)."""
+        tensors = state["exp_avg"], state["exp_avg_sq"]
+        cached = self._moment_views.get(i)
+        if cached is None or cached[0][0] is not tensors[0] or cached[0][1] is not tensors[1]:
+            cached = self._moment_views[i] = tensors, tuple(_in_low_order(t).numpy() for t in tensors)
+        return cached[1]
 
 
 class ConvReLU(nn.Module):

@@ -1,5 +1,5 @@
 """The bf16 CNN learner's compiled Adam step (kernels/cpu/bf16_adam.py, pearl.nets.BF16Copy.adam_step)
-against numpy and torch: the widening of bfloat16 gradients and their sum of squares, one Adam step
+against numpy and torch: the sum of squares of bfloat16 gradients, one Adam step on a bfloat16 gradient
 against torch's fused Adam with the rounding of the new weights to bfloat16 against torch's, and the
 whole step of a channels-last CNN copy (clipped and not) against the torch ops it replaces."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from pearl.algos.dqn import DQN
 from pearl.config import DQNConfig
-from pearl.kernels.cpu.bf16_adam import adam_to_bf16, widen_bf16
+from pearl.kernels.cpu.bf16_adam import adam_to_bf16, bf16_sumsq
 from pearl.nets import BF16Copy
 
 RTOL = 2e-6  # float32 arithmetic in another order than torch's vectorized kernel
@@ -20,15 +20,12 @@ def bf16_bits(values: np.ndarray) -> np.ndarray:
     return torch.from_numpy(np.ascontiguousarray(values, np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
 
 
-def test_widen_bf16_against_numpy():
+def test_bf16_sumsq_against_numpy():
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.normal(scale=3.0, size=999), [0.0, -0.0, 1e-40, -2.5e38]]).astype(np.float32)
     bits = bf16_bits(values)
-    out = np.empty(bits.size, np.float32)
-    sumsq = widen_bf16(bits, out)
     want = (bits.astype(np.uint32) << 16).view(np.float32)
-    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
-    assert sumsq == pytest.approx(np.sum(want.astype(np.float64) ** 2), rel=1e-12)
+    assert bf16_sumsq(bits) == pytest.approx(np.sum(want.astype(np.float64) ** 2), rel=1e-12)
 
 
 @pytest.mark.parametrize("shape, weight_scale", [((1, 7, 300), 1.0), ((3, 5, 4), 1 / 255)])
@@ -42,9 +39,10 @@ def test_adam_to_bf16_against_torch_fused_adam(shape, weight_scale):
     for step in range(1, 6):
         grad = rng.normal(size=shape).astype(np.float32)
         grad_scale = 0.37 if step % 2 else 1.0  # a clipping coefficient on odd steps
+        grad = (bf16_bits(grad).astype(np.uint32) << 16).view(np.float32)  # a bfloat16 gradient's values
         param.grad = torch.from_numpy(grad * np.float32(grad_scale))
         adam.step()
-        adam_to_bf16(grad, grad_scale, master, exp_avg, exp_avg_sq, low, weight_scale, row,
+        adam_to_bf16(bf16_bits(grad), grad_scale, master, exp_avg, exp_avg_sq, low, weight_scale, row,
                      3e-3, 0.9, 0.999, 1e-8, float(step))
         state = adam.state[param]
         np.testing.assert_allclose(master, param.detach().numpy(), rtol=RTOL, atol=1e-7)
@@ -58,7 +56,7 @@ def test_adam_to_bf16_keeps_a_nan_a_nan():
     shape = (1, 1, 4)
     master = np.array([[[1.0, np.nan, -2.0, np.inf]]], np.float32)
     low = np.empty(shape, np.uint16)
-    adam_to_bf16(np.zeros(shape, np.float32), 1.0, master, np.zeros(shape, np.float32), np.zeros(shape, np.float32),
+    adam_to_bf16(np.zeros(shape, np.uint16), 1.0, master, np.zeros(shape, np.float32), np.zeros(shape, np.float32),
                  low, 1.0, np.empty(4, np.float32), 1e-3, 0.9, 0.999, 1e-8, 1.0)
     widened = (low.astype(np.uint32) << 16).view(np.float32).ravel()
     assert widened[0] == 1.0 and np.isnan(widened[1]) and widened[2] == -2.0 and widened[3] == np.inf

@@ -194,6 +194,22 @@ def test_bf16_learner_fits_a_fixed_batch_like_float32():
     assert losses["bf16"][-1] < 3 * losses["fp32"][-1] + 1e-3
 
 
+def test_a_loaded_bf16_learner_steps_on_bit_for_bit():
+    """A learner that loads another's state mid-run (new moment tensors in the optimizer's state,
+    which the compiled Adam step views) continues exactly as the one that saved it."""
+    learners = [TorchLearner(algorithm("minatar", lr=1e-3), "cpu", "bf16") for _ in range(2)]
+    for seed in range(3):
+        learners[0].update(frames("minatar", seed))
+    learners[1].update(frames("minatar", 9))  # its own moments, viewed by its step, before the load
+    learners[1].load_state_dict(copy.deepcopy(learners[0].state_dict()))
+    for seed in range(3, 6):
+        losses = [learner.update(frames("minatar", seed))[0] for learner in learners]
+        assert losses[0] == losses[1]
+    saved = [learner.state_dict() for learner in learners]
+    for name, value in saved[0].items():
+        np.testing.assert_array_equal(saved[1][name], value, err_msg=name)
+
+
 def test_minatar_trains_with_bf16_and_reloads(tmp_path):
     agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=3, learner_precision="bf16", **MINATAR)
     assert agent.learner.kernel == "torch" and agent.learner.precision == "bf16"
