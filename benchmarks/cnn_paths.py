@@ -20,7 +20,8 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
                   fused ConvReLU)
   fp32_target_thread, bf16_target_thread  fp32 / bf16 with the target network's forward on a second
                   thread beside the online forward (TorchLearner(target_thread=True)); at "1 thread"
-                  each of the two threads runs its ops on one
+                  each of the two threads runs its ops on one, and the rest of the update (loss,
+                  backward, step) on two: the learner a run with runtime.torch_threads 2 builds
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
@@ -126,7 +127,8 @@ def make(net: str, path: str, batch: int, double: bool = True):
             module.forward = torch.compile(module.forward)
     precision = "bf16" if path.startswith("bf16") else "fp32"
     learner = (TorchStepLearner(algo, "cpu", precision) if path == "bf16_torch_step" else
-               TorchLearner(algo, "cpu", precision, target_thread=path.endswith("target_thread")))
+               TorchLearner(algo, "cpu", precision, target_thread=path.endswith("target_thread"),
+                            threads=2 * torch.get_num_threads()))
     if path == "bf16_separate_relu":
         for low in learner._low.values():
             encoder = low.net.encoder

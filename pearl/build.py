@@ -106,7 +106,8 @@ class Discrete:
         torch.set_num_threads')."""
         if kernel == "fused":
             return FusedCPULearner(algo, threads, precision)
-        return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads))
+        return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads),
+                            threads=threads)
 
     def thread_setter(self, learner, device: str, threads: int):
         """What sets `learner`'s thread count while it runs (AdaptiveThreads): the fused DQN step's

@@ -165,6 +165,33 @@ def test_the_target_forward_on_its_own_thread_changes_no_bit(precision, double):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_after_the_target_forward_the_update_runs_on_the_learners_threads(precision):
+    """TorchLearner(target_thread=True, threads=2): each forward on one torch thread, then, with the
+    target's values in, the backward on two; torch's count is put back after each update; the
+    update is the one-thread update's up to float rounding (a product's sums split in two)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        learners, seen = [], {1: [], 2: []}
+        for threads in (1, 2):
+            learner = TorchLearner(algorithm("minatar", lr=1e-3), "cpu", precision, target_thread=True, threads=threads)
+            network = learner.algo.online if precision == "fp32" else learner._low["online"].net
+            next(network.parameters()).register_hook(lambda grad, threads=threads: seen[threads].append(torch.get_num_threads()))
+            learners.append(learner)
+        for step in range(3):
+            losses = []
+            for learner in learners:
+                losses.append(learner.update(frames("minatar", step))[0])
+                assert torch.get_num_threads() == 1
+            assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+        assert seen == {1: [1, 1, 1], 2: [2, 2, 2]}
+        for got, want in zip(learners[1].algo.online.parameters(), learners[0].algo.online.parameters(), strict=True):
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-6)
+    finally:
+        torch.set_num_threads(saved)
+
+
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
 def test_the_target_thread_takes_the_callers_float_mode():
     """The worker flushes denormals when the learner's thread does (pearl.kernels.cpu.cpu_kernel_mode

@@ -65,7 +65,7 @@ class FusedCPULearner:
 class TorchLearner:
     kernel = "torch"
 
-    def __init__(self, algo, device: str, precision: str = "fp32", target_thread: bool = False):
+    def __init__(self, algo, device: str, precision: str = "fp32", target_thread: bool = False, threads: int = 1):
         """`precision` bf16: a CNN Q-network (the builder refuses it for an MLP or off the cpu) learns
         through bfloat16 copies of the online and target networks; the algorithm's float32 networks
         are the masters, stepped by the algorithm's Adam (its state and hyperparameters) in compiled
@@ -74,9 +74,14 @@ class TorchLearner:
         `target_thread` (cpu learners: the family decides, pearl/build.py): the target network's forward of each update runs on a
         second thread beside the online network's forward (torch's ops release the GIL), one op
         thread each; no barrier per op as with torch's two intra-op threads, so a second core that
-        an actor process also uses is taken only for that forward."""
+        an actor process also uses is taken only for that forward. Once the target's values are in,
+        that thread is idle: the rest of the update (loss, backward, optimizer step) runs on torch's
+        intra-op threads at `threads` (the learner's threads), then the count is put back. On the
+        2-core Zen 4 EPYC the Nature update at batch 32 in bf16 took 12.4-12.8 ms so against
+        14.2-14.8 with the backward on one thread, and the Breakout processes runtime ran 4-5%
+        more env steps/s (docs/BENCHMARKS.md, Pixels end to end, session 46)."""
         self.algo, self.precision = algo, precision
-        self._target_thread = target_thread
+        self._target_thread, self._threads = target_thread, threads
         self._pool = None
         self.device = torch.device(device)
         algo.online.to(self.device)
@@ -111,9 +116,14 @@ class TorchLearner:
         if self._target_thread:
             if self._pool is None:  # made at the first update: no thread exists before the runtime's start
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target")
-            target = _ForwardAhead(self._pool, target, tensors[3])
-        loss, abs_td = (self.algo.update(*tensors, target=target) if self._low is None
-                        else self._update_bf16(*tensors, target=target))
+            target = _ForwardAhead(self._pool, target, tensors[3], self._threads)
+            forward_threads = torch.get_num_threads()
+        try:
+            loss, abs_td = (self.algo.update(*tensors, target=target) if self._low is None
+                            else self._update_bf16(*tensors, target=target))
+        finally:
+            if self._target_thread:
+                torch.set_num_threads(forward_threads)
         self._policy_stale = True
         # |TD| stays on the device for a device replay's priority update (no host round trip)
         return loss, abs_td if isinstance(batch.obs, torch.Tensor) else abs_td.cpu().numpy()
@@ -163,15 +173,19 @@ class TorchLearner:
 
 class _ForwardAhead:
     """A network whose forward of one input was started on a worker thread when this was made:
-    called with that input (DQN.td_target's `target(next_obs)`), it waits for the result."""
+    called with that input (DQN.td_target's `target(next_obs)`), it waits for the result, then
+    sets the calling thread's torch ops to `threads_after` threads (the worker is idle from then)."""
 
-    def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor):
+    def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor, threads_after: int):
         self._x, self._result = x, pool.submit(_forward_without_grad, network, x, thread_float_mode())
+        self._threads_after = threads_after
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x is not self._x:
             raise RuntimeError("a forward run ahead was asked for another input than the one it ran")
-        return self._result.result()
+        result = self._result.result()
+        torch.set_num_threads(self._threads_after)
+        return result
 
 
 def _forward_without_grad(network, x: torch.Tensor, float_mode: int) -> torch.Tensor:
