@@ -45,3 +45,22 @@ def test_a_parallel_kernel_leaves_torchs_thread_count_alone(case):
                             env={**os.environ, "NUMBA_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-1] == "1", (result.stdout, result.stderr[-500:])
+
+
+def test_a_kept_kernel_runs_with_numbas_pool_started():
+    """numba starts its pool when it compiles a parallel region or loads a cached parallel=True
+    function, not when it loads a cached kernel that calls one: the frame gather then crashed the
+    process (a segfault, or LLVM's "Symbol not found: allocate_sched"; numba issue 8578) on a
+    cache other processes had filled. A kept kernel runs with the pool started, and torch's count
+    still kept."""
+    script = PREAMBLE + textwrap.dedent("""
+        from numba.np.ufunc import parallel
+        from pearl.kernels.cpu import torch_threads_kept
+        started = []
+        torch_threads_kept(lambda: started.append(parallel._is_initialized))()
+        print(started[0], torch.get_num_threads())
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NUMBA_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-2:] == ["True", "1"], (result.stdout, result.stderr[-500:])

@@ -92,13 +92,22 @@ def torch_threads_kept(kernel):
     parallel region), and torch reads that count (numba's pool links the libgomp torch loaded): a
     CNN learner on `runtime.torch_threads: 1` then ran its convolutions on two threads, in the
     processes runtime on the actor's core (docs/BENCHMARKS.md, Pixels end to end, session 20).
-    Restoring after every call costs ~0.3 us and holds whenever numba sets it."""
+    Restoring after every call costs ~0.3 us and holds whenever numba sets it.
+
+    numba's pool is started here, before the kernel: numba starts it when it compiles a parallel
+    region or loads a cached `parallel=True` function, not when it loads a cached kernel that only
+    calls one (the frame gathers call their 2-thread halves), and that kernel's first call then
+    crashed the process (a segfault, or "LLVM ERROR: Symbol not found: allocate_sched"; numba issue
+    8578) with a cache that other processes had filled (seen in session 46, the frame gather's case
+    of tests/test_torch_threads_kept.py)."""
     @functools.wraps(kernel)
     def kept(*args):
-        import torch  # (when called: wrapping loads nothing)
+        import numba  # (when called: wrapping loads nothing)
+        import torch
 
         threads = torch.get_num_threads()
         try:
+            numba.get_num_threads()  # starts numba's pool if it is not running
             return kernel(*args)
         finally:
             torch.set_num_threads(threads)
