@@ -102,8 +102,8 @@ class Discrete:
         return max(1, threads // 2) if self._target_thread(kernel, device, threads) else threads
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
-        """`threads`: the fused learner's pairs, or a CNN's target thread (torch's other learners take
-        torch.set_num_threads')."""
+        """`threads`: the fused learner's pairs, or a CNN's target thread and the torch threads of its
+        update after the target's forward (torch's other learners take torch.set_num_threads')."""
         if kernel == "fused":
             return FusedCPULearner(algo, threads, precision)
         return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads),
