@@ -78,8 +78,9 @@ class TorchLearner:
         that thread is idle: the rest of the update (loss, backward, optimizer step) runs on torch's
         intra-op threads at `threads` (the learner's threads), then the count is put back. On the
         2-core Zen 4 EPYC the Nature update at batch 32 in bf16 took 12.4-12.8 ms so against
-        14.2-14.8 with the backward on one thread, and the Breakout processes runtime ran 4-5%
-        more env steps/s (docs/BENCHMARKS.md, Pixels end to end, session 46)."""
+        14.2-14.8 with the backward on one thread, and the Breakout processes runtime ran ~4% more
+        env steps/s (median of six interleaved rounds; docs/BENCHMARKS.md, Pixels end to end,
+        session 46)."""
         self.algo, self.precision = algo, precision
         self._target_thread, self._threads = target_thread, threads
         self._pool = None
