@@ -266,7 +266,8 @@ class Agent:
         policy.load(self.learner.policy_weights())
         returns = episode_returns(self.config.env, lambda obs: family.to_env(family.act(
             policy, np.asarray(obs, dtype=np.float32)[None], None, True, self.config)),
-            episodes or self.config.eval.episodes, (self.config.seed + 1_000_003) if seed is None else seed)
+            episodes or self.config.eval.episodes, (self.config.seed + 1_000_003) if seed is None else seed,
+            self.config.env_kwargs)
         return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
 
     def act(self, obs, deterministic: bool = True):
@@ -390,7 +391,8 @@ class Agent:
         as the config makes them, the same object on every call. PEARL's actors step envs of their
         own: this one is for the user's loops (predict / step / render, evaluate_policy)."""
         if self._env is None:
-            self._env = DummyVecEnv([functools.partial(make_env, self.config.env)] * self.n_envs)
+            self._env = DummyVecEnv([functools.partial(make_env, self.config.env, kwargs=self.config.env_kwargs)]
+                                    * self.n_envs)
         return self._env
 
     env = property(get_env)
@@ -403,7 +405,9 @@ class Agent:
         env, n_envs = vector_env(env)
         if n_envs != self.n_envs:
             raise ConfigError(f"env: {n_envs} envs, but this agent steps {self.n_envs} (expected as many)")
-        config = apply_overrides(self.config, {"env": env if isinstance(env, str) else register_source(env)})
+        # an id keeps the config's env_kwargs; a factory or instance takes its arguments itself
+        config = apply_overrides(self.config, {"env": env} if isinstance(env, str)
+                                 else {"env": register_source(env), "env_kwargs": {}})
         parts = build(config, self.plan)
         for name in ("observation_space", "action_space"):
             mine, theirs = getattr(self, name), getattr(parts.family, name)
@@ -557,11 +561,12 @@ def load(path: str | Path, plan: Plan | None = None, env=None, device: str | Non
     path, header, arrays, config, saved = read_checkpoint(_existing(path))
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     if env is not None or device is not None:
+        overrides = {} if device is None else {"runtime.device": device}
         if env is not None:
             env = vector_env(env)[0]
-            env = env if isinstance(env, str) else register_source(env)
-        config = apply_overrides(config, {k: v for k, v in (("env", env), ("runtime.device", device))
-                                          if v is not None})
+            # an id keeps the saved env_kwargs; a factory or instance takes its arguments itself
+            overrides.update({"env": env} if isinstance(env, str) else {"env": register_source(env), "env_kwargs": {}})
+        config = apply_overrides(config, overrides)
     try:
         agent = make_agent(config, plan)
     except ConfigError as err:  # the saved env or devices are not there: say which file holds them

@@ -57,7 +57,7 @@ class Discrete:
     action_field = (np.dtype(np.int64), ())
 
     def __init__(self, config: ExperimentConfig):
-        probe = make_env(config.env)
+        probe = make_env(config.env, kwargs=config.env_kwargs)
         self.obs_dim, self.n_actions = discrete_spaces(probe, config.env)
         self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         self.action_size = self.n_actions  # what the workload counts: the number of actions
@@ -134,9 +134,12 @@ class Discrete:
     def actor_recipe(self, config: ExperimentConfig, plan: Plan, policy_factory) -> ActorRecipe:
         cfg = config.algo_config
         frames = dict(first_stream=0) if config.replay.frame_stack else {}  # ActorRecipe.build numbers the actors
-        return ActorRecipe(ENGINES[plan.env_engine], policy_factory, dict(env_id=config.env, n_envs=plan.envs_per_actor,
-                                                       n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma,
-                                                       **frames))
+        if plan.env_engine == "envpool" and config.env_kwargs:
+            raise ConfigError("env_kwargs: plan.env_engine envpool makes its envs from the id alone; "
+                              "use env_engine: gymnasium")
+        return ActorRecipe(ENGINES[plan.env_engine], policy_factory,
+                           dict(env_id=config.env, env_kwargs=config.env_kwargs, n_envs=plan.envs_per_actor,
+                                n_actions=self.n_actions, n_step=cfg.n_step, gamma=cfg.gamma, **frames))
 
     def act(self, policy, obs: np.ndarray, rng, deterministic: bool, config: ExperimentConfig) -> np.ndarray:
         """Greedy actions (indices from 0) for a batch; with epsilon_final exploration if not deterministic."""
@@ -155,7 +158,7 @@ class Continuous:
     network the actors run with the algorithm's own exploration."""
 
     def __init__(self, config: ExperimentConfig):
-        probe = make_env(config.env)
+        probe = make_env(config.env, kwargs=config.env_kwargs)
         self.obs_dim, self.action_dim = box_spaces(probe, config.env, config.algo)
         self.obs_shape, self.obs_dtype, self.obs_scale, self.image = observations(probe, config)
         if config.replay.frame_stack:
@@ -212,8 +215,8 @@ class Continuous:
                               f"{config.algo} runs env_engine: gymnasium")
         cfg = config.algo_config
         return ActorRecipe(ContinuousActor, policy_factory,
-                           dict(env_id=config.env, n_envs=plan.envs_per_actor, scaler=self.scaler,
-                                n_step=cfg.n_step, gamma=cfg.gamma))
+                           dict(env_id=config.env, env_kwargs=config.env_kwargs, n_envs=plan.envs_per_actor,
+                                scaler=self.scaler, n_step=cfg.n_step, gamma=cfg.gamma))
 
     def act(self, policy, obs: np.ndarray, rng, deterministic: bool, config: ExperimentConfig) -> np.ndarray:
         """Actions in the env's bounds (SAC deterministic: tanh of the mean)."""

@@ -18,6 +18,7 @@ PEARL's actors do not hand them to the learner one step at a time.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
@@ -244,7 +245,8 @@ def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool =
     `return_episode_rewards`. A VecEnv is evaluated as SB3 does: env i runs (n_eval_episodes + i)
     // num_envs episodes (no bias towards short ones), and where a Monitor wraps its envs an episode
     is the Monitor's (a whole Atari game under SB3's AtariWrapper, which ends an episode per life).
-    `seed` seeds the first reset."""
+    `seed` seeds the first reset. An id is made as the model's config makes its env when it is the
+    model's env (with its env_kwargs), else with none."""
     from pearl.envs import make_env
 
     if _is_vec_env(env):
@@ -253,7 +255,10 @@ def evaluate_policy(model, env, n_eval_episodes: int = 10, deterministic: bool =
         if hasattr(env, "num_envs"):
             raise ConfigError("eval_env: expected one Gymnasium env (an instance or an id) or an SB3 VecEnv, "
                               "not a Gymnasium vector env")
-        returns, lengths = _episodes(model, env, n_eval_episodes, deterministic, seed, make_env)
+        config = getattr(model, "config", None)
+        kwargs = config.env_kwargs if config is not None and env == config.env else None
+        returns, lengths = _episodes(model, env, n_eval_episodes, deterministic, seed,
+                                     functools.partial(make_env, kwargs=kwargs))
     if return_episode_rewards:
         return returns, lengths
     return float(np.mean(returns)), float(np.std(returns))

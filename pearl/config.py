@@ -256,6 +256,10 @@ class LogConfig:
 class ExperimentConfig:
     algo: Literal["dqn", "ddpg", "td3", "sac"] = "dqn"
     env: str = "CartPole-v1"
+    # keyword arguments every env of the run is made with (the RL Zoo's env_kwargs): gymnasium.make's,
+    # e.g. ALE's repeat_action_probability; for ALE ids also the Atari preprocessing's (terminal_on_life_loss,
+    # noop_max, frame_skip, screen_size, clip_rewards, frame_stack; pearl/envs.py atari_env)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     total_steps: int = 100_000
     # modules imported before the env is made, here and in actor processes (they register custom
@@ -372,6 +376,8 @@ def _describe(expected: Any) -> str:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(expected))
     if origin is list:
         return f"a list of {_describe(typing.get_args(expected)[0])}"
+    if origin is dict:
+        return "a mapping of names to values"
     if dataclasses.is_dataclass(expected):
         return "a mapping"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
@@ -395,6 +401,13 @@ def _convert(value: Any, expected: Any, at: str) -> Any:
             raise wrong
         (item_type,) = typing.get_args(expected)
         return [_convert(v, item_type, f"{at}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:  # keyword arguments handed on as they are (the env's own constructor checks them)
+        if not isinstance(value, dict):
+            raise wrong
+        for key in value:
+            if not (isinstance(key, str) and key.isidentifier()):
+                raise ConfigError(f"{at}: expected keyword names, got {key!r}")
+        return dict(value)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(expected):
             return None
@@ -561,6 +574,9 @@ def resolve_config(algo: str, env, config: ExperimentConfig | None, options: dic
         if not isinstance(env, str):  # a factory or instance: made through an id registered for it
             from pearl.envs import register_source
 
+            if options.get("env_kwargs", config.env_kwargs):
+                raise ConfigError("env_kwargs: applies to an env id; an env factory or instance takes its "
+                                  "arguments itself (functools.partial)")
             env = register_source(env)
         options = {**options, "env": env}
     if options:

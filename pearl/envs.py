@@ -86,19 +86,29 @@ def env_module(env_id: str) -> str | None:
     return getattr(spec.entry_point, "__module__", None)
 
 
-def make_env(env_id: str, seed: int | None = None, field: str = "env") -> gym.Env:
+def make_env(env_id: str, seed: int | None = None, field: str = "env", kwargs: dict | None = None) -> gym.Env:
+    """`env_id` made with `kwargs` (a config's env_kwargs) and PEARL's standard wrappers."""
     check_env_id(env_id, field)
+    name = env_id.rpartition(":")[2]
+    kwargs = kwargs or {}
     # MinAtar's v0 and v1 are two action sets (all 6 actions, the MinAtar paper's; or the game's
     # minimal set), not an old and a new version: made from its spec, a v0 id skips Gymnasium's
     # "out of date, upgrade to v1" notice, which would send users to a different experiment
     target = gym.spec(env_id) if env_id.startswith("MinAtar/") else env_id
     try:
-        env = gym.make(target, disable_env_checker=True)
+        env = atari_env(name, **kwargs) if is_atari(name) else gym.make(target, disable_env_checker=True, **kwargs)
     except gym.error.DependencyNotInstalled as err:
         raise ConfigError(f"{field}: {env_id} needs an extra package ({err})") from None
+    except ConfigError:
+        raise
+    except TypeError as err:
+        if kwargs:  # most likely an argument the env does not take (Gymnasium appends all its kwargs)
+            reason = _first_line(err).partition(" was raised from the environment creator")[0]
+            raise ConfigError(f"env_kwargs: making {env_id} with {kwargs} failed: {reason}") from None
+        raise ConfigError(f"{field}: making {env_id} failed: {_first_line(err)}") from None
     except Exception as err:  # the user's environment failed to construct
         raise ConfigError(f"{field}: making {env_id} failed: {_first_line(err)}") from None
-    env = standard_wrappers(env, env_id.rpartition(":")[2])
+    env = standard_wrappers(env, name)
     if seed is not None:
         env.action_space.seed(seed)
     return env
@@ -242,12 +252,16 @@ def atari_env(env_id: str, noop_max: int = 30, frame_skip: int = 4, screen_size:
     the last `frame_stack` frames stacked on the first axis: observations (4, 84, 84) uint8.
     Gymnasium's own wrappers do each step. v5 ids keep their sticky actions (p = 0.25).
 
-    `make_env` applies it with these defaults to every ALE id; call it through a factory for other
-    settings, e.g. `pearl.DQN(env=functools.partial(atari_env, "ALE/Pong-v5", terminal_on_life_loss=True))`.
+    `make_env` makes every ALE id through it, with a config's `env_kwargs` as its arguments (the
+    preprocessing's by name, the rest gymnasium.make's), e.g. `env_kwargs: {terminal_on_life_loss:
+    true, repeat_action_probability: 0.0}`.
     Gymnasium's terminal_on_life_loss ends the episode at a life lost, and the next reset starts a
     new game (not the SB3 / Dopamine variant that resumes the game)."""
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
+    if "frameskip" in make_kwargs:
+        raise ConfigError(f"env_kwargs.frameskip: the Atari preprocessing repeats each action; give frame_skip "
+                          f"instead (now {frame_skip})")
     env = gym.make(env_id, frameskip=1, disable_env_checker=True, **make_kwargs)  # AtariPreprocessing skips
     try:
         env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
@@ -297,11 +311,9 @@ def _channels_last(space, env_id: str) -> bool:
 
 
 def standard_wrappers(env: gym.Env, env_id: str) -> gym.Env:
-    """What every PEARL env of an image kind gets: ALE ids the Atari preprocessing (`atari_env`),
-    channels-last images (MinAtar's 10x10xC boards, CarRacing's frames) channels first."""
-    if is_atari(env_id) and not isinstance(env, gym.wrappers.FrameStackObservation):
-        env.close()
-        return atari_env(env_id)
+    """What every PEARL env of an image kind gets beside the Atari preprocessing (`make_env` makes
+    ALE ids through `atari_env`): channels-last images (MinAtar's 10x10xC boards, CarRacing's
+    frames) channels first."""
     if _channels_last(env.observation_space, env_id):
         return ChannelsFirst(env)
     return env
@@ -342,10 +354,10 @@ def box_spaces(env: gym.Env, env_id: str, algo: str, field: str = "env") -> tupl
     return int(np.prod(obs_space.shape)), int(action_space.shape[0])
 
 
-def episode_returns(env_id: str, act, episodes: int, seed: int) -> list[float]:
-    """The returns of `episodes` episodes of a fresh env seeded `seed`, `seed + 1`, ..., acting
-    with `act(observation) -> the env's action`."""
-    env = make_env(env_id, seed)
+def episode_returns(env_id: str, act, episodes: int, seed: int, kwargs: dict | None = None) -> list[float]:
+    """The returns of `episodes` episodes of a fresh env (made with `kwargs`) seeded `seed`,
+    `seed + 1`, ..., acting with `act(observation) -> the env's action`."""
+    env = make_env(env_id, seed, kwargs=kwargs)
     returns = []
     try:
         for episode in range(episodes):

@@ -135,7 +135,7 @@ def fit_observations(config, policy: str | None, frames_once: bool):
     from pearl.envs import make_env, observation_layout
     from pearl.nets import is_image
 
-    probe = make_env(config.env)
+    probe = make_env(config.env, kwargs=config.env_kwargs)
     try:
         shape = observation_layout(probe, config.env, config.algo)[0]
         stack = _frame_stack(probe)

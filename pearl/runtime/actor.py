@@ -31,11 +31,12 @@ class Actor:
     engine = "gymnasium"
 
     def __init__(self, env_id: str, n_envs: int, seed: int, policy: QPolicy, n_actions: int,
-                 n_step: int, gamma: float, first_stream: int | None = None):
+                 n_step: int, gamma: float, first_stream: int | None = None, env_kwargs: dict | None = None):
         """`first_stream`: this actor writes to a frame table (replay.frame_stack, pearl/replay/frames.py)
         as env streams first_stream, first_stream + 1, ...: each step goes out as it happened, newest
-        frames only, and the table makes the n-step transitions; None: n-step transitions here."""
-        self.n_envs = n_envs
+        frames only, and the table makes the n-step transitions; None: n-step transitions here.
+        `env_kwargs`: the config's, each env made with them."""
+        self.n_envs, self.env_kwargs = n_envs, env_kwargs
         spaces, first_obs = self._open(env_id, n_envs, seed)
         self.policy, self.n_actions, self.gamma = policy, n_actions, gamma
         self.action_start = int(getattr(spaces.action_space, "start", 0))
@@ -63,7 +64,7 @@ class Actor:
     def _open(self, env_id: str, n_envs: int, seed: int):
         """Makes the envs; returns (something with the envs' observation and action spaces, each env's
         first observation)."""
-        self.envs = [make_env(env_id, seed + i) for i in range(n_envs)]
+        self.envs = [make_env(env_id, seed + i, kwargs=self.env_kwargs) for i in range(n_envs)]
         self._steps = [env_stepper(env) for env in self.envs]
         return self.envs[0], [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
 

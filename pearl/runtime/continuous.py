@@ -73,8 +73,8 @@ class ContinuousActor(Actor):
     """The discrete Actor's env stepping and n-step bookkeeping, with Box actions."""
 
     def __init__(self, env_id: str, n_envs: int, seed: int, policy: ContinuousPolicy,
-                 scaler: ActionScaler, n_step: int, gamma: float):
-        super().__init__(env_id, n_envs, seed, policy, policy.action_dim, n_step, gamma)
+                 scaler: ActionScaler, n_step: int, gamma: float, env_kwargs: dict | None = None):
+        super().__init__(env_id, n_envs, seed, policy, policy.action_dim, n_step, gamma, env_kwargs=env_kwargs)
         self.scaler = scaler
         # A subarray dtype makes each of NStepBuffer's action slots a float32 vector of the
         # action's size (its own arrays are (n, n_envs) of scalars).
