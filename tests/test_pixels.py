@@ -211,6 +211,33 @@ def test_minatar_in_the_processes_runtime_with_two_actors():
     assert agent.parts.replay.storage["obs"].dtype == np.uint8
 
 
+@pytest.mark.parametrize("lag, replay, looks", [(None, "uniform", True), (0, "uniform", False),
+                                               (None, "prioritized", False)])
+def test_the_processes_runtime_hands_a_target_thread_learner_the_next_batch(monkeypatch, lag, replay, looks):
+    """runtime.torch_threads 2 on a CNN (a target thread, pearl/runtime/learners.py): the processes
+    runtime draws each update's batch one update early and hands it over with the update before,
+    whose target forward then runs ahead; not in a deterministic run (the sequential runtime's
+    order) nor with prioritized replay (a batch waits for the priorities before it). The replay
+    ratio and the transitions stay the runtime's."""
+    from pearl.runtime.learners import TorchLearner
+
+    handed, update = [], TorchLearner.update
+
+    def watched(self, batch, next_batch=None):
+        handed.append(next_batch is not None)
+        return update(self, batch, next_batch)
+
+    monkeypatch.setattr(TorchLearner, "update", watched)
+    agent = pearl.DQN(env="MinAtar/Breakout-v1", seed=4, torch_threads=2, replay=replay,
+                      plan=Plan(runtime="processes", deterministic_lag=lag), **MINATAR)
+    agent.train(300)
+    c = agent.counters
+    assert agent.parts.learner.looks_ahead
+    assert c.env_steps >= 300 and c.updates == int((c.env_steps - 64) * 0.25) == len(handed)
+    assert len(agent.parts.replay) == c.env_steps  # every step's transition, once (n_step 1)
+    assert all(handed) if looks else not any(handed)
+
+
 ATARI = dict(hidden=[64], batch_size=8, learning_starts=100, capacity=1000, updates_per_step=0.25,
              target_update_interval=100)
 
