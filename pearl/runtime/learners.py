@@ -139,8 +139,9 @@ class TorchLearner:
         thread behind this batch's and runs while this update's backward and optimizer step run
         here, on the forward's threads (the target thread is busy); the next `update(next_batch)`
         finds it done. A target update or a load in between discards it. In the Breakout processes
-        runtime (bf16, 2 threads) this took `learn` from 19.3-22.0 to 17.7-18.4 ms a call
-        (docs/BENCHMARKS.md, Pixels end to end, session 47)."""
+        runtime (bf16, 2 threads, 16k steps) this took `learn` from 19.3-22.0 to 17.7-18.4 ms a call
+        in four interleaved pairs; the 50k-step row was not paired (docs/BENCHMARKS.md, Pixels end to
+        end, session 47)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] is batch:
             _, tensors, target = ahead
