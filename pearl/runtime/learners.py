@@ -84,7 +84,7 @@ class TorchLearner:
         self.algo, self.precision = algo, precision
         self._target_thread, self._threads = target_thread, threads
         self._pool = None
-        self._ahead = None  # (batch, its tensors, its target forward) started by look_ahead
+        self._ahead = None  # (batch, its tensors, its target forward) started by update(..., next_batch)
         self.device = torch.device(device)
         algo.online.to(self.device)
         algo.target.to(self.device)
@@ -142,12 +142,10 @@ class TorchLearner:
         runtime (bf16, 2 threads, 16k steps) this took `learn` from 19.3-22.0 to 17.7-18.4 ms a call
         in four interleaved pairs; the 50k-step row was not paired (docs/BENCHMARKS.md, Pixels end to
         end, session 47)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead[0] is batch:
-            _, tensors, target = ahead
+        if self._ahead is not None and self._ahead[0] is batch:
+            (_, tensors, target), self._ahead = self._ahead, None
         else:
-            if ahead is not None:
-                ahead[2].wait()
+            self._drop_ahead()
             tensors = self._tensors(batch)
             target = self.algo.target if self._low is None else self._low["target"]
             if self._target_thread:
