@@ -176,16 +176,6 @@ def test_the_learner_acts_while_the_node_agents_start(cluster):
     assert local + sum(n["env_steps"] for n in agent.counters.node_rates) == agent.env_steps
 
 
-def test_the_node_agents_actors_make_their_envs_with_the_env_kwargs(cluster):
-    """CartPole's sutton_barto_reward: every step 0, a fall -1, so the nodes' episodes return <= 0
-    (>= 8 without it): the recipe carries the config's env_kwargs to the other nodes' actors."""
-    agent = pearl.DQN("CartPole-v1", plan=on_ray(), env_kwargs={"sutton_barto_reward": True}, **FAST)
-    agent.train(2000)
-    assert all(n["env_steps"] > 0 for n in agent.counters.node_rates)
-    returns = list(agent.counters.recent_returns)
-    assert returns and max(returns) <= 0
-
-
 @pytest.mark.parametrize("replay, shards, kind", [("server", 1, "uniform"), ("server", 2, "prioritized"),
                                                   ("node", 1, "uniform")])
 def test_replay_placements_store_every_transition_once_and_keep_the_ratio(cluster, replay, shards, kind):
