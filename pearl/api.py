@@ -231,6 +231,9 @@ class Agent:
             log.close()
             if board is not None:
                 board.close()
+            release = getattr(self.learner, "release", None)  # optional (the Learner contract)
+            if release is not None:
+                release()
         if callback is not None:
             callback.on_training_end()
         wall = time.perf_counter() - started

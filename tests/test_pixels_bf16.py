@@ -233,9 +233,10 @@ def _batch_ahead_changes_no_bit(precision):
         assert torch.get_num_threads() == 1
     for got, want in zip(ahead.algo.online.parameters(), reference.algo.online.parameters(), strict=True):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
-    # the spy makes a cycle that keeps the learner, and its target thread, alive: a processes run
-    # later in this process forks its actors only while no other thread is
-    ahead._pool.shutdown()
+    # the spy makes a cycle that keeps the learner alive: its target thread would outlive the test,
+    # and a processes run later in this process forks its actors only while no other thread is
+    ahead.release()
+    assert ahead._pool is None
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")

@@ -127,6 +127,14 @@ class TorchLearner:
         thread's learner)."""
         return self._target_thread
 
+    def release(self) -> None:
+        """Stops the target thread (the next update starts it again): a thread left alive would
+        make a later processes run in this process start its actors by exec, not fork."""
+        self._drop_ahead()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
     def _drop_ahead(self) -> None:
         """Waits for a forward started ahead (it reads the target's weights) and discards it."""
         if self._ahead is not None:
