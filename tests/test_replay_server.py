@@ -611,6 +611,42 @@ def test_ratio_exact_at_end_and_within_credit_bound(server):
     learner.close()
 
 
+def test_a_writer_done_gives_its_credit_back(server):
+    """flush(release_credit=True): a writer that is done gives the server back the credit it
+    holds, so a writer that comes later gets the window. Without it (the ray runtime's node agent
+    that Ray started late: CI at 6b8d3c8), the first writer's leftover (the whole window, granted
+    while it wrote alone) left the late one too little of the window once nothing more was due,
+    and its credit request waited for a reply that never came."""
+    ratio = RatioConfig(updates_per_step=0.25, learning_starts=0, max_lag=16)  # a 64 env steps window
+    srv = server(capacity=1000, ratio=ratio)
+    first = ReplayClient(srv.address, writer=1, timeout=20)
+    first.add(*chunk(0, 8), env_steps=8)
+    first.flush()
+    learner = ReplayClient(srv.address, timeout=20)
+    for _ in range(updates_due(8, 0, 0.25)):
+        learner.sample(4, timeout=20)
+    held = int(learner.stats()["credit"]["1"])
+    assert held > 64 - 8 - 16  # the lone writer's share: more than a later chunk of 16 leaves room for
+    control = ReplayClient(srv.address, writer=2, timeout=0.5, retries=0)
+    with pytest.raises(NoReply):
+        control.add(*chunk(1000, 16), env_steps=16)
+    control.close()
+    first.flush(release_credit=True)
+    assert "1" not in learner.stats()["credit"] or int(learner.stats()["credit"]["1"]) == 0
+    late = ReplayClient(srv.address, writer=3, timeout=20)
+    late.add(*chunk(2000, 16), env_steps=16)
+    late.flush()
+    for _ in range(updates_due(24, 0, 0.25) - updates_due(8, 0, 0.25)):
+        learner.sample(4, timeout=20)
+    stats = learner.stats()
+    assert stats["env_steps"] == 24 and stats["updates"] == stats["updates_due"] == 6
+    first.add(*chunk(3000, 8), env_steps=8)  # a writer done may write again: it asks for credit anew
+    first.flush()
+    assert learner.stats()["env_steps"] == 32
+    for client in (first, late, learner):
+        client.close()
+
+
 def test_config_file_errors(tmp_path):
     path = tmp_path / "server.yaml"
     path.write_text("table: {kind: prioritized, capacity: 1000}\nbind: tcp://127.0.0.1:5999\n")

@@ -236,8 +236,10 @@ class NodeAgent:
                     actors.check(lambda index: taken[index] >= quota)
                     last_check = clock()
             # done, or stopping: what was sent is acknowledged (its credit was granted); what is
-            # still in `pending` was never committed to the server and is dropped with its env steps
-            self.client.flush()
+            # still in `pending` was never committed to the server and is dropped with its env steps.
+            # The credit left goes back: held by a node that is done, it could leave a node that Ray
+            # started late too little of the window, waiting for credit no update would free.
+            self.client.flush(release_credit=True)
         finally:
             actors.stop()
             with self.lock:

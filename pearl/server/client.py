@@ -297,6 +297,12 @@ class _Writer:
             raise
         self._acknowledge(header)
 
+    def release_credit(self) -> None:
+        """After every chunk is acknowledged (they were committed against this credit)."""
+        if self.ratio:
+            self.pump(wait_all=True)
+            self._ask_credit(0)
+
     def _ask_credit(self, steps: int) -> None:
         self.conn.send(pack(Header(Op.CREDIT, writer=self.writer, arg0=steps)))
         header, _ = self.conn.recv()
@@ -361,10 +367,14 @@ class ReplayClient:
         w.put(pack(header, columns), seq, steps)  # inline: pack copies into one frame
         return seq
 
-    def flush(self) -> int:
-        """Waits until every chunk sent was acknowledged; returns the acknowledged sequence number."""
+    def flush(self, release_credit: bool = False) -> int:
+        """Waits until every chunk sent was acknowledged; returns the acknowledged sequence number.
+        `release_credit`: this writer is done for now, so the credit of a server-side ratio it
+        still holds goes back to the server for other writers (it asks anew if it writes again)."""
         if self._writer is not None:
             self._writer.pump(wait_all=True)
+            if release_credit:
+                self._writer.release_credit()
             return self._writer.acked
         return 0
 

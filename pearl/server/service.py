@@ -281,10 +281,14 @@ class ReplayService:
             self.acked.setdefault(writer, 0)
             return [self._ack(peer, writer, self.acked[writer])]
         r = self.config.ratio
-        if writer == 0 or need < 1 or need > r.max_lag / r.updates_per_step:
-            raise WireError(ErrorCode.BAD_VALUE, f"credit of {need} env steps (1..{int(r.max_lag / r.updates_per_step)}"
+        if writer == 0 or need < 0 or need > r.max_lag / r.updates_per_step:
+            raise WireError(ErrorCode.BAD_VALUE, f"credit of {need} env steps (0..{int(r.max_lag / r.updates_per_step)}"
                                                  f" with max_lag {r.max_lag}: send smaller chunks)")
         self.acked.setdefault(writer, 0)
+        if need == 0:  # a writer done gives its credit back: held, it would shrink the others' window for good
+            self.credit.pop(writer, None)
+            self.waiting_credit.pop(writer, None)
+            return [self._ack(peer, writer, self.acked[writer])] + self._grant_waiting()
         if self._grant(writer, need):
             return [self._ack(peer, writer, self.acked[writer])]
         self.waiting_credit[writer] = (peer, need)

@@ -110,9 +110,9 @@ class ShardedReplayClient:
                                env_steps=share(steps, done, done + part, rows))
             done += part
 
-    def flush(self) -> None:
+    def flush(self, release_credit: bool = False) -> None:
         for shard in self.shards:
-            shard.flush()
+            shard.flush(release_credit)
 
     def update_priorities(self, indices, td_errors) -> None:
         """Split by shard; each part rides on that shard's next request."""

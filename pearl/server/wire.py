@@ -51,7 +51,7 @@ class Op(IntEnum):
     UPDATE_SAMPLE = 5   # UPDATE's columns, then a sample of arg0 rows in the same reply
     STATS = 6           # -> JSON
     CHECKPOINT = 7      # -> JSON manifest of the checkpoint written
-    CREDIT = 8          # writer asks for arg0 env steps of credit; the reply waits until granted
+    CREDIT = 8          # writer asks for arg0 env steps of credit; the reply waits until granted (0: gives its credit back)
     WRITER = 9          # writer (re)connects: reply seq = its highest acknowledged chunk, arg0 = credit
     ACK = 32            # reply to INSERT / UPDATE / CREDIT / WRITER
     BATCH = 33          # reply to SAMPLE / UPDATE_SAMPLE
