@@ -51,10 +51,8 @@ class Batch:
 @runtime_checkable
 class Learner(Protocol):
     """Runs the algorithm's `learn` task on the plan's learn device with one kernel. Optional:
-    `looks_ahead` (true) and `update(batch, next_batch)`, where a learner starts work on the next
-    update's batch during this one (TorchLearner's target thread); the processes runtime hands it
-    the next batch where its order allows (pearl/runtime/processes.py); `release()`, which stops
-    threads the learner started (a later update starts them again), called when a train call ends."""
+    `release()`, which stops threads the learner started (a later update starts them again),
+    called when a train call ends."""
 
     kernel: str  # "fused" | "torch" | a backend's name
 

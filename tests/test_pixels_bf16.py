@@ -192,53 +192,6 @@ def test_after_the_target_forward_the_update_runs_on_the_learners_threads(precis
         torch.set_num_threads(saved)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_a_target_forward_started_a_batch_ahead_changes_no_bit(precision):
-    """update(batch, next_batch) starts next_batch's target forward on the target thread during this
-    update; update(next_batch) takes it instead of starting one. Losses, |TD| and weights are bit
-    for bit the one-thread update's, with a target update between that discards the forward started
-    with the old target (a stale one would change the loss: the networks differ by then)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)  # the forwards' threads, as the family sets them for a target thread
-    try:
-        _batch_ahead_changes_no_bit(precision)
-    finally:
-        torch.set_num_threads(saved)
-
-
-def _batch_ahead_changes_no_bit(precision):
-    reference = TorchLearner(algorithm("minatar", lr=1e-3), "cpu", precision)
-    ahead = TorchLearner(algorithm("minatar", lr=1e-3), "cpu", precision, target_thread=True, threads=2)
-    assert ahead.looks_ahead and not reference.looks_ahead
-    batches = [frames("minatar", step) for step in range(5)]
-    started = []
-    start = ahead._target_forward
-    ahead._target_forward = lambda x, threads: started.append(x) or start(x, threads)
-    for step, batch in enumerate(batches):
-        if step == 2:
-            for learner in (reference, ahead):
-                learner.update_target()
-            assert ahead._ahead is None  # the forward started with the old target is gone
-        started.clear()
-        next_batch = batches[step + 1] if step + 1 < len(batches) else None
-        loss, td = reference.update(batch)
-        ahead_loss, ahead_td = ahead.update(batch, next_batch)
-        assert ahead_loss == loss
-        np.testing.assert_array_equal(ahead_td, td)
-        # this batch's forward was started by the update before (not after a target update), and
-        # the next batch's by this one
-        fresh = [] if step not in (0, 2) else [batch.next_obs]
-        want = fresh + ([] if next_batch is None else [next_batch.next_obs])
-        assert len(started) == len(want) and all(np.shares_memory(x.numpy(), w) for x, w in zip(started, want))
-        assert torch.get_num_threads() == 1
-    for got, want in zip(ahead.algo.online.parameters(), reference.algo.online.parameters(), strict=True):
-        np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
-    # the spy makes a cycle that keeps the learner alive: its target thread would outlive the test,
-    # and a processes run later in this process forks its actors only while no other thread is
-    ahead.release()
-    assert ahead._pool is None
-
-
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
 def test_the_target_thread_takes_the_callers_float_mode():
     """The worker flushes denormals when the learner's thread does (pearl.kernels.cpu.cpu_kernel_mode

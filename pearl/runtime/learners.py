@@ -84,7 +84,6 @@ class TorchLearner:
         self.algo, self.precision = algo, precision
         self._target_thread, self._threads = target_thread, threads
         self._pool = None
-        self._ahead = None  # (batch, its tensors, its target forward) started by update(..., next_batch)
         self.device = torch.device(device)
         algo.online.to(self.device)
         algo.target.to(self.device)
@@ -110,59 +109,22 @@ class TorchLearner:
             tensor = tensor.pin_memory().to(self.device, non_blocking=True)
         return tensor if dtype is None else tensor.to(dtype)
 
-    def _tensors(self, batch) -> tuple:
-        weights = None if batch.weights is None else self._tensor(batch.weights)
-        return (self._tensor(batch.obs), self._tensor(batch.actions), self._tensor(batch.rewards),
-                self._tensor(batch.next_obs), self._tensor(batch.discounts), weights)
-
-    def _target_forward(self, next_obs: torch.Tensor, threads_after: int) -> _ForwardAhead:
-        if self._pool is None:  # made at the first update: no thread exists before the runtime's start
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target")
-        target = self.algo.target if self._low is None else self._low["target"]
-        return _ForwardAhead(self._pool, target, next_obs, threads_after)
-
-    @property
-    def looks_ahead(self) -> bool:
-        """Whether `update(batch, next_batch)` starts the next batch's target forward ahead (a target
-        thread's learner)."""
-        return self._target_thread
-
     def release(self) -> None:
         """Stops the target thread (the next update starts it again): a thread left alive would
         make a later processes run in this process start its actors by exec, not fork."""
-        self._drop_ahead()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
 
-    def _drop_ahead(self) -> None:
-        """Waits for a forward started ahead (it reads the target's weights) and discards it."""
-        if self._ahead is not None:
-            self._ahead[2].wait()
-            self._ahead = None
-
-    def update(self, batch, next_batch=None):
-        """`next_batch` (a target thread's learner, `looks_ahead`; the next update's batch, in arrays
-        of its own, not a replay's reused sample buffers): its target forward starts on the target
-        thread behind this batch's and runs while this update's backward and optimizer step run
-        here, on the forward's threads (the target thread is busy); the next `update(next_batch)`
-        finds it done. A target update or a load in between discards it. In the Breakout processes
-        runtime (bf16, 2 threads, 16k steps) this took `learn` from 19.3-22.0 to 17.7-18.4 ms a call
-        in four interleaved pairs; the 50k-step row was not paired (docs/BENCHMARKS.md, Pixels end to
-        end, session 47)."""
-        if self._ahead is not None and self._ahead[0] is batch:
-            (_, tensors, target), self._ahead = self._ahead, None
-        else:
-            self._drop_ahead()
-            tensors = self._tensors(batch)
-            target = self.algo.target if self._low is None else self._low["target"]
-            if self._target_thread:
-                target = self._target_forward(tensors[3], self._threads if next_batch is None
-                                              else torch.get_num_threads())
-        if next_batch is not None and self._target_thread:
-            next_tensors = self._tensors(next_batch)
-            self._ahead = (next_batch, next_tensors, self._target_forward(next_tensors[3], torch.get_num_threads()))
+    def update(self, batch):
+        weights = None if batch.weights is None else self._tensor(batch.weights)
+        tensors = (self._tensor(batch.obs), self._tensor(batch.actions), self._tensor(batch.rewards),
+                   self._tensor(batch.next_obs), self._tensor(batch.discounts), weights)
+        target = self.algo.target if self._low is None else self._low["target"]
         if self._target_thread:
+            if self._pool is None:  # made at the first update: no thread exists before the runtime's start
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target")
+            target = _ForwardAhead(self._pool, target, tensors[3], self._threads)
             forward_threads = torch.get_num_threads()
         try:
             loss, abs_td = (self.algo.update(*tensors, target=target) if self._low is None
@@ -189,7 +151,6 @@ class TorchLearner:
                 self._low[name].refresh()
 
     def update_target(self) -> None:
-        self._drop_ahead()
         self.algo.update_target()
         self._refresh_low("target")
 
@@ -211,7 +172,6 @@ class TorchLearner:
                 "target": self.algo.flat_weights(self.algo.target), **optimizer_state(self.algo.optimizer)}
 
     def load_state_dict(self, state: dict) -> None:
-        self._drop_ahead()
         self.algo.load_flat_weights(self.algo.online, state["online"])
         self.algo.load_flat_weights(self.algo.target, state["target"])
         self._policy_stale = True
@@ -227,9 +187,6 @@ class _ForwardAhead:
     def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor, threads_after: int):
         self._x, self._result = x, pool.submit(_forward_without_grad, network, x, thread_float_mode())
         self._threads_after = threads_after
-
-    def wait(self) -> None:
-        self._result.result()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x is not self._x:

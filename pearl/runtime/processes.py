@@ -551,16 +551,6 @@ def _copy(values):
     return values.clone() if hasattr(values, "clone") else np.array(values, copy=True)
 
 
-def sample_copy(replay, batch_size: int, rng, timer) -> Batch:
-    """A copy of a freshly drawn batch: the replay reuses its sample buffers at its next sample."""
-    t0 = time.perf_counter()
-    batch = replay.sample(batch_size, rng)
-    batch = Batch(**{f.name: _copy(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
-    if timer:
-        timer.add("sample", time.perf_counter() - t0)
-    return batch
-
-
 class Prefetcher:
     """A second thread of the learner process that applies the last batch's priority update and
     draws the next batch (a copy: the replay reuses its sample buffers) while the learner trains.
@@ -574,8 +564,14 @@ class Prefetcher:
         self.thread.start()
 
     def sample(self) -> Batch:
-        """A freshly drawn batch (on the calling thread; the learner's while none is in flight)."""
-        return sample_copy(self.replay, self.batch_size, self.rng, self.timer)
+        """A copy of a freshly drawn batch (on the calling thread; the learner's while none is in flight)."""
+        clock = time.perf_counter
+        t0 = clock()
+        batch = self.replay.sample(self.batch_size, self.rng)
+        batch = Batch(**{f.name: _copy(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+        if self.timer:
+            self.timer.add("sample", clock() - t0)
+        return batch
 
     def _serve(self) -> None:
         flush_denormals()  # per thread, as the learner's (kernels/cpu/__init__.py)
@@ -782,27 +778,9 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
             if timer:
                 timer.add("sync_weights", clock() - t0)
 
-    # a learner that looks ahead (TorchLearner's target thread) gets the next update's batch with
-    # each update: drawn one update early, so possibly before the latest rounds' inserts (not in a
-    # deterministic run, whose order is the sequential runtime's; not for prioritized replay, whose
-    # next batch waits for this update's priorities)
-    looking_ahead = getattr(learner, "looks_ahead", False) and lockstep is None and not replay.prioritized
-    next_batch = None
-
     def learn_until(target_updates: int) -> None:
-        nonlocal next_batch
-        if not looking_ahead:
-            while counters.updates < target_updates:
-                learned(learn_one(replay, learner, schedule.batch_size, rng, timer))
-            return
         while counters.updates < target_updates:
-            batch = next_batch or sample_copy(replay, schedule.batch_size, rng, timer)
-            next_batch = sample_copy(replay, schedule.batch_size, rng, timer)
-            t0 = clock()
-            loss, _ = learner.update(batch, next_batch)
-            if timer:
-                timer.add("learn", clock() - t0)
-            learned(loss)
+            learned(learn_one(replay, learner, schedule.batch_size, rng, timer))
 
     prefetcher = None  # (its thread starts after the actors: `_ActorProcesses.start` forks only without one)
 
