@@ -298,7 +298,8 @@ class _Writer:
         self._acknowledge(header)
 
     def release_credit(self) -> None:
-        """After every chunk is acknowledged (they were committed against this credit)."""
+        """Gives the credit left back to the server, once every chunk sent is acknowledged (each
+        was committed against that credit)."""
         if self.ratio:
             self.pump(wait_all=True)
             self._ask_credit(0)
