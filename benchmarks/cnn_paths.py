@@ -18,10 +18,10 @@ uint8 frames, through pearl's TorchLearner (the learner a run builds), for the N
                   masters' float32 ones, clipping, torch's fused Adam, the copy refreshed
   bf16_separate_relu  bf16 with each convolution and its ReLU as two torch ops (before session 14's
                   fused ConvReLU)
-  fp32_target_thread, bf16_target_thread  fp32 / bf16 with the target network's forward on a second
-                  thread beside the online forward (TorchLearner(target_thread=True)); at "1 thread"
-                  each of the two threads runs its ops on one, and the rest of the update (loss,
-                  backward, step) on two: the learner a run with runtime.torch_threads 2 builds
+  fp32_split, bf16_split  fp32 / bf16 with the batch split in two halves, each half's forwards and
+                  backward on a thread of its own (TorchLearner(split_batch=True)); at "1 thread"
+                  each of the two threads runs its ops on one: the learner a run with
+                  runtime.torch_threads 2 builds
   compile         torch.compile of the networks' forward (float32; --compile, slow to build)
 
 and the input conversion alone: a batch of uint8 frames to float32 NCHW and to bfloat16 channels_last
@@ -65,7 +65,7 @@ from e2e_ddpg import gemm_peak  # noqa: E402  (benchmarks/ is the script's own d
 NETS = {"nature": ((4, 84, 84), [[32, 8, 4], [64, 4, 2], [64, 3, 1]], [512], 1 / 255, 256),
         "minatar": ((4, 10, 10), [[16, 3, 1]], [128], 1.0, 2)}
 PATHS = ("fp32", "fp32_cl", "fp32_foreach", "mkldnn_bf16", "no_onednn", "autocast", "autocast_cl", "bf16",
-         "bf16_torch_step", "bf16_separate_relu", "fp32_target_thread", "bf16_target_thread")
+         "bf16_torch_step", "bf16_separate_relu", "fp32_split", "bf16_split")
 
 
 @contextlib.contextmanager
@@ -127,7 +127,7 @@ def make(net: str, path: str, batch: int, double: bool = True):
             module.forward = torch.compile(module.forward)
     precision = "bf16" if path.startswith("bf16") else "fp32"
     learner = (TorchStepLearner(algo, "cpu", precision) if path == "bf16_torch_step" else
-               TorchLearner(algo, "cpu", precision, target_thread=path.endswith("target_thread"),
+               TorchLearner(algo, "cpu", precision, split_batch=path.endswith("split"),
                             threads=2 * torch.get_num_threads()))
     if path == "bf16_separate_relu":
         for low in learner._low.values():

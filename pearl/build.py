@@ -90,30 +90,32 @@ class Discrete:
             raise ConfigError(f"runtime.learner_precision: {precision} runs on a cpu learn device; got {device} "
                               f"(expected learner_precision fp32 there)")
 
-    def _target_thread(self, kernel: str, device: str, threads: int) -> bool:
-        """A CNN's torch learner on cpu threads runs the target's forward on a thread of its own
-        (TorchLearner(target_thread=True)): on the 2-core EPYC the Nature update at batch 32 took 15.1
-        ms so against 17.7 on torch's two intra-op threads and 19.2 on one (docs/BENCHMARKS.md, Pixels end to end)."""
+    def _split_batch(self, kernel: str, device: str, threads: int) -> bool:
+        """A CNN's torch learner on cpu threads splits each update's batch in two halves, each on a
+        thread of its own (TorchLearner(split_batch=True)): in a Breakout run on the 2-core EPYC
+        with an actor process beside it, ~10% more env steps/s than the target network's forward
+        on a second thread, which in turn took the Nature update at batch 32 to 15.1 ms against 17.7
+        on torch's two threads and 19.2 on one (docs/BENCHMARKS.md, Pixels end to end)."""
         return kernel == "torch" and self.image and kind_of(device) == "cpu" and threads > 1
 
     def torch_threads(self, kernel: str, device: str, threads: int) -> int:
-        """torch's intra-op threads for a learner on `threads` threads: with a target thread each of
-        the two threads runs its ops on half."""
-        return max(1, threads // 2) if self._target_thread(kernel, device, threads) else threads
+        """torch's intra-op threads for a learner on `threads` threads: with a split batch each of
+        the two halves runs its ops on half of them."""
+        return max(1, threads // 2) if self._split_batch(kernel, device, threads) else threads
 
     def learner(self, algo, device: str, kernel: str, precision: str = "fp32", threads: int = 1):
-        """`threads`: the fused learner's pairs, or a CNN's target thread and the torch threads of its
-        update after the target's forward (torch's other learners take torch.set_num_threads')."""
+        """`threads`: the fused learner's pairs, or the threads a CNN's split batch shares between its
+        halves (torch's other learners take torch.set_num_threads')."""
         if kernel == "fused":
             return FusedCPULearner(algo, threads, precision)
-        return TorchLearner(algo, device, precision, target_thread=self._target_thread(kernel, device, threads),
+        return TorchLearner(algo, device, precision, split_batch=self._split_batch(kernel, device, threads),
                             threads=threads)
 
     def thread_setter(self, learner, device: str, threads: int):
         """What sets `learner`'s thread count while it runs (AdaptiveThreads): the fused DQN step's
-        pairs, or torch's intra-op threads; None for a CNN's target thread (its two threads are
-        fixed at construction) and off the cpu."""
-        if kind_of(device) != "cpu" or self._target_thread(learner.kernel, device, threads):
+        pairs, or torch's intra-op threads; None for a CNN's split batch (its two threads are fixed
+        at construction) and off the cpu."""
+        if kind_of(device) != "cpu" or self._split_batch(learner.kernel, device, threads):
             return None
         if learner.kernel == "fused":
             return functools.partial(setattr, learner.kernel_impl, "threads")

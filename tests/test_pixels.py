@@ -212,8 +212,8 @@ def test_minatar_in_the_processes_runtime_with_two_actors():
     assert agent.parts.replay.storage["obs"].dtype == np.uint8
 
 
-def test_a_train_call_stops_the_learners_target_thread():
-    """runtime.torch_threads 2 on a CNN (a target thread, pearl/runtime/learners.py): the agent
+def test_a_train_call_stops_the_learners_second_thread():
+    """runtime.torch_threads 2 on a CNN (a split batch, pearl/runtime/learners.py): the agent
     releases the learner when a train call ends, so no thread of it is left (a processes run
     later in this process forks its actors only while no other thread is), and the next call
     starts it again."""
@@ -222,7 +222,7 @@ def test_a_train_call_stops_the_learners_target_thread():
     for steps in (200, 300):
         running = []
         agent.train(steps, on_round=lambda a: running.append(a.parts.learner._pool is not None))
-        assert any(running)  # the call's updates ran the target forward on its thread
+        assert any(running)  # the call's updates ran a half batch on the worker
         assert threading.active_count() == threads and agent.parts.learner._pool is None
     c = agent.counters
     assert c.env_steps >= 500 and c.updates == int((c.env_steps - 64) * 0.25)

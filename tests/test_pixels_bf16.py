@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import platform
+import threading
 
 import numpy as np
 import pytest
@@ -142,64 +143,135 @@ def test_fused_conv_relu_equals_the_separate_layers(net):
         np.testing.assert_array_equal(got.grad.float().numpy(), want.grad.float().numpy())
 
 
+SPLIT_LEARNERS: list[TorchLearner] = []
+
+
+@pytest.fixture(autouse=True)
+def release_split_learners():
+    """A test's split learners give their worker thread back at its end: a thread left alive would
+    make a later processes-runtime test start its actors by exec, not fork."""
+    yield
+    while SPLIT_LEARNERS:
+        SPLIT_LEARNERS.pop().release()
+
+
+def split_and_whole(precision: str, double: bool = False, threads: int = 2) -> list[TorchLearner]:
+    """Two learners from the same weights: the whole batch's update and the split batch's (a small
+    lr keeps the two runs' weights together, so each update's gradients are compared alone)."""
+    learners = []
+    for split in (False, True):
+        algo = algorithm("minatar")
+        algo.config = dataclasses.replace(algo.config, double=double)
+        learners.append(TorchLearner(algo, "cpu", precision, split_batch=split, threads=threads))
+    SPLIT_LEARNERS.extend(learners)
+    return learners
+
+
+# the split update against the whole batch's: each half's sums summed once more (float32), and in
+# bf16 the two halves' bfloat16 gradients summed in bfloat16 (one more rounding, ~2^-9 relative);
+# measured: gradients ~1e-7 (fp32) and ~3e-3 (bf16) apart
+SPLIT_RTOL = {"fp32": 1e-5, "bf16": 1e-2}
+SPLIT_WEIGHTS_RTOL = {"fp32": 1e-4, "bf16": 0.1}
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("double", [False, True])
-def test_the_target_forward_on_its_own_thread_changes_no_bit(precision, double):
-    """TorchLearner(target_thread=True) runs the target network's forward on a worker thread beside
-    the online forward: losses, |TD| and weights bit for bit those of the one-thread update, over
-    updates with a target update between."""
-    learners = []
-    for target_thread in (False, True):
-        algo = algorithm("minatar", lr=1e-3)
-        algo.config = dataclasses.replace(algo.config, double=double)
-        learners.append(TorchLearner(algo, "cpu", precision, target_thread=target_thread))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_split_batch_update_is_the_whole_batchs_up_to_rounding(precision, double, weighted):
+    """TorchLearner(split_batch=True) from the same weights as the whole batch's learner: each
+    update's loss, gradient (each half's scaled by its share of the batch) and |TD| (in the batch's
+    order) within rounding of the whole batch's, over updates with a target update between, with
+    and without importance weights; the weights' difference a small part of their movement."""
+    learners = split_and_whole(precision, double)
+    if precision == "bf16":
+        for learner in learners:
+            record_gradient(learner)
+    start = np.concatenate([p.detach().numpy().ravel() for p in learners[0].algo.online.parameters()])
+    rtol = SPLIT_RTOL[precision]
     for step in range(4):
-        (loss, td), (threaded_loss, threaded_td) = (learner.update(frames("minatar", step)) for learner in learners)
-        assert threaded_loss == loss
-        np.testing.assert_array_equal(threaded_td, td)
+        batch = frames("minatar", step)
+        if weighted:
+            batch.weights = np.random.default_rng(step).uniform(0.2, 1.0, B).astype(np.float32)
+        (loss, td), (split_loss, split_td) = (learner.update(batch) for learner in learners)
+        assert split_loss == pytest.approx(loss, rel=rtol)
+        assert relative_error(gradient(learners[1]), gradient(learners[0])) < rtol
+        np.testing.assert_allclose(split_td, td, rtol=0, atol=rtol * np.abs(td).mean())
         if step == 1:
             for learner in learners:
                 learner.update_target()
-    assert learners[1]._pool is not None  # the forward did run ahead
-    for got, want in zip(learners[1].algo.online.parameters(), learners[0].algo.online.parameters(), strict=True):
+    assert learners[1]._pool is not None  # the second half did run on the worker
+    split, whole = (np.concatenate([p.detach().numpy().ravel() for p in learner.algo.online.parameters()])
+                    for learner in learners)
+    assert np.linalg.norm(split - whole) < SPLIT_WEIGHTS_RTOL[precision] * np.linalg.norm(whole - start)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_split_batch_update_gives_the_same_bits_every_time(precision):
+    """Two split learners from the same weights end with the same bits whichever half ends first
+    (a run with plan.deterministic_lag repeats itself), an odd batch's halves of 16 and 17 rows
+    included; a batch of one row runs whole."""
+    learners = [split_and_whole(precision)[1] for _ in range(2)]
+    for step in range(3):
+        batch = frames("minatar", step)
+        if step == 1:
+            batch = Batch(*(np.concatenate([field, field[:1]]) for field in
+                            (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.discounts)),
+                          indices=np.arange(B + 1))
+        results = [learner.update(batch) for learner in learners]
+        assert results[0][0] == results[1][0] and results[0][1].shape == (batch.obs.shape[0],)
+        np.testing.assert_array_equal(results[0][1], results[1][1])
+    one = Batch(batch.obs[:1], batch.actions[:1], batch.rewards[:1], batch.next_obs[:1], batch.discounts[:1],
+                indices=np.arange(1))
+    for learner in learners:
+        learner.update(one)
+    for got, want in zip(learners[0].algo.online.parameters(), learners[1].algo.online.parameters(), strict=True):
         np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_after_the_target_forward_the_update_runs_on_the_learners_threads(precision):
-    """TorchLearner(target_thread=True, threads=2): each forward on one torch thread, then, with the
-    target's values in, the backward on two; torch's count is put back after each update; the
-    update is the one-thread update's up to float rounding (a product's sums split in two)."""
+def test_each_half_runs_on_half_the_learners_threads(precision):
+    """TorchLearner(split_batch=True, threads=t): each half's backward on t // 2 torch threads (at
+    least one), on the caller's thread and on the worker; torch's count is put back after each
+    update."""
     saved = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(3)
     try:
-        learners, seen = [], {1: [], 2: []}
-        for threads in (1, 2):
-            learner = TorchLearner(algorithm("minatar", lr=1e-3), "cpu", precision, target_thread=True, threads=threads)
+        for threads, per_half in ((2, 1), (4, 2)):
+            learner = split_and_whole(precision, threads=threads)[1]
             network = learner.algo.online if precision == "fp32" else learner._low["online"].net
-            next(network.parameters()).register_hook(lambda grad, threads=threads: seen[threads].append(torch.get_num_threads()))
-            learners.append(learner)
-        for step in range(3):
-            losses = []
-            for learner in learners:
-                losses.append(learner.update(frames("minatar", step))[0])
-                assert torch.get_num_threads() == 1
-            assert losses[1] == pytest.approx(losses[0], rel=1e-4)
-        assert seen == {1: [1, 1, 1], 2: [2, 2, 2]}
-        for got, want in zip(learners[1].algo.online.parameters(), learners[0].algo.online.parameters(), strict=True):
-            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-6)
+            seen = []
+            next(network.parameters()).register_hook(
+                lambda grad: seen.append((threading.current_thread().name.startswith("pearl-half"),
+                                          torch.get_num_threads())))
+            for step in range(2):
+                learner.update(frames("minatar", step))
+                assert torch.get_num_threads() == 3
+            assert sorted(seen) == [(False, per_half)] * 2 + [(True, per_half)] * 2
     finally:
         torch.set_num_threads(saved)
 
 
+def test_a_split_batch_update_from_a_failing_half_raises_after_both_halves_end():
+    """An exception in either half reaches the caller, and only once the worker's half is done
+    (it writes the gradients): the next update runs."""
+    learner = split_and_whole("fp32")[1]
+    batch = frames("minatar", 0)
+    bad = Batch(batch.obs, batch.actions + 100, batch.rewards, batch.next_obs, batch.discounts, indices=batch.indices)
+    with pytest.raises(RuntimeError):
+        learner.update(bad)  # actions out of range in both halves' gather
+    assert not learner._pool._work_queue.qsize()
+    loss, td = learner.update(batch)
+    assert np.isfinite(loss) and td.shape == (B,)
+
+
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86's MXCSR")
-def test_the_target_thread_takes_the_callers_float_mode():
+def test_the_second_half_takes_the_callers_float_mode():
     """The worker flushes denormals when the learner's thread does (pearl.kernels.cpu.cpu_kernel_mode
     sets it on the calling thread only): a denormal product there costs ~100x."""
     from pearl.kernels.cpu import cpu_kernel_mode
     from pearl.kernels.cpu.float_mode import thread_float_mode
 
-    learner = TorchLearner(algorithm("minatar"), "cpu", "bf16", target_thread=True)
+    learner = split_and_whole("bf16")[1]
     learner.update(frames("minatar", 0))  # the worker is made here, outside the mode
     with cpu_kernel_mode():
         caller = thread_float_mode()

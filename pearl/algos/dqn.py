@@ -120,15 +120,20 @@ class DQN:
             huber = huber * weights
         return huber.mean(), td.detach().abs()
 
-    def update(self, obs, actions, rewards, next_obs, discounts, weights=None, target=None):
-        """One optimizer step (`target` as in `loss`). Returns (loss, |TD error| per sample) as (float, tensor)."""
-        loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights, target=target)
+    def update(self, obs, actions, rewards, next_obs, discounts, weights=None):
+        """One optimizer step. Returns (loss, |TD error| per sample) as (float, tensor)."""
+        loss, abs_td = self.loss(obs, actions, rewards, next_obs, discounts, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self.step()
+        return float(loss.detach()), abs_td
+
+    def step(self) -> None:
+        """The optimizer step on the gradients in the online network's .grad, their norm clipped
+        (a learner that computed them otherwise, e.g. a batch in two halves, steps with this)."""
         if self.config.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
-        return float(loss.detach()), abs_td
 
     def update_target(self) -> None:
         tau = self.config.tau

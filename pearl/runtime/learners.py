@@ -14,6 +14,7 @@ shares, so a checkpoint written by one learner loads into the other.
 """
 from __future__ import annotations
 
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -65,24 +66,26 @@ class FusedCPULearner:
 class TorchLearner:
     kernel = "torch"
 
-    def __init__(self, algo, device: str, precision: str = "fp32", target_thread: bool = False, threads: int = 1):
+    def __init__(self, algo, device: str, precision: str = "fp32", split_batch: bool = False, threads: int = 1):
         """`precision` bf16: a CNN Q-network (the builder refuses it for an MLP or off the cpu) learns
         through bfloat16 copies of the online and target networks; the algorithm's float32 networks
         are the masters, stepped by the algorithm's Adam (its state and hyperparameters) in compiled
         passes that also refresh the copy (BF16Copy.adam_step: as torch ops the step was four passes
         over the Nature network's 1.7M weights, ~5 ms of a ~17 ms update, benchmarks/cnn_paths.py).
-        `target_thread` (cpu learners: the family decides, pearl/build.py): the target network's forward of each update runs on a
-        second thread beside the online network's forward (torch's ops release the GIL), one op
-        thread each; no barrier per op as with torch's two intra-op threads, so a second core that
-        an actor process also uses is taken only for that forward. Once the target's values are in,
-        that thread is idle: the rest of the update (loss, backward, optimizer step) runs on torch's
-        intra-op threads at `threads` (the learner's threads), then the count is put back. On the
-        2-core Zen 4 EPYC the Nature update at batch 32 in bf16 took 12.4-12.8 ms so against
-        14.2-14.8 with the backward on one thread, and the Breakout processes runtime ran ~4% more
-        env steps/s (median of six interleaved rounds; docs/BENCHMARKS.md, Pixels end to end,
-        session 46)."""
+        `split_batch` (cpu learners: the family decides, pearl/build.py): each update splits its batch
+        in two halves and runs each half's forwards, loss and backward on a thread of its own (torch's
+        ops release the GIL) with `threads // 2` op threads (at least one); autograd sums the two
+        halves' gradients into the parameters' .grad (a + b: the same bits whichever half ends
+        first), then the one optimizer step. The halves meet once an update, not at a barrier in
+        every op as torch's intra-op threads do, so where an actor process takes a core for a while
+        only the half on that core waits, and the core the other half leaves idle at the end runs
+        the actor. The result is the whole batch's update up to float rounding (each half's sums
+        are summed once more; in bf16 the gradients' sum is rounded to bfloat16 once more). Breakout,
+        bf16, 2 threads, the processes runtime with one actor on the 2-core Zen 4 EPYC: ~10% more env
+        steps/s than session 46's target-network forward on a thread of its own, six pairs won of six
+        (`learn` 17.0-17.8 ms against 18.5-19.8; docs/BENCHMARKS.md, Pixels end to end, session 49)."""
         self.algo, self.precision = algo, precision
-        self._target_thread, self._threads = target_thread, threads
+        self._split, self._half_threads = split_batch, max(1, threads // 2)
         self._pool = None
         self.device = torch.device(device)
         algo.online.to(self.device)
@@ -110,7 +113,7 @@ class TorchLearner:
         return tensor if dtype is None else tensor.to(dtype)
 
     def release(self) -> None:
-        """Stops the target thread (the next update starts it again): a thread left alive would
+        """Stops the second half's thread (the next update starts it again): a thread left alive would
         make a later processes run in this process start its actors by exec, not fork."""
         if self._pool is not None:
             self._pool.shutdown()
@@ -120,27 +123,58 @@ class TorchLearner:
         weights = None if batch.weights is None else self._tensor(batch.weights)
         tensors = (self._tensor(batch.obs), self._tensor(batch.actions), self._tensor(batch.rewards),
                    self._tensor(batch.next_obs), self._tensor(batch.discounts), weights)
-        target = self.algo.target if self._low is None else self._low["target"]
-        if self._target_thread:
-            if self._pool is None:  # made at the first update: no thread exists before the runtime's start
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-target")
-            target = _ForwardAhead(self._pool, target, tensors[3], self._threads)
-            forward_threads = torch.get_num_threads()
-        try:
-            loss, abs_td = (self.algo.update(*tensors, target=target) if self._low is None
-                            else self._update_bf16(*tensors, target=target))
-        finally:
-            if self._target_thread:
-                torch.set_num_threads(forward_threads)
+        if self._split and tensors[0].shape[0] > 1:
+            loss, abs_td = self._update_split(tensors)
+        elif self._low is None:
+            loss, abs_td = self.algo.update(*tensors)
+        else:
+            loss, abs_td = self._update_bf16(*tensors)
         self._policy_stale = True
         # |TD| stays on the device for a device replay's priority update (no host round trip)
         return loss, abs_td if isinstance(batch.obs, torch.Tensor) else abs_td.cpu().numpy()
 
-    def _update_bf16(self, *tensors, target):
+    def _update_split(self, tensors):
+        """The update with the batch's two halves on two threads (`split_batch`)."""
+        algo, low = self.algo, self._low
+        networks = (algo.online, algo.target) if low is None else (low["online"], low["target"])
+        n = tensors[0].shape[0]
+        halves = (slice(0, n // 2), slice(n // 2, n))
+        if self._pool is None:  # made at the first update: no thread exists before the runtime's start
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="pearl-half")
+        threads, float_mode = torch.get_num_threads(), thread_float_mode()
+        if low is None:
+            algo.optimizer.zero_grad(set_to_none=True)
+        other = self._pool.submit(self._half_backward, tensors, halves[1], n, networks, float_mode)
+        try:
+            first = self._half_backward(tensors, halves[0], n, networks, float_mode)
+        finally:
+            futures.wait((other,))  # (it writes the gradients: never left running)
+            torch.set_num_threads(threads)
+        (loss_a, td_a), (loss_b, td_b) = first, other.result()
+        if low is None:
+            algo.step()
+        else:
+            low["online"].adam_step(algo.optimizer, algo.config.grad_clip)
+        share = halves[0].stop / n
+        return float(loss_a * share + loss_b * (1.0 - share)), torch.cat((td_a, td_b))
+
+    def _half_backward(self, tensors, half: slice, n: int, networks, float_mode: int):
+        """The loss of the batch's rows `half` and its backward, scaled by the half's share of the
+        batch (the whole batch's loss is the mean of its rows'); on the caller's thread or the
+        worker, in the caller's float mode (cpu_kernel_mode sets it per thread)."""
+        set_thread_float_mode(float_mode)
+        torch.set_num_threads(self._half_threads)
+        obs, actions, rewards, next_obs, discounts, weights = (None if t is None else t[half] for t in tensors)
+        online, target = networks
+        loss, abs_td = self.algo.loss(obs, actions, rewards, next_obs, discounts, weights, online=online, target=target)
+        (loss * ((half.stop - half.start) / n)).backward()
+        return loss.detach(), abs_td
+
+    def _update_bf16(self, *tensors):
         """DQN.update's step with the loss taken through the bfloat16 copies (float32 outputs, so the
         loss and TD errors are float32) and the gradients handed to the float32 masters."""
         algo, low = self.algo, self._low
-        loss, abs_td = algo.loss(*tensors, online=low["online"], target=target)
+        loss, abs_td = algo.loss(*tensors, online=low["online"], target=low["target"])
         loss.backward()
         low["online"].adam_step(algo.optimizer, algo.config.grad_clip)
         return float(loss.detach()), abs_td
@@ -177,29 +211,6 @@ class TorchLearner:
         self._policy_stale = True
         load_optimizer_state(self.algo.optimizer, state)
         self._refresh_low("online", "target")
-
-
-class _ForwardAhead:
-    """A network whose forward of one input was started on a worker thread when this was made:
-    called with that input (DQN.td_target's `target(next_obs)`), it waits for the result, then
-    sets the calling thread's torch ops to `threads_after` threads (the worker is idle from then)."""
-
-    def __init__(self, pool: ThreadPoolExecutor, network, x: torch.Tensor, threads_after: int):
-        self._x, self._result = x, pool.submit(_forward_without_grad, network, x, thread_float_mode())
-        self._threads_after = threads_after
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x is not self._x:
-            raise RuntimeError("a forward run ahead was asked for another input than the one it ran")
-        result = self._result.result()
-        torch.set_num_threads(self._threads_after)
-        return result
-
-
-def _forward_without_grad(network, x: torch.Tensor, float_mode: int) -> torch.Tensor:
-    set_thread_float_mode(float_mode)  # the caller's denormal flushing (cpu_kernel_mode sets it per thread)
-    with torch.no_grad():  # grad mode is per thread too: the worker's own
-        return network(x)
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
