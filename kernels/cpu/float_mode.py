@@ -5,10 +5,11 @@ Why flushing: Adam's second moments of tiny gradients fall into the denormal ran
 arithmetic is up to 100x slower (the fused DQN step went from 237 us to 202 us with flushing on).
 The mode is each thread's own, and a thread keeps the mode of the thread that made it, so setting
 it on the learner's thread leaves out every worker made before: the fused DQN step's pair thread
-and the CNN learner's second half's thread take it per call (`current_float_mode` read on the caller,
-`apply_float_mode` on the worker), and the OpenMP pool (torch's intra-op threads, which run half of
-each product on `runtime.torch_threads: 2`) takes it on entry to `cpu_kernel_mode` and back on exit
-(`set_pool_float_mode`).
+takes it per call in compiled code (`current_float_mode` read on the caller, `apply_float_mode` on
+the worker), the CNN learner's second half's thread from Python (`thread_float_mode` on the caller,
+`set_thread_float_mode` on the worker), and the OpenMP pool (torch's intra-op threads, which run
+half of each product on `runtime.torch_threads: 2`) takes it on entry to `cpu_kernel_mode` and back
+on exit (`set_pool_float_mode`).
 """
 from __future__ import annotations
 
