@@ -223,9 +223,10 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
                      "overall_pick": parallel != () and cand == overall.candidate, "new_choice": new_choice(cand)})
         if log:
             log(f"{cand.label()}: predicted {predicted:,.0f}, measured {measured:,.0f} steps/s")
-    sequential = [r for r in rows if r["runtime"] == "sequential" and r["engine"] == "gymnasium"]
-    medians = {name: statistics.median(abs(r["error"]) for r in rows if r["runtime"] == name
-                                       and r["engine"] == "gymnasium") for name in ("sequential",) + parallel}
+    medians = {name: statistics.median(abs(r["error"]) for r in acceptance_rows(rows, name))
+               for name in ("sequential",) + parallel}
+    # the pick among every sequential plan measured, env engines included (autotune ranks them all)
+    pick_vs_best = rows[0]["measured"] / max(r["measured"] for r in rows if r["runtime"] == "sequential")
     on_envpool = [abs(r["error"]) for r in rows if r["engine"] == "envpool"]
     continuous_, continuous_picks = (continuous_rows(seconds, profile_seconds, continuous, log, continuous_hidden,
                                                      continuous_batches) if continuous else ([], {}))
@@ -241,16 +242,27 @@ def run(seconds: float, profile_seconds: float, replays=REPLAYS, envs=ENVS, batc
             "processes_predicted_median_abs_error": statistics.median(predicted) if predicted else None,
             "envpool_median_abs_error": statistics.median(on_envpool) if on_envpool else None,
             "envpool_plans": len(on_envpool),
-            # the pick among every sequential plan measured, env engines included (autotune ranks them all)
-            "pick_vs_best": rows[0]["measured"] / max(r["measured"] for r in rows if r["runtime"] == "sequential"),
+            "pick_vs_best": pick_vs_best,
             **new_choice_medians(rows),
             **({"continuous_median_abs_error": statistics.median(abs(r["error"]) for r in continuous_),
-                "all_median_abs_error": statistics.median(abs(r["error"]) for r in sequential + continuous_),
+                "all_median_abs_error": statistics.median(abs(r["error"]) for r in every_sequential(rows)),
                 "continuous_pick_vs_best": continuous_picks} if continuous_ else {}),
             "overall_pick_vs_best": (overall_row["measured"] / max(r["measured"] for r in rows)
                                      if overall_row else None),
             "load_before": load_before, "load_after": os.getloadavg()[0], "wall_s": time.time() - started,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def acceptance_rows(rows, runtime: str) -> list:
+    """The rows of the acceptance set (the DQN CartPole plans, not the per-algorithm ones, which name
+    their algorithm) on `runtime` with Gymnasium's envs (EnvPool's are reported apart)."""
+    return [r for r in rows if "algo" not in r and r["runtime"] == runtime
+            and r.get("engine", "gymnasium") == "gymnasium"]
+
+
+def every_sequential(rows) -> list:
+    """The sequential plans of the acceptance set and of every algorithm's, on Gymnasium's envs."""
+    return [r for r in rows if r["runtime"] == "sequential" and r.get("engine", "gymnasium") == "gymnasium"]
 
 
 def new_choice_medians(rows) -> dict:
@@ -278,8 +290,7 @@ def markdown(report: dict) -> str:
         lines.append(f"| {mark}{r['plan']} | {r['predicted']:,.0f} | "
                      f"{r['measured']:,.0f} | {100 * r['error']:+.1f}% | {r['measured_mean']:,.0f} | "
                      f"{r['bottleneck']}{limit} |")
-    count = lambda name: sum(1 for r in report["rows"] if r.get("runtime", "sequential") == name
-                             and r.get("algo", "dqn") == "dqn" and r.get("engine", "gymnasium") == "gymnasium")
+    count = lambda name: len(acceptance_rows(report["rows"], name))
     apart = [f"{name} {100 * report[f'{name}_median_abs_error']:.1f}% over {count(name)}"
              for name in ("threaded", "processes") if report.get(f"{name}_median_abs_error") is not None]
     if report.get("envpool_median_abs_error") is not None:
@@ -316,7 +327,7 @@ def continuous_summary(report: dict) -> str:
     if "continuous_median_abs_error" not in report:
         return ""
     n = sum(1 for r in report["rows"] if "algo" in r)  # continuous_rows' rows name their algorithm
-    both = sum(1 for r in report["rows"] if r["runtime"] == "sequential")
+    both = len(every_sequential(report["rows"]))
     algos = ", ".join(a.upper() for a in report["continuous_pick_vs_best"])
     picks = ", ".join(f"{algo} {100 * ratio:.1f}%" for algo, ratio in report["continuous_pick_vs_best"].items())
     return (f"per-algorithm plans ({algos}): median |error| {100 * report['continuous_median_abs_error']:.1f}% "

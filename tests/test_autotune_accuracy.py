@@ -89,3 +89,28 @@ def test_the_new_plan_choices_are_reported_apart():
     assert "median |error| 15.0% over 4 (bf16 20.0% over 2, envpool 5.0% over 1, t2 25.0% over 2)" in \
         bench.new_choice_summary(medians)
     assert bench.new_choice_medians([{"error": 0.1}]) == {}
+
+
+def test_each_median_names_the_plans_it_is_over():
+    """The summary's counts are the rows its medians were taken over: the acceptance set's DQN
+    CartPole plans per runtime (not the per-algorithm DQN plans), every sequential plan."""
+    bench = _benchmark()
+
+    def row(runtime, error, **more):
+        return {"plan": "p", "runtime": runtime, "predicted": 1.0, "measured": 1.0, "measured_mean": 1.0,
+                "error": error, "bottleneck": "learn", "pick": False, **more}
+
+    rows = [row("sequential", 0.10, engine="gymnasium"), row("sequential", 0.50, engine="gymnasium"),
+            row("sequential", 0.90, engine="envpool"), row("processes", 0.20, engine="gymnasium"),
+            row("sequential", 0.01, algo="dqn"), row("sequential", 0.02, algo="dqn"),
+            row("sequential", 0.03, algo="td3"), row("processes", 0.70, algo="td3")]
+    assert [r["error"] for r in bench.acceptance_rows(rows, "sequential")] == [0.10, 0.50]
+    assert [r["error"] for r in bench.acceptance_rows(rows, "processes")] == [0.20]
+    assert [r["error"] for r in bench.every_sequential(rows)] == [0.10, 0.50, 0.01, 0.02, 0.03]
+    report = {"rows": rows, "median_abs_error": 0.30, "processes_median_abs_error": 0.20, "pick_vs_best": 1.0,
+              "continuous_median_abs_error": 0.025, "all_median_abs_error": 0.03,
+              "continuous_pick_vs_best": {"dqn": 1.0, "td3": 1.0}, "load_before": 0.0, "load_after": 0.0,
+              "wall_s": 1.0, "when": "now"}
+    table = bench.markdown(report)
+    assert "median |error| 30.0% over 2 sequential plans (reported apart: processes 20.0% over 1)" in table
+    assert "every sequential plan: median |error| 3.0% over 5 plans" in table
