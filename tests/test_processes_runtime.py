@@ -582,6 +582,26 @@ def test_actor_processes_run_at_the_priority_asked(monkeypatch, start, priority,
     assert os.getpriority(os.PRIO_PROCESS, 0) == learner  # the learner's own is untouched
 
 
+def test_actor_processes_run_on_one_thread(start):
+    """An actor process runs no BLAS worker threads: a fork's OpenBLAS restarts its pool when its
+    thread count is set, and those workers spin beside the actor (`one_blas_thread_in_fork`); a fresh
+    interpreter starts with OPENBLAS_NUM_THREADS=1. The learner's OpenBLAS runs 2 threads here, as
+    on any machine with 2 cores or more."""
+    from threadpoolctl import threadpool_limits
+
+    agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)
+    seen = {}
+
+    def look(a):
+        if a.env_steps >= 1000 and not seen:
+            seen.update({p.pid: (started_as(p.pid), len(os.listdir(f"/proc/{p.pid}/task")))
+                         for p in a.actor_processes.processes})
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        agent.train(2000, on_round=look)
+    assert len(seen) == 2 and set(seen.values()) == {(start, 1)}, seen
+
+
 def test_actor_priority_is_checked():
     with pytest.raises(ConfigError, match="runtime.actor_priority: expected one of 'auto', 'normal', 'low'"):
         pearl.DQN("CartPole-v1", actor_priority="lowest", **FAST)

@@ -379,6 +379,26 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
+def one_blas_thread_in_fork() -> None:
+    """The loaded BLAS libraries on the calling thread alone, in a forked child (an actor).
+
+    OpenBLAS stops its worker threads before a fork and restarts them at the next call that sets
+    its thread count, even to 1: each OpenBLAS loaded (numpy's, SciPy's) then starts a worker that
+    spins for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT's default, ~0.1 s) before it sleeps, beside the
+    actor. Stopped again here; at one thread OpenBLAS never restarts them (docs/BENCHMARKS.md,
+    issue 19, session 52: +5-10% env steps/s on the DQN CartPole row's 50k-step runs)."""
+    import ctypes
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+    for library in threadpool_info():
+        if library["internal_api"] == "openblas":
+            stop_workers = getattr(ctypes.CDLL(library["filepath"]), "blas_thread_shutdown_", None)
+            if stop_workers is not None:
+                stop_workers()
+
+
 class _ActorProcesses:
     """The learner's view of its actors: channels, processes, restarts.
 
@@ -478,9 +498,7 @@ class _ActorProcesses:
             # write to every one of them (reference counts and links), so none is ever collected
             gc.freeze()
             os.environ.update(ONE_BLAS_THREAD)  # (the loaded BLAS libraries: below)
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(limits=1, user_api="blas")
+            one_blas_thread_in_fork()
             channel, board = self.channels[index], self.board
             # the child's own views of the mapped blocks, as an attach makes them (never their owner)
             run_actor(index, self.recipe, seed, ActorChannel(channel.memory, channel.layout), board.view(), learner)
