@@ -387,16 +387,15 @@ def one_blas_thread_in_fork() -> None:
     spins for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT's default, ~0.1 s) before it sleeps, beside the
     actor. Stopped again here; at one thread OpenBLAS never restarts them (docs/BENCHMARKS.md,
     issue 19, session 52: +5-10% env steps/s on the DQN CartPole row's 50k-step runs)."""
-    import ctypes
+    from threadpoolctl import ThreadpoolController
 
-    from threadpoolctl import threadpool_info, threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")
-    for library in threadpool_info():
-        if library["internal_api"] == "openblas":
-            stop_workers = getattr(ctypes.CDLL(library["filepath"]), "blas_thread_shutdown_", None)
-            if stop_workers is not None:
-                stop_workers()
+    controller = ThreadpoolController()
+    controller.limit(limits=1, user_api="blas")
+    for library in controller.select(internal_api="openblas").lib_controllers:
+        # (the handle threadpoolctl opened with RTLD_NOLOAD: the loaded library, never a second copy)
+        stop_workers = getattr(library.dynlib, "blas_thread_shutdown_", None)
+        if stop_workers is not None:
+            stop_workers()
 
 
 class _ActorProcesses:
