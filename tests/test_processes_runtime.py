@@ -585,8 +585,8 @@ def test_actor_processes_run_at_the_priority_asked(monkeypatch, start, priority,
 def test_actor_processes_run_on_one_thread(start):
     """An actor process runs no BLAS worker threads: a fork's OpenBLAS restarts its pool when its
     thread count is set, and those workers spin beside the actor (`one_blas_thread_in_fork`); a fresh
-    interpreter starts with OPENBLAS_NUM_THREADS=1. The learner's OpenBLAS runs 2 threads here, as
-    on any machine with 2 cores or more."""
+    interpreter starts with OPENBLAS_NUM_THREADS=1. The learner's OpenBLAS pool is made for 2
+    threads here (as on any machine with 2 cores or more), whatever count the run then sets."""
     from threadpoolctl import threadpool_limits
 
     agent = pearl.DQN("CartPole-v1", plan=in_processes(actors=2), **FAST)

@@ -386,7 +386,8 @@ def one_blas_thread_in_fork() -> None:
     its thread count, even to 1: each OpenBLAS loaded (numpy's, SciPy's) then starts a worker that
     spins for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT's default, ~0.1 s) before it sleeps, beside the
     actor. Stopped again here; at one thread OpenBLAS never restarts them (docs/BENCHMARKS.md,
-    issue 19, session 52: +5-10% env steps/s on the DQN CartPole row's 50k-step runs)."""
+    issue 19, session 52: +10.6% and +12.4% env steps/s in two interleaved A/Bs of the DQN CartPole
+    row's 50k-step runs)."""
     from threadpoolctl import ThreadpoolController
 
     controller = ThreadpoolController()
