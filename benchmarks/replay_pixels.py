@@ -26,6 +26,13 @@ PEARL's samples with `gather_threads` 1 and 2 (replay.gather_threads: the batch'
 numba's 2-thread pool) on the same tables in the same process, the thread counts alternating in
 4 blocks of the repeats, as columns pearl-t1 and pearl-t2 (insert does not use them: timed once).
 
+Each capacity's report ends with this host's floor for the sample rows: a batch of B 1-step
+transitions reads at least B x (STACK + 1) frames from random places of a table far larger than
+the caches, so it cannot take less than those bytes over the host's streaming read bandwidth
+(`streaming_read_gbps`: a GB array copied in 35 KB chunks, a window's size, into a buffer that
+stays in cache, on 1 and 2 threads, before the rounds). Beside it, the time a 3x over the best
+rival of each round asks for: where that is below the floor, no gather on this host reaches 3x.
+
     python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
     python benchmarks/replay_pixels.py --capacity 100000 --rounds 1 --repeats 200 --gather-threads 1 2
 """
@@ -40,6 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from numba import njit, prange
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timing import median_us, median_us_interleaved  # noqa: E402  (benchmarks/ is the script's own directory)
@@ -331,6 +339,54 @@ def run_one(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
 
 
 
+@njit(parallel=True, nogil=True)
+def _copy_in_chunks(table, out, parts):
+    chunk = out.shape[1]
+    chunks = table.shape[0] // chunk
+    for p in prange(parts):
+        for c in range(p * chunks // parts, (p + 1) * chunks // parts):
+            out[p, :] = table[c * chunk:(c + 1) * chunk]
+
+
+def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunk: int = (STACK + 1) * FRAME_BYTES) -> float:
+    """GB/s read from memory by `threads` threads copying a table of `table_bytes` (far above the
+    caches) in window-sized chunks into a buffer per thread that stays in cache: the median of 5."""
+    import numba
+
+    table, out = np.ones(table_bytes, np.uint8), np.empty((threads, chunk), np.uint8)
+    kept = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        _copy_in_chunks(table, out, threads)
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            _copy_in_chunks(table, out, threads)
+            times.append(time.perf_counter() - start)
+    finally:
+        numba.set_num_threads(kept)
+    return table_bytes / float(np.median(times)) / 1e9
+
+
+def report_floor(batches, bandwidth: dict, rounds: list[dict], summary: dict) -> None:
+    """The sample rows' floor on this host (B x (STACK + 1) frames at the best streaming read) beside
+    what 3x over each round's best rival asks for."""
+    gbps = max(bandwidth.values())
+    for b in batches:
+        floor_us = b * (STACK + 1) * FRAME_BYTES / gbps / 1e3
+        for kind in ("uniform", "per"):
+            op = f"{kind}_{b}"
+            best = [min(rows[n][op] for n in rows if not n.startswith("pearl") and op in rows[n])
+                    for rows in rounds if any(not n.startswith("pearl") and op in rows[n] for n in rows)]
+            if not best:
+                continue
+            asks = [x / 3 for x in best]
+            verdict = "below the floor: no gather reaches 3x here" if max(asks) < floor_us else "above the floor"
+            print(f"  floor {op:<12} {floor_us:.1f} us ({b} x {STACK + 1} frames at {gbps:.1f} GB/s); 3x the best "
+                  f"rival asks for {' / '.join(f'{x:.1f}' for x in asks)} us per round: {verdict}")
+            summary.setdefault(op, {})["floor_us"] = floor_us
+
+
 def columns(rows: dict, threads) -> dict:
     """PEARL's row split into a column per gather thread count: pearl (one count) or pearl-tN."""
     if "pearl" not in rows or "unavailable" in rows["pearl"]:
@@ -398,7 +454,10 @@ def main(argv=None) -> int:
     if args.worker:
         return worker(args)
     print(f"CPU: {cpu_model()}; load average {os.getloadavg()}")
-    results = {"cpu": cpu_model(), "runs": {}}
+    bandwidth = {n: streaming_read_gbps(n) for n in (1, 2)}
+    print("streaming read from memory, 35 KB chunks: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
+                                                                   for n, g in bandwidth.items()))
+    results = {"cpu": cpu_model(), "streaming_read_gbps": bandwidth, "runs": {}}
     for capacity in args.capacity:
         rounds = []
         for r in range(args.rounds):
@@ -411,7 +470,9 @@ def main(argv=None) -> int:
                 print(f"  [round {r}] {system}: {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}",
                       flush=True)
             rounds.append(columns({name: rows[name] for name in args.systems}, args.gather_threads))
-        results["runs"][capacity] = {"rounds": rounds, "summary": report(capacity, args.batches, rounds)}
+        summary = report(capacity, args.batches, rounds)
+        report_floor(args.batches, bandwidth, rounds, summary)
+        results["runs"][capacity] = {"rounds": rounds, "summary": summary}
     print(f"load average at the end {os.getloadavg()}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
