@@ -29,9 +29,10 @@ numba's 2-thread pool) on the same tables in the same process, the thread counts
 Each capacity's report ends with this host's floor for the sample rows: a batch of B 1-step
 transitions reads at least B x (STACK + 1) frames from random places of a table far larger than
 the caches, so it cannot take less than those bytes over the host's streaming read bandwidth
-(`streaming_read_gbps`: a GB array copied in 35 KB chunks, a window's size, into a buffer that
-stays in cache, on 1 and 2 threads, before the rounds). Beside it, the time a 3x over the best
-rival of each round asks for: where that is below the floor, no gather on this host reaches 3x.
+(`streaming_read_gbps`: a GB array read in order, copied chunk after chunk into a buffer that
+stays in cache, the best of 4 KB and 35 KB chunks, on 1 and 2 threads, before the rounds: random
+windows read slower than that). Beside it, the time a 3x over the best rival of each round asks
+for: where that is below the floor, no gather on this host reaches 3x.
 
     python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
     python benchmarks/replay_pixels.py --capacity 100000 --rounds 1 --repeats 200 --gather-threads 1 2
@@ -348,24 +349,30 @@ def _copy_in_chunks(table, out, parts):
             out[p, :] = table[c * chunk:(c + 1) * chunk]
 
 
-def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunk: int = (STACK + 1) * FRAME_BYTES) -> float:
+def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunks=(4096, (STACK + 1) * FRAME_BYTES)) -> float:
     """GB/s read from memory by `threads` threads copying a table of `table_bytes` (far above the
-    caches) in window-sized chunks into a buffer per thread that stays in cache: the median of 5."""
+    caches) in order, chunk after chunk, into a buffer per thread that stays in cache: the best
+    chunk size's median of 5 (4 KB chunks, whose buffer stays in L1, read 1.2-1.7x faster than a
+    window's 35 KB on the Zen 4 EPYC: docs/BENCHMARKS.md Pixel replay, session 53)."""
     import numba
 
-    table, out = np.ones(table_bytes, np.uint8), np.empty((threads, chunk), np.uint8)
+    table = np.ones(table_bytes, np.uint8)
     kept = numba.get_num_threads()
     numba.set_num_threads(threads)
+    medians = []
     try:
-        _copy_in_chunks(table, out, threads)
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
+        for chunk in chunks:
+            out = np.empty((threads, chunk), np.uint8)
             _copy_in_chunks(table, out, threads)
-            times.append(time.perf_counter() - start)
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                _copy_in_chunks(table, out, threads)
+                times.append(time.perf_counter() - start)
+            medians.append(float(np.median(times)))
     finally:
         numba.set_num_threads(kept)
-    return table_bytes / float(np.median(times)) / 1e9
+    return table_bytes / min(medians) / 1e9
 
 
 def report_floor(batches, bandwidth: dict, rounds: list[dict], summary: dict) -> None:
@@ -455,7 +462,7 @@ def main(argv=None) -> int:
         return worker(args)
     print(f"CPU: {cpu_model()}; load average {os.getloadavg()}")
     bandwidth = {n: streaming_read_gbps(n) for n in (1, 2)}
-    print("streaming read from memory, 35 KB chunks: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
+    print("streaming read from memory (the best of 4 KB and 35 KB chunks): " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
                                                                    for n, g in bandwidth.items()))
     results = {"cpu": cpu_model(), "streaming_read_gbps": bandwidth, "runs": {}}
     for capacity in args.capacity:
