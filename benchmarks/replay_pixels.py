@@ -47,6 +47,7 @@ import sys
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -338,8 +339,6 @@ def run_one(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
     return {"unavailable": (done.stderr.strip().splitlines() or ["no result"])[-1][:200]}
 
 
-
-
 @njit(parallel=True, nogil=True)
 def _copy_in_chunks(table, out, parts):
     chunk = out.shape[1]
@@ -354,8 +353,6 @@ def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunks=(4096, (S
     caches) in order, chunk after chunk, into a buffer per thread that stays in cache: the best
     chunk size's median of 5 (4 KB chunks, whose buffer stays in L1, read 1.2-1.7x faster than a
     window's 35 KB on the Zen 4 EPYC: docs/BENCHMARKS.md Pixel replay, session 53)."""
-    import numba
-
     table = np.ones(table_bytes, np.uint8)
     kept = numba.get_num_threads()
     numba.set_num_threads(threads)
