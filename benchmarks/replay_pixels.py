@@ -372,23 +372,22 @@ def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunks=(4096, (S
     return table_bytes / min(medians) / 1e9
 
 
-def report_floor(batches, bandwidth: dict, rounds: list[dict], summary: dict) -> None:
+def report_floor(batches, bandwidth: dict, summary: dict) -> None:
     """The sample rows' floor on this host (B x (STACK + 1) frames at the best streaming read) beside
-    what 3x over each round's best rival asks for."""
+    what 3x over each round's best rival (`report`'s summary) asks for."""
     gbps = max(bandwidth.values())
     for b in batches:
         floor_us = b * (STACK + 1) * FRAME_BYTES / gbps / 1e3
         for kind in ("uniform", "per"):
             op = f"{kind}_{b}"
-            best = [min(rows[n][op] for n in rows if not n.startswith("pearl") and op in rows[n])
-                    for rows in rounds if any(not n.startswith("pearl") and op in rows[n] for n in rows)]
+            best = summary.get(op, {}).get("best_rival_us")
             if not best:
                 continue
             asks = [x / 3 for x in best]
             verdict = "below the floor: no gather reaches 3x here" if max(asks) < floor_us else "above the floor"
             print(f"  floor {op:<12} {floor_us:.1f} us ({b} x {STACK + 1} frames at {gbps:.1f} GB/s); 3x the best "
                   f"rival asks for {' / '.join(f'{x:.1f}' for x in asks)} us per round: {verdict}")
-            summary.setdefault(op, {})["floor_us"] = floor_us
+            summary[op]["floor_us"] = floor_us
 
 
 def columns(rows: dict, threads) -> dict:
@@ -412,14 +411,16 @@ def report(capacity, batches, rounds: list[dict]) -> dict:
     summary = {}
     ours_columns = [n for n in rounds[0] if n.startswith("pearl")]
     for op in ops:
-        cells, ratios = [], {n: [] for n in ours_columns}
+        cells, ratios, best_rival = [], {n: [] for n in ours_columns}, []
         for r, rows in enumerate(rounds):
             rivals = {n: rows[n][op] for n in rows if not n.startswith("pearl") and op in rows[n]}
             cells.append(" ".join(f"{n}={rows[n][op]:.1f}" for n in rows if op in rows[n]))
+            if rivals:
+                best_rival.append(min(rivals.values()))
             for n in ours_columns:
                 if op in rows[n] and rivals:
-                    ratios[n].append(rows[n][op] / min(rivals.values()))
-        summary[op] = {}
+                    ratios[n].append(rows[n][op] / best_rival[-1])
+        summary[op] = {"best_rival_us": best_rival} if best_rival else {}
         text = []
         for n, values in ratios.items():
             if values:
@@ -475,7 +476,7 @@ def main(argv=None) -> int:
                       flush=True)
             rounds.append(columns({name: rows[name] for name in args.systems}, args.gather_threads))
         summary = report(capacity, args.batches, rounds)
-        report_floor(args.batches, bandwidth, rounds, summary)
+        report_floor(args.batches, bandwidth, summary)
         results["runs"][capacity] = {"rounds": rounds, "summary": summary}
     print(f"load average at the end {os.getloadavg()}")
     if args.json:

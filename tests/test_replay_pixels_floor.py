@@ -17,11 +17,12 @@ def test_floor_is_the_batchs_frames_over_the_best_bandwidth(capsys):
     frames_32 = 32 * (replay_pixels.STACK + 1) * replay_pixels.FRAME_BYTES  # 1,128,960 bytes
     rounds = [{"pearl-t2": {"uniform_32": 50.0, "per_32": 60.0}, "cpprb": {"uniform_32": 120.0, "per_32": 240.0},
                "tianshou": {"uniform_32": 300.0, "per_32": 150.0}}]
-    summary = {}
-    replay_pixels.report_floor([32], {1: 10.0, 2: 25.0}, rounds, summary)
+    summary = replay_pixels.report(100_000, [32], rounds)
+    replay_pixels.report_floor([32], {1: 10.0, 2: 25.0}, summary)
     floor = frames_32 / 25.0 / 1e3
     assert summary["uniform_32"]["floor_us"] == pytest.approx(floor)  # 45.2 us
     lines = capsys.readouterr().out.splitlines()
-    uniform, per = (next(line for line in lines if op in line) for op in ("uniform_32", "per_32"))
+    uniform, per = (next(line for line in lines if line.lstrip().startswith("floor") and op in line)
+                    for op in ("uniform_32", "per_32"))
     assert "asks for 40.0 us" in uniform and "below the floor" in uniform  # 120 / 3 < 45.2
     assert "asks for 50.0 us" in per and "above the floor" in per  # the best rival's 150 / 3 > 45.2
