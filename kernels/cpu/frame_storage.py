@@ -44,10 +44,11 @@ from pearl.kernels.cpu.fast_sumtree import _find, _sample as _tree_sample, _writ
 _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
 TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (measured)
-# windows copied a cache line of each in turn: one core keeps more of its reads in flight over 4
-# streams than over one (8: as fast on a Zen 4, slower on a Zen 3; 16: slower on both; measured,
-# docs/BENCHMARKS.md Pixel replay). `_copy_four_runs` spells the 4 streams out; the count is its shape
-WINDOWS_AT_ONCE = 4
+# windows copied a cache line of each in turn: one core keeps more of its reads in flight over
+# several streams than over one. 8 at a time, then 4 (~10% faster on one thread than 4 only, 3-8%
+# on two, on the Zen 4 of session 54; on the Zen 3 of session 37 8 were slower, in a one-pass form;
+# 16: slower on both; docs/BENCHMARKS.md Pixel replay): `_copy_eight_runs`, `_copy_four_runs`,
+# their streams' offsets held in registers
 _copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
 # frames of this many bytes or more are written by non-temporal stores: a big table's next slot is
 # long out of the caches, and an ordinary store reads each of its lines from memory first (an
@@ -293,6 +294,28 @@ def _copy_four_runs(out, d0, d1, d2, d3, table, s0, s1, s2, s3, count):
         out[d3 + o] = table[s3 + o]
 
 
+@njit(inline="always")
+def _copy_eight_runs(out, rows, table, sources, count):
+    """out.flat[rows[K]:rows[K] + count] = table.flat[sources[K]:sources[K] + count] for K = 0..7,
+    a line of each in turn (rows, sources: 8 offsets each)."""
+    d0, d1, d2, d3, d4, d5, d6, d7 = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6], rows[7]
+    s0, s1, s2, s3 = sources[0], sources[1], sources[2], sources[3]
+    s4, s5, s6, s7 = sources[4], sources[5], sources[6], sources[7]
+    tail = count - count % LINE
+    for o in range(0, tail, LINE):
+        _copy_line(out, d0 + o, table, s0 + o)
+        _copy_line(out, d1 + o, table, s1 + o)
+        _copy_line(out, d2 + o, table, s2 + o)
+        _copy_line(out, d3 + o, table, s3 + o)
+        _copy_line(out, d4 + o, table, s4 + o)
+        _copy_line(out, d5 + o, table, s5 + o)
+        _copy_line(out, d6 + o, table, s6 + o)
+        _copy_line(out, d7 + o, table, s7 + o)
+    for w in range(8):
+        for o in range(tail, count):
+            out[rows[w] + o] = table[sources[w] + o]
+
+
 @njit(**_NJIT)
 def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, indices, windows_out, actions_out,
                    returns_out, discounts_out, lo, hi):
@@ -300,8 +323,9 @@ def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, 
     whose stack + 1 records are stored one after another (all but those reaching before their
     episode's first frame or across the ring's end) is one run of bytes. A first pass writes the
     small outputs, copies the other windows frame by frame and lists the runs; a second copies the
-    runs WINDOWS_AT_ONCE at a time, a line of each in turn, and the few left over one by one (lists
-    first, copies after: ~12% faster than copying each group as soon as it fills, measured)."""
+    runs 8 at a time, then 4, a line of each in turn, and the few left over one
+    by one (lists first, copies after: ~12% faster than copying each group as soon as it fills,
+    measured)."""
     width = frames.shape[1]
     span = (stack + 1) * width
     table, out = frames.reshape(-1), windows_out.reshape(-1)
@@ -326,11 +350,15 @@ def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, 
             elif p >= length:
                 p -= length
             _copy_bytes(out, i * span + f * width, table, (base + p) * width, width)
-    grouped = runs - runs % WINDOWS_AT_ONCE
-    for r in range(0, grouped, WINDOWS_AT_ONCE):
+    r = 0
+    while r + 8 <= runs:
+        _copy_eight_runs(out, run_row[r:r + 8], table, run_from[r:r + 8], span)
+        r += 8
+    if r + 4 <= runs:
         _copy_four_runs(out, run_row[r], run_row[r + 1], run_row[r + 2], run_row[r + 3], table, run_from[r],
                         run_from[r + 1], run_from[r + 2], run_from[r + 3], span)
-    for r in range(grouped, runs):
+        r += 4
+    for r in range(r, runs):
         _copy_bytes(out, run_row[r], table, run_from[r], span)
 
 
