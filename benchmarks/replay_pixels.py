@@ -1,10 +1,10 @@
 """Pixel replay benchmark (issue 16): 4 x 84 x 84 uint8 stacked frames, PEARL's frame table
 (pearl/replay/frames.py) vs cpprb and Tianshou at their frame-saving settings, one run.
 
-Each system runs in its own process (so its resident memory is its own): it builds and fills a
-uniform table of `capacity` transitions, times it, drops it, and does the same with a prioritized
-one (episodes of 1000 steps, frames from a pool of random ones), then times, after WARMUP_CALLS
-untimed calls of each operation (every system alike), the median of `repeats` calls of
+Each system runs in its own worker process (so its resident memory is its own), which builds and
+fills a uniform table of `capacity` transitions (episodes of 1000 steps, frames from a pool of
+random ones), then a prioritized one after dropping the first. While a table is alive the
+coordinator times it operation by operation, the median of `repeats` calls of
   insert          one env step (the actor's add), in the form each system's writer hands it over:
                   PEARL's actor the step's arrays (pearl/runtime/actor.py `step`: stream ids, the
                   stacks' newest frames, actions, rewards, terminated, truncated; one row each),
@@ -12,27 +12,34 @@ untimed calls of each operation (every system alike), the median of `repeats` ca
                   rivals' times move < 5% with arrays instead of scalars, measured)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
-and reports the growth of its resident set (RSS) while building and filling a table (the median of
-the two) against the unique frames' bytes
-(capacity x 84 x 84). The rivals, each at its own memory-saving setting:
+after WARMUP_CALLS untimed calls of each operation (every system alike). The systems' tables are
+alive side by side and take an operation's repeats in `--blocks` blocks in turn (order reversed
+every other block): this shared host changes pace from one second to the next, and systems timed
+one after another minutes apart measured its state as much as their own (session 54: PEARL's
+worker in a slow phase, the bare copy below 37% slower than in the next round). Where the tables
+of all the systems do not fit in memory together (1M: ~7.6 GB each), one system at a time, said
+so in the output. Reported: each table's resident set (RSS) growth while built and filled (the
+median of the two) against the unique frames' bytes (capacity x 84 x 84). The rivals, each at its
+own memory-saving setting:
   cpprb      ReplayBuffer / PrioritizedReplayBuffer with next_of="obs", stack_compress="obs"
              (frames stacked on the last axis, its convention; each frame stored once)
   tianshou   ReplayBuffer / PrioritizedReplayBuffer with stack_num=4, save_only_last_obs=True,
              ignore_obs_next=True (frames stored once, stacks built at sample time)
-Rounds (seeds) run the systems in turn, interleaved; ratios are ours / best rival in time (lower is
-faster), per round and their median. A system whose table would not fit in the memory available
-now is skipped with the reason. The rivals are single-threaded; `--gather-threads 1 2` times
-PEARL's samples with `gather_threads` 1 and 2 (replay.gather_threads: the batch's frames copied on
-numba's 2-thread pool) on the same tables in the same process, the thread counts alternating in
-4 blocks of the repeats, as columns pearl-t1 and pearl-t2 (insert does not use them: timed once).
+Rounds (seeds) build fresh tables; ratios are ours / best rival in time (lower is faster), per
+round and their median. A system whose table would not fit in the memory available now is skipped
+with the reason. The rivals are single-threaded; `--gather-threads 1 2` times PEARL's samples with
+`gather_threads` 1 and 2 (replay.gather_threads: the batch's frames copied on numba's 2-thread
+pool) on the same tables, each count a job of the blocks, as columns pearl-t1 and pearl-t2 (insert
+does not use them: timed once).
 
-Each capacity's report ends with this host's floor for the sample rows: a batch of B 1-step
-transitions reads at least B x (STACK + 1) frames from random places of a table far larger than
-the caches, so it cannot take less than those bytes over the host's streaming read bandwidth
-(`streaming_read_gbps`: a GB array read in order, copied chunk after chunk into a buffer that
-stays in cache, the best of 4 KB and 35 KB chunks, on 1 and 2 threads, before the rounds: random
-windows read slower than that). Beside it, the time a 3x over the best rival of each round asks
-for: where that is below the floor, no gather on this host reaches 3x.
+Each capacity's report ends with this host's floor for the sample rows: any sampler of B 1-step
+transitions copies B windows of STACK + 1 frames from random places of a table far larger than the
+caches. PEARL's worker times that copy alone on its own uniform table (`bare_copy_us`:
+benchmarks/window_copy.cpp, built here with g++ -O3 -march=native; 8 windows a cache line each in
+turn, on PEARL's most gather threads, the second spin-waiting; no draw, no metadata, no Python),
+a job of the blocks like the samples, and the report sets it beside the best rival of each round:
+where the bare copy takes more than a third of the rival's time, no sampler that copies the
+windows reaches 3x on this host.
 
     python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
     python benchmarks/replay_pixels.py --capacity 100000 --rounds 1 --repeats 200 --gather-threads 1 2
@@ -40,19 +47,20 @@ for: where that is below the floor, no gather on this host reaches 3x.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
-import numba
 import numpy as np
-from numba import njit, prange
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from timing import median_us, median_us_interleaved  # noqa: E402  (benchmarks/ is the script's own directory)
 from pearl.kernels.cpu.backend import cpu_model, memory_available, proc_bytes  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
@@ -111,10 +119,10 @@ class Steps:
                 next_frames, (t + 1) % EPISODE == 0)
 
 
-def measure(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
-    """One table at a time (uniform, then prioritized): its RSS growth while built and filled,
-    then its operations' median times; PEARL's samples once per gather thread count in `threads`,
-    interleaved (keys "op@tN"), the rivals' once."""
+def serve(system, capacity, batches, seed, commands, reply) -> None:
+    """A worker's life: warm up, then one table at a time (uniform, then prioritized) built and
+    filled, its RSS growth and huge pages reported (READY), and timing blocks run as the
+    coordinator asks (TIMES: the block's us per call) until it moves on to the next table."""
     import gc
 
     rng = np.random.default_rng(seed)
@@ -126,47 +134,51 @@ def measure(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
         for b in batches:
             system.sample(small, b, rng) if kind == "uniform" else system.sample_update(small, b, np.ones(b), rng)
         del small
-    out, grown, huge = {}, [], []
     for kind in ("uniform", "prioritized"):
         before, huge_before = rss_bytes(), huge_page_bytes()
         table = system.make(kind, capacity)
-        steps = Steps(seed, system.last_axis)
-        system.fill(table, steps, capacity + STACK)  # full, and wrapped a little
-        grown.append(rss_bytes() - before)
-        huge.append(huge_page_bytes() - huge_before)
-        if kind == "uniform":
-            one = system.step_record(Steps(seed + 1, system.last_axis).step())
-            out["insert"] = median_us(lambda: system.insert(table, one), repeats, WARMUP_CALLS)
-            for b in batches:
-                out.update(timed(system, table, f"uniform_{b}", threads, repeats,
-                                 lambda b=b: system.sample(table, b, rng)))
-        else:
+        system.fill(table, Steps(seed, system.last_axis), capacity + STACK)  # full, and wrapped a little
+        reply("READY", {"rss": rss_bytes() - before, "huge": huge_page_bytes() - huge_before})
+        if kind == "prioritized":
             system.prioritize(table, capacity, rng)
-            for b in batches:
-                td = np.abs(rng.normal(size=b))
-                out.update(timed(system, table, f"per_{b}", threads, repeats,
-                                 lambda b=b, td=td: system.sample_update(table, b, td, rng)))
-        del table
+        calls = operations(system, table, kind, batches, seed, rng)
+        for command in commands:
+            if command["op"] == "next":
+                break
+            reply("TIMES", calls[command["op"]](command["threads"], command["calls"], command["warmup"]))
+        del table, calls
         gc.collect()
-    out["rss_per_table"] = float(np.median(grown))
-    out["huge_pages_per_table"] = float(np.median(huge))
-    return out
 
 
-def timed(system, table, op, threads, repeats, call) -> dict:
-    """{op: median us} for a rival; for PEARL {op@tN: median us} per gather thread count N,
-    the counts alternating in blocks on the same table."""
-    if system is not Pearl:
-        return {op: median_us(call, repeats, WARMUP_CALLS)}
-
-    def with_threads(n):
-        def run():
-            table.gather_threads = n
-            call()
+def operations(system, table, kind, batches, seed, rng) -> dict:
+    """{op: run(threads, calls, warmup) -> us per timed call} of a table: insert and uniform_B on
+    a uniform table (PEARL's bare_copy_B too), per_B on a prioritized one; `threads` is PEARL's
+    gather thread count (the rivals' is 1)."""
+    def timed(call):
+        def run(threads, calls, warmup):
+            if system is Pearl:
+                table.gather_threads = threads
+            for _ in range(warmup):
+                call()
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                call()
+                times.append(1e6 * (time.perf_counter() - start))
+            return times
         return run
 
-    medians = median_us_interleaved({n: with_threads(n) for n in threads}, repeats, warmup=WARMUP_CALLS)
-    return {f"{op}@t{n}": us for n, us in medians.items()}
+    if kind == "prioritized":
+        tds = {b: np.abs(rng.normal(size=b)) for b in batches}
+        return {f"per_{b}": timed(lambda b=b: system.sample_update(table, b, tds[b], rng)) for b in batches}
+    one = system.step_record(Steps(seed + 1, system.last_axis).step())
+    ops = {"insert": timed(lambda: system.insert(table, one))}
+    for b in batches:
+        ops[f"uniform_{b}"] = timed(lambda b=b: system.sample(table, b, rng))
+        if system is Pearl:
+            ops[f"bare_copy_{b}"] = lambda threads, calls, warmup, b=b: bare_copy_block(table, b, threads, calls,
+                                                                                         warmup, rng)
+    return ops
 
 
 class Pearl:
@@ -315,79 +327,214 @@ BENCHES = {"pearl": Pearl, "cpprb": Cpprb, "tianshou": Tianshou}
 
 
 def worker(args) -> int:
+    """--worker SYSTEM: serve one system's tables to the coordinator over stdin / stdout, a JSON
+    line each way (UNAVAILABLE where the system is not installed)."""
+    def reply(kind, value):
+        print(kind + " " + json.dumps(value), flush=True)
+
     try:
-        result = measure(BENCHES[args.worker], args.capacity[0], args.batches, args.repeats, args.seed,
-                         tuple(args.gather_threads))
+        system = BENCHES[args.worker]
+        system.make("uniform", 1000)
     except ImportError as err:
-        result = {"unavailable": f"not installed ({err.name})"}
-    print("RESULT " + json.dumps(result))
+        reply("UNAVAILABLE", f"not installed ({err.name})")
+        return 0
+    serve(system, args.capacity[0], args.batches, args.seed, (json.loads(line) for line in sys.stdin), reply)
     return 0
 
 
-def run_one(system, capacity, batches, repeats, seed, threads=(1,)) -> dict:
-    # one table of one frame per transition at a time, plus headroom: skip what cannot fit now
-    need = capacity * FRAME_BYTES * 1.15
-    free = memory_available()
-    if need > free - 2 * 2**30:
-        return {"unavailable": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available"}
-    command = [sys.executable, __file__, "--worker", system, "--capacity", str(capacity), "--repeats", str(repeats),
-               "--seed", str(seed), "--batches", *map(str, batches), "--gather-threads", *map(str, threads)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"unavailable": (done.stderr.strip().splitlines() or ["no result"])[-1][:200]}
+class Worker:
+    """One system's worker process, its tables alive while the coordinator times them."""
+
+    def __init__(self, system, capacity, batches, seed):
+        self.system = system
+        command = [sys.executable, __file__, "--worker", system, "--capacity", str(capacity), "--seed", str(seed),
+                   "--batches", *map(str, batches)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.unavailable, self.grown, self.huge = None, [], []
+
+    def expect(self, kind):
+        for line in self.process.stdout:
+            head, _, value = line.partition(" ")
+            if head == "UNAVAILABLE":
+                self.unavailable = json.loads(value)
+                return None
+            if head == kind:
+                return json.loads(value)
+        self.unavailable = f"worker ended (exit {self.process.wait()})"
+        return None
+
+    def send(self, command):
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+
+    def ready(self) -> bool:
+        """Waits for the next table: False where the system is unavailable."""
+        memory = None if self.unavailable else self.expect("READY")
+        if memory:
+            self.grown.append(memory["rss"])
+            self.huge.append(memory["huge"])
+        return memory is not None
+
+    def time(self, op, threads, calls, warmup) -> list:
+        self.send({"op": op, "threads": threads, "calls": calls, "warmup": warmup})
+        return self.expect("TIMES") or []
+
+    def next(self):
+        if not self.unavailable:
+            self.send({"op": "next"})
+
+    def close(self):
+        if self.process.stdin and not self.process.stdin.closed:
+            self.process.stdin.close()
+        self.process.wait()
 
 
-@njit(parallel=True, nogil=True)
-def _copy_in_chunks(table, out, parts):
-    chunk = out.shape[1]
-    chunks = table.shape[0] // chunk
-    for p in prange(parts):
-        for c in range(p * chunks // parts, (p + 1) * chunks // parts):
-            out[p, :] = table[c * chunk:(c + 1) * chunk]
+def jobs(op, workers, threads) -> list:
+    """(worker, key, gather threads) of every system that times `op`: PEARL once per gather
+    thread count (key op@tN; insert and the bare copy once), each rival once."""
+    out = []
+    for w in workers:
+        if w.system != "pearl":
+            if not op.startswith("bare_copy"):
+                out.append((w, op, 1))
+        elif op == "insert":
+            out.append((w, op, max(threads)))
+        elif op.startswith("bare_copy"):
+            out.append((w, op, max(threads)))
+        else:
+            out += [(w, f"{op}@t{n}", n) for n in threads]
+    return out
 
 
-def streaming_read_gbps(threads: int, table_bytes: int = 2**30, chunks=(4096, (STACK + 1) * FRAME_BYTES)) -> float:
-    """GB/s read from memory by `threads` threads copying a table of `table_bytes` (far above the
-    caches) in order, chunk after chunk, into a buffer per thread that stays in cache: the best
-    chunk size's median of 5 (4 KB chunks, whose buffer stays in L1, read 1.2-1.7x faster than a
-    window's 35 KB on the Zen 4 EPYC: docs/BENCHMARKS.md Pixel replay, session 53)."""
-    table = np.ones(table_bytes, np.uint8)
-    kept = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    medians = []
+def time_interleaved(op, workers, threads, repeats, blocks) -> dict:
+    """{(system, key): median us} of `op` on every worker's live table: WARMUP_CALLS untimed calls
+    each, then `repeats` calls in `blocks` blocks taken by the systems in turn (order reversed every
+    other block), so that the host's changes of pace fall on every system alike."""
+    todo = jobs(op, workers, threads)
+    times = {(w.system, key): [] for w, key, _ in todo}
+    for block in range(blocks):
+        for w, key, n in todo if block % 2 == 0 else todo[::-1]:
+            times[w.system, key] += w.time(op, n, repeats // blocks, WARMUP_CALLS if block == 0 else 0)
+    return {name: float(np.median(values)) for name, values in times.items() if values}
+
+
+def run_round(systems, capacity, batches, repeats, blocks, seed, threads) -> dict:
+    """One round: each system's worker with its tables, timed side by side in interleaved blocks;
+    where the tables of all the systems do not fit in memory together, one system at a time."""
+    need = capacity * FRAME_BYTES * 1.15  # one table of one frame per transition, plus headroom
+    free = memory_available() - 2 * 2**30
+    if need > free:
+        return {name: {"unavailable": f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available"}
+                for name in systems}
+    together = len(systems) * need <= free
+    groups = [list(systems)] if together else [[name] for name in systems]
+    rows = {name: {} for name in systems}
+    for group in groups:
+        workers = [Worker(name, capacity, batches, seed) for name in group]
+        try:
+            for kind, ops in (("uniform", ["insert"] + [f"{x}_{b}" for b in batches for x in ("uniform", "bare_copy")]),
+                              ("prioritized", [f"per_{b}" for b in batches])):
+                live = [w for w in workers if w.ready()]
+                for op in ops:
+                    start = time.perf_counter()
+                    for (name, key), us in time_interleaved(op, live, threads, repeats, blocks).items():
+                        rows[name][key] = us
+                    print(f"  {op}: {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}"
+                          + ("" if together else f" ({group[0]} alone)"), flush=True)
+                for w in live:
+                    w.next()
+        finally:
+            for w in workers:
+                w.close()
+        for w in workers:
+            if w.unavailable:
+                rows[w.system] = {"unavailable": w.unavailable}
+            elif w.grown:
+                rows[w.system].update(rss_per_table=float(np.median(w.grown)),
+                                      huge_pages_per_table=float(np.median(w.huge)))
+    if not together:
+        print(f"  (the {len(systems)} systems' tables do not fit in memory together: timed one system at a time)")
+    return rows
+
+
+WINDOW_COPY = Path(__file__).with_name("window_copy.cpp")
+
+
+@lru_cache(maxsize=None)
+def window_copy_library() -> ctypes.CDLL:
+    """benchmarks/window_copy.cpp built for this host and loaded (pearl.kernels.fpga.build's
+    CompilerMissing, one line, where there is no C++ compiler)."""
+    from pearl.kernels.fpga.build import compiler
+
+    folder = tempfile.mkdtemp(prefix="pearl-window-copy-")
     try:
-        for chunk in chunks:
-            out = np.empty((threads, chunk), np.uint8)
-            _copy_in_chunks(table, out, threads)
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                _copy_in_chunks(table, out, threads)
-                times.append(time.perf_counter() - start)
-            medians.append(float(np.median(times)))
+        target = os.path.join(folder, "window_copy.so")
+        subprocess.run([compiler()[0], "-O3", "-march=native", "-shared", "-fPIC", "-pthread", str(WINDOW_COPY),
+                        "-o", target], check=True, capture_output=True, text=True)
+        library = ctypes.CDLL(target)
     finally:
-        numba.set_num_threads(kept)
-    return table_bytes / min(medians) / 1e9
+        shutil.rmtree(folder)  # (a loaded library stays mapped)
+    pointer, long_ = ctypes.c_void_p, ctypes.c_long
+    library.time_window_copies.argtypes = [pointer, long_, long_, pointer, ctypes.c_int, ctypes.c_int, pointer,
+                                           ctypes.c_int, pointer]
+    return library
 
 
-def report_floor(batches, bandwidth: dict, summary: dict) -> None:
-    """The sample rows' floor on this host (B x (STACK + 1) frames at the best streaming read) beside
-    what 3x over each round's best rival (`report`'s summary) asks for."""
-    gbps = max(bandwidth.values())
+def bare_copy_us(frames: np.ndarray, first_rows: np.ndarray, batch: int, threads: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """Wall us of each batch of `batch` windows of STACK + 1 rows of `frames` ((rows, bytes) uint8,
+    C-contiguous) copied into `out` by window_copy.cpp on `threads` (1 or 2) threads: the windows
+    start at `first_rows`, batch after batch (len(first_rows) // batch batches)."""
+    if frames.dtype != np.uint8 or frames.ndim != 2 or not frames.flags.c_contiguous:
+        raise ValueError("bare_copy_us: frames must be a C-contiguous (rows, bytes) uint8 array")
+    first_rows = np.ascontiguousarray(first_rows, np.int64)
+    if first_rows.size and not (0 <= first_rows.min() and first_rows.max() <= frames.shape[0] - STACK - 1):
+        raise ValueError(f"bare_copy_us: window starts must lie in [0, {frames.shape[0] - STACK - 1}]")
+    if threads not in (1, 2):
+        raise ValueError(f"bare_copy_us: threads 1 or 2, got {threads}")
+    calls, span = first_rows.shape[0] // batch, (STACK + 1) * frames.shape[1]
+    out = np.empty(batch * span, np.uint8) if out is None else out
+    if out.dtype != np.uint8 or out.size < batch * span or not out.flags.c_contiguous:
+        raise ValueError(f"bare_copy_us: out must be a C-contiguous uint8 array of {batch * span} bytes or more")
+    us = np.empty(calls)
+    window_copy_library().time_window_copies(frames.ctypes.data, frames.shape[1], span, first_rows.ctypes.data,
+                                             calls, batch, out.ctypes.data, threads, us.ctypes.data)
+    return us
+
+
+def bare_copy_block(table, batch: int, threads: int, calls: int, warmup: int, rng) -> list:
+    """bare_copy_us of `calls` batches of random valid transitions' windows of PEARL's table, after
+    `warmup` untimed ones; none where there is no C++ compiler (no floor is reported)."""
+    from pearl.kernels.fpga.build import CompilerMissing
+
+    try:
+        window_copy_library()
+    except CompilerMissing:
+        return []
+    frames = table.frames.reshape(table.capacity, -1)
+    starts = rng.choice(table.valid_indices(), (warmup + calls) * batch) - (STACK - 1)
+    return bare_copy_us(frames, np.clip(starts, 0, table.capacity - STACK - 1), batch, threads)[warmup:].tolist()
+
+
+def report_floor(batches, rounds: list[dict], summary: dict) -> None:
+    """The sample rows' floor on this host, each round's bare copy of the batch's windows (PEARL's
+    worker's `bare_copy_B`), beside what 3x over that round's best rival (`report`'s summary) asks for."""
     for b in batches:
-        floor_us = b * (STACK + 1) * FRAME_BYTES / gbps / 1e3
+        bare = [next((rows[n][f"bare_copy_{b}"] for n in rows if f"bare_copy_{b}" in rows[n]), None)
+                for rows in rounds]
         for kind in ("uniform", "per"):
             op = f"{kind}_{b}"
             best = summary.get(op, {}).get("best_rival_us")
-            if not best:
+            if not best or len(best) != len(rounds) or None in bare:
                 continue
             asks = [x / 3 for x in best]
-            verdict = "below the floor: no gather reaches 3x here" if max(asks) < floor_us else "above the floor"
-            print(f"  floor {op:<12} {floor_us:.1f} us ({b} x {STACK + 1} frames at {gbps:.1f} GB/s); 3x the best "
-                  f"rival asks for {' / '.join(f'{x:.1f}' for x in asks)} us per round: {verdict}")
-            summary[op]["floor_us"] = floor_us
+            left = [ask - copy for ask, copy in zip(asks, bare)]
+            verdict = ("the copy alone takes more: no sampler that copies the windows reaches 3x here"
+                       if max(left) < 0 else f"leaves {' / '.join(f'{x:.1f}' for x in left)} us for the rest")
+            print(f"  floor {op:<12} bare copy of {b} windows {' / '.join(f'{x:.1f}' for x in bare)} us per round "
+                  f"(= {' / '.join(f'{c / r:.3f}' for c, r in zip(bare, best))} of the best rival); 3x asks for "
+                  f"{' / '.join(f'{x:.1f}' for x in asks)} us: {verdict}")
+            summary[op]["bare_copy_us"] = bare
 
 
 def columns(rows: dict, threads) -> dict:
@@ -448,6 +595,8 @@ def main(argv=None) -> int:
     parser.add_argument("--capacity", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--blocks", type=int, default=10,
+                        help="blocks each operation's repeats are split into, the systems taking them in turn")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--seed", type=int, default=0)
@@ -459,24 +608,16 @@ def main(argv=None) -> int:
     if args.worker:
         return worker(args)
     print(f"CPU: {cpu_model()}; load average {os.getloadavg()}")
-    bandwidth = {n: streaming_read_gbps(n) for n in (1, 2)}
-    print("streaming read from memory (the best of 4 KB and 35 KB chunks): " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
-                                                                   for n, g in bandwidth.items()))
-    results = {"cpu": cpu_model(), "streaming_read_gbps": bandwidth, "runs": {}}
+    results = {"cpu": cpu_model(), "runs": {}}
     for capacity in args.capacity:
         rounds = []
         for r in range(args.rounds):
-            order = args.systems if r % 2 == 0 else args.systems[::-1]  # interleaved, alternating order
-            rows = {}
-            for system in order:
-                start = time.perf_counter()
-                rows[system] = run_one(system, capacity, args.batches, args.repeats, args.seed + r,
-                                       args.gather_threads)
-                print(f"  [round {r}] {system}: {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.2f}",
-                      flush=True)
-            rounds.append(columns({name: rows[name] for name in args.systems}, args.gather_threads))
+            print(f"[capacity {capacity:,}, round {r}]", flush=True)
+            rows = run_round(args.systems, capacity, args.batches, args.repeats, args.blocks, args.seed + r,
+                             args.gather_threads)
+            rounds.append(columns(rows, args.gather_threads))
         summary = report(capacity, args.batches, rounds)
-        report_floor(args.batches, bandwidth, summary)
+        report_floor(args.batches, rounds, summary)
         results["runs"][capacity] = {"rounds": rounds, "summary": summary}
     print(f"load average at the end {os.getloadavg()}")
     if args.json:

@@ -1,28 +1,62 @@
-"""benchmarks/replay_pixels.py's floor for the sample rows (the benchmark itself runs minutes: not a test)."""
+"""benchmarks/replay_pixels.py's floor for the sample rows: the bare copy of a batch's windows
+(benchmarks/window_copy.cpp) against numpy, and the report's floor lines (the benchmark itself runs
+minutes: not a test)."""
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import replay_pixels  # noqa: E402
+from pearl.kernels.fpga.build import available  # noqa: E402
+
+needs_compiler = pytest.mark.skipif(not available(), reason="no C++ compiler")
+SPAN_ROWS = replay_pixels.STACK + 1
 
 
-def test_streaming_read_is_measured_on_each_thread_count():
-    for threads in (1, 2):
-        assert 0.1 < replay_pixels.streaming_read_gbps(threads, table_bytes=64 * 2**20) < 1000
+@needs_compiler
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch, width", [(32, 7056), (13, 99), (3, 64)])
+def test_the_bare_copy_copies_each_window(threads, batch, width):
+    """Windows of 5 rows, 8 at a time and the rest one by one, lines and a tail: the last batch's
+    output equals numpy's windows."""
+    rng = np.random.default_rng(batch)
+    frames = rng.integers(0, 256, (500, width), dtype=np.uint8)
+    starts = rng.integers(0, 500 - SPAN_ROWS + 1, 4 * batch)
+    out = np.zeros(batch * SPAN_ROWS * width, np.uint8)
+    us = replay_pixels.bare_copy_us(frames, starts, batch, threads, out)
+    assert us.shape == (4,) and np.all(us > 0)
+    expected = np.concatenate([frames[s:s + SPAN_ROWS].reshape(-1) for s in starts[-batch:]])
+    assert np.array_equal(out, expected)
 
 
-def test_floor_is_the_batchs_frames_over_the_best_bandwidth(capsys):
-    frames_32 = 32 * (replay_pixels.STACK + 1) * replay_pixels.FRAME_BYTES  # 1,128,960 bytes
-    rounds = [{"pearl-t2": {"uniform_32": 50.0, "per_32": 60.0}, "cpprb": {"uniform_32": 120.0, "per_32": 240.0},
-               "tianshou": {"uniform_32": 300.0, "per_32": 150.0}}]
+@needs_compiler
+def test_the_bare_copy_refuses_windows_outside_the_table():
+    frames = np.zeros((100, 64), np.uint8)
+    with pytest.raises(ValueError, match="window starts"):
+        replay_pixels.bare_copy_us(frames, np.array([100 - SPAN_ROWS + 1]), 1, 1)
+    with pytest.raises(ValueError, match="window starts"):
+        replay_pixels.bare_copy_us(frames, np.array([-1]), 1, 1)
+
+
+def test_the_floor_sets_each_rounds_bare_copy_beside_what_3x_asks_for(capsys):
+    rounds = [{"pearl-t2": {"uniform_32": 50.0, "per_32": 60.0, "bare_copy_32": 45.0},
+               "cpprb": {"uniform_32": 120.0, "per_32": 240.0}, "tianshou": {"uniform_32": 300.0, "per_32": 150.0}},
+              {"pearl-t2": {"uniform_32": 50.0, "per_32": 60.0, "bare_copy_32": 41.0},
+               "cpprb": {"uniform_32": 126.0, "per_32": 240.0}, "tianshou": {"uniform_32": 300.0, "per_32": 150.0}}]
     summary = replay_pixels.report(100_000, [32], rounds)
-    replay_pixels.report_floor([32], {1: 10.0, 2: 25.0}, summary)
-    floor = frames_32 / 25.0 / 1e3
-    assert summary["uniform_32"]["floor_us"] == pytest.approx(floor)  # 45.2 us
+    replay_pixels.report_floor([32], rounds, summary)
+    assert summary["uniform_32"]["bare_copy_us"] == [45.0, 41.0]
     lines = capsys.readouterr().out.splitlines()
     uniform, per = (next(line for line in lines if line.lstrip().startswith("floor") and op in line)
                     for op in ("uniform_32", "per_32"))
-    assert "asks for 40.0 us" in uniform and "below the floor" in uniform  # 120 / 3 < 45.2
-    assert "asks for 50.0 us" in per and "above the floor" in per  # the best rival's 150 / 3 > 45.2
+    # uniform asks 40.0 / 42.0 us: the copy (45 / 41) leaves -5.0 / 1.0 us, one round above it
+    assert "asks for 40.0 / 42.0 us" in uniform and "leaves -5.0 / 1.0 us" in uniform
+    assert "0.375 / 0.325 of the best rival" in uniform
+    # PER's best rival is Tianshou's 150: 50 us asked in both rounds, above both copies
+    assert "asks for 50.0 / 50.0 us" in per and "leaves 5.0 / 9.0 us" in per
+    rounds[1]["pearl-t2"]["bare_copy_32"] = 43.0
+    replay_pixels.report_floor([32], rounds, replay_pixels.report(100_000, [32], rounds))
+    uniform = next(line for line in capsys.readouterr().out.splitlines() if "floor uniform_32" in line)
+    assert "no sampler that copies the windows reaches 3x here" in uniform
