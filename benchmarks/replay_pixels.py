@@ -36,10 +36,10 @@ Each capacity's report ends with this host's floor for the sample rows: any samp
 transitions copies B windows of STACK + 1 frames from random places of a table far larger than the
 caches. PEARL's worker times that copy alone on its own uniform table (`bare_copy_us`:
 benchmarks/window_copy.cpp, built here with g++ -O3 -march=native; 8 windows a cache line each in
-turn, on PEARL's most gather threads, the second spin-waiting; no draw, no metadata, no Python),
-a job of the blocks like the samples, and the report sets it beside the best rival of each round:
-where the bare copy takes more than a third of the rival's time, no sampler that copies the
-windows reaches 3x on this host.
+turn, on PEARL's most gather threads, the second spin-waiting; no draw, no metadata, no Python) in
+the blocks of the uniform samples of B, and the report sets it beside the best rival of each
+round: where the bare copy takes more than a third of the rival's time, no sampler that copies
+the windows reaches 3x on this host.
 
     python benchmarks/replay_pixels.py --capacity 100000 1000000 --rounds 2
     python benchmarks/replay_pixels.py --capacity 100000 --rounds 1 --repeats 200 --gather-threads 1 2
@@ -390,19 +390,20 @@ class Worker:
 
 
 def jobs(op, workers, threads) -> list:
-    """(worker, key, gather threads) of every system that times `op`: PEARL once per gather
-    thread count (key op@tN; insert and the bare copy once), each rival once."""
+    """(worker, the worker's operation, key, gather threads) of every system that times `op`: each
+    rival once; PEARL once per gather thread count (key op@tN; insert once), and beside its uniform
+    samples of B the bare copy of B windows (the floor, timed in the same blocks as the rivals)."""
     out = []
     for w in workers:
         if w.system != "pearl":
-            if not op.startswith("bare_copy"):
-                out.append((w, op, 1))
+            out.append((w, op, op, 1))
         elif op == "insert":
-            out.append((w, op, max(threads)))
-        elif op.startswith("bare_copy"):
-            out.append((w, op, max(threads)))
+            out.append((w, op, op, max(threads)))
         else:
-            out += [(w, f"{op}@t{n}", n) for n in threads]
+            out += [(w, op, f"{op}@t{n}", n) for n in threads]
+            if op.startswith("uniform_"):
+                bare = op.replace("uniform_", "bare_copy_")
+                out.append((w, bare, bare, max(threads)))
     return out
 
 
@@ -411,10 +412,10 @@ def time_interleaved(op, workers, threads, repeats, blocks) -> dict:
     each, then `repeats` calls in `blocks` blocks taken by the systems in turn (order reversed every
     other block), so that the host's changes of pace fall on every system alike."""
     todo = jobs(op, workers, threads)
-    times = {(w.system, key): [] for w, key, _ in todo}
+    times = {(w.system, key): [] for w, _, key, _ in todo}
     for block in range(blocks):
-        for w, key, n in todo if block % 2 == 0 else todo[::-1]:
-            times[w.system, key] += w.time(op, n, repeats // blocks, WARMUP_CALLS if block == 0 else 0)
+        for w, worker_op, key, n in todo if block % 2 == 0 else todo[::-1]:
+            times[w.system, key] += w.time(worker_op, n, repeats // blocks, WARMUP_CALLS if block == 0 else 0)
     return {name: float(np.median(values)) for name, values in times.items() if values}
 
 
@@ -432,7 +433,7 @@ def run_round(systems, capacity, batches, repeats, blocks, seed, threads) -> dic
     for group in groups:
         workers = [Worker(name, capacity, batches, seed) for name in group]
         try:
-            for kind, ops in (("uniform", ["insert"] + [f"{x}_{b}" for b in batches for x in ("uniform", "bare_copy")]),
+            for kind, ops in (("uniform", ["insert"] + [f"uniform_{b}" for b in batches]),
                               ("prioritized", [f"per_{b}" for b in batches])):
                 live = [w for w in workers if w.ready()]
                 for op in ops:

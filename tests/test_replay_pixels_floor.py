@@ -60,3 +60,34 @@ def test_the_floor_sets_each_rounds_bare_copy_beside_what_3x_asks_for(capsys):
     replay_pixels.report_floor([32], rounds, replay_pixels.report(100_000, [32], rounds))
     uniform = next(line for line in capsys.readouterr().out.splitlines() if "floor uniform_32" in line)
     assert "no sampler that copies the windows reaches 3x here" in uniform
+
+
+class FakeWorker:
+    """A worker whose blocks are logged instead of timed."""
+
+    def __init__(self, system, log):
+        self.system, self.log = system, log
+
+    def time(self, op, threads, calls, warmup):
+        self.log.append((self.system, op, threads, calls, warmup))
+        return [float(len(self.log))] * calls
+
+
+def test_every_system_takes_each_operations_blocks_in_turn():
+    """PEARL once per gather thread count (insert once) and its bare copy beside its uniform samples,
+    each rival once; every job's blocks alternate in order, the warm-up in the first block only."""
+    log = []
+    workers = [FakeWorker("pearl", log), FakeWorker("cpprb", log)]
+    jobs = [(w.system, op, key, n) for w, op, key, n in replay_pixels.jobs("uniform_32", workers, (1, 2))]
+    assert jobs == [("pearl", "uniform_32", "uniform_32@t1", 1), ("pearl", "uniform_32", "uniform_32@t2", 2),
+                    ("pearl", "bare_copy_32", "bare_copy_32", 2), ("cpprb", "uniform_32", "uniform_32", 1)]
+    assert [key for _, _, key, _ in replay_pixels.jobs("insert", workers, (1, 2))] == ["insert", "insert"]
+    assert [key for _, _, key, _ in replay_pixels.jobs("per_32", workers, (2,))] == ["per_32@t2", "per_32"]
+
+    medians = replay_pixels.time_interleaved("uniform_32", workers, (1, 2), repeats=40, blocks=4)
+    assert set(medians) == {("pearl", "uniform_32@t1"), ("pearl", "uniform_32@t2"), ("pearl", "bare_copy_32"),
+                            ("cpprb", "uniform_32")}
+    assert len(log) == 16 and all(calls == 10 for *_, calls, _ in log)
+    order = [(system, op, threads) for system, op, threads, _, _ in log]
+    assert order[4:8] == order[:4][::-1] and order[8:12] == order[:4]
+    assert [warmup for *_, warmup in log] == [replay_pixels.WARMUP_CALLS] * 4 + [0] * 12
