@@ -91,3 +91,20 @@ def test_every_system_takes_each_operations_blocks_in_turn():
     order = [(system, op, threads) for system, op, threads, _, _ in log]
     assert order[4:8] == order[:4][::-1] and order[8:12] == order[:4]
     assert [warmup for *_, warmup in log] == [replay_pixels.WARMUP_CALLS] * 4 + [0] * 12
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_round_times_each_systems_live_tables_through_its_worker(monkeypatch, capsys, together):
+    """Real worker processes over their stdin / stdout: side by side where the tables fit in memory
+    together, else one system at a time; a system that is not installed is reported, not fatal."""
+    need = 3000 * replay_pixels.FRAME_BYTES * 1.15
+    monkeypatch.setattr(replay_pixels, "memory_available", lambda: 2 * 2**30 + (2 if together else 1.5) * need)
+    rows = replay_pixels.run_round(("pearl", "cpprb"), 3000, [8], repeats=8, blocks=2, seed=0, threads=(1, 2))
+    pearl = rows["pearl"]
+    expected = {"insert", "uniform_8@t1", "uniform_8@t2", "per_8@t1", "per_8@t2", "rss_per_table",
+                "huge_pages_per_table"} | ({"bare_copy_8"} if available() else set())
+    assert set(pearl) == expected and all(pearl[key] > 0 for key in expected - {"huge_pages_per_table"})
+    cpprb = rows["cpprb"]
+    assert set(cpprb) == {"unavailable"} or {"insert", "uniform_8", "per_8"} <= set(cpprb)
+    alone = "timed one system at a time" in capsys.readouterr().out
+    assert alone != together
