@@ -437,3 +437,22 @@ def test_a_table_loads_a_state_whose_frames_come_block_by_block():
     target.load_state_dict({**state, "frames": snapshot})
     for name, values in source.state_dict().items():
         assert np.array_equal(target.state_dict()[name], values), name
+
+
+@pytest.mark.parametrize("gather_threads", [1, 2])
+def test_windows_of_every_group_size_are_gathered(gather_threads):
+    """Batches of 1-40 one-run windows: whole groups of 8, a last group of 4-7 padded to 8 with its
+    last window again, 1-3 copied one by one (kernels/cpu/frame_storage.py _windows_range), on
+    frames whose bytes are not a whole number of cache lines; each against the stored frames."""
+    table = FrameReplay(200, WIDE, 4, kind="uniform", gather_threads=gather_threads)
+    frames = np.random.default_rng(0).integers(0, 256, (150, *WIDE), dtype=np.uint8)
+    table.add([0], frames[:1], [0], [0.0], frames[1:2], [False], [False])
+    for t in range(1, 149):
+        table.add([0], frames[t:t + 1], [t], [0.0], frames[t + 1:t + 2], [False], [False])
+    rng = np.random.default_rng(1)
+    for batch in range(1, 41):
+        slots = rng.integers(3, 148, batch)  # records 3 on: windows of 5 stored frames, one run each
+        got = table.gather(slots)
+        for i, slot in enumerate(slots):
+            assert np.array_equal(got.obs[i], frames[slot - 3:slot + 1]), (batch, i)
+            assert np.array_equal(got.next_obs[i], frames[slot - 2:slot + 2]), (batch, i)

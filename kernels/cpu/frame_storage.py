@@ -45,10 +45,9 @@ _NJIT = dict(cache=True, nogil=True)
 CONTINUES, TERMINATED, TRUNCATED, FINAL = 0, 1, 2, 3
 TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (measured)
 # windows copied a cache line of each in turn: one core keeps more of its reads in flight over
-# several streams than over one. 8 at a time, then 4 (~10% faster on one thread than 4 only, 3-8%
-# on two, on the Zen 4 of session 54; on the Zen 3 of session 37 8 were slower, in a one-pass form;
-# 16: slower on both; docs/BENCHMARKS.md Pixel replay): `_copy_eight_runs`, `_copy_four_runs`,
-# their streams' offsets held in registers
+# several streams than over one. 8 at a time (~10% faster on one thread than 4, 3-8% on two, on the
+# Zen 4 of session 54; on the Zen 3 of session 37 8 were slower, in a one-pass form; 16: slower on
+# both; docs/BENCHMARKS.md Pixel replay): `_copy_eight_runs`, its streams' offsets held in registers
 _copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
 # frames of this many bytes or more are written by non-temporal stores: a big table's next slot is
 # long out of the caches, and an ordinary store reads each of its lines from memory first (an
@@ -278,23 +277,6 @@ def _copy_bytes(dst, dst_at, src, src_at, count):
 
 
 @njit(inline="always")
-def _copy_four_runs(out, d0, d1, d2, d3, table, s0, s1, s2, s3, count):
-    """out.flat[dK:dK + count] = table.flat[sK:sK + count] for K = 0..3, a line of each in turn, the
-    four offsets held in registers (read from arrays inside the line loop instead: ~10% slower, measured)."""
-    tail = count - count % LINE
-    for o in range(0, tail, LINE):
-        _copy_line(out, d0 + o, table, s0 + o)
-        _copy_line(out, d1 + o, table, s1 + o)
-        _copy_line(out, d2 + o, table, s2 + o)
-        _copy_line(out, d3 + o, table, s3 + o)
-    for o in range(tail, count):
-        out[d0 + o] = table[s0 + o]
-        out[d1 + o] = table[s1 + o]
-        out[d2 + o] = table[s2 + o]
-        out[d3 + o] = table[s3 + o]
-
-
-@njit(inline="always")
 def _copy_eight_runs(out, rows, table, sources, count):
     """out.flat[rows[K]:rows[K] + count] = table.flat[sources[K]:sources[K] + count] for K = 0..7,
     a line of each in turn (rows, sources: 8 offsets each)."""
@@ -323,13 +305,13 @@ def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, 
     whose stack + 1 records are stored one after another (all but those reaching before their
     episode's first frame or across the ring's end) is one run of bytes. A first pass writes the
     small outputs, copies the other windows frame by frame and lists the runs; a second copies the
-    runs 8 at a time, then 4, a line of each in turn, and the few left over one
+    runs 8 at a time, a line of each in turn, a last group of 4-7 padded to 8 and 1-3 left over one
     by one (lists first, copies after: ~12% faster than copying each group as soon as it fills,
     measured)."""
     width = frames.shape[1]
     span = (stack + 1) * width
     table, out = frames.reshape(-1), windows_out.reshape(-1)
-    run_from, run_row = np.empty(hi - lo, np.int64), np.empty(hi - lo, np.int64)
+    run_from, run_row = np.empty(hi - lo + 7, np.int64), np.empty(hi - lo + 7, np.int64)  # (+7: padding)
     runs = 0
     for i in range(lo, hi):
         g = indices[i]
@@ -350,16 +332,16 @@ def _windows_range(frames, actions, rewards, ends, back, length, stack, powers, 
             elif p >= length:
                 p -= length
             _copy_bytes(out, i * span + f * width, table, (base + p) * width, width)
-    r = 0
-    while r + 8 <= runs:
+    last = runs - runs % 8
+    for r in range(0, last, 8):
         _copy_eight_runs(out, run_row[r:r + 8], table, run_from[r:r + 8], span)
-        r += 8
-    if r + 4 <= runs:
-        _copy_four_runs(out, run_row[r], run_row[r + 1], run_row[r + 2], run_row[r + 3], table, run_from[r],
-                        run_from[r + 1], run_from[r + 2], run_from[r + 3], span)
-        r += 4
-    for r in range(r, runs):
-        _copy_bytes(out, run_row[r], table, run_from[r], span)
+    if runs - last >= 4:  # padded to 8 with its last run again: the same bytes, the repeats read from L1
+        for r in range(runs, last + 8):
+            run_row[r], run_from[r] = run_row[runs - 1], run_from[runs - 1]
+        _copy_eight_runs(out, run_row[last:last + 8], table, run_from[last:last + 8], span)
+    else:  # (1-3 runs padded to 8: up to 2 us slower on a batch of 1, measured)
+        for r in range(last, runs):
+            _copy_bytes(out, run_row[r], table, run_from[r], span)
 
 
 @njit(parallel=True, **_NJIT)
