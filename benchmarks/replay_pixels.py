@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from timing import call_times_us  # noqa: E402  (benchmarks/ is the script's own directory)
 from pearl.kernels.cpu.backend import cpu_model, memory_available, proc_bytes  # noqa: E402
 
 FRAME, STACK, EPISODE, POOL = (84, 84), 4, 1000, 256
@@ -158,14 +159,7 @@ def operations(system, table, kind, batches, seed, rng) -> dict:
         def run(threads, calls, warmup):
             if system is Pearl:
                 table.gather_threads = threads
-            for _ in range(warmup):
-                call()
-            times = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                call()
-                times.append(1e6 * (time.perf_counter() - start))
-            return times
+            return call_times_us(call, calls, warmup)
         return run
 
     if kind == "prioritized":

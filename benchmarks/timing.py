@@ -3,15 +3,20 @@ import statistics
 import time
 
 
-def median_us(fn, repeats: int, warmup: int = 20) -> float:
+def call_times_us(fn, repeats: int, warmup: int = 20) -> list:
+    """The wall us of each of `repeats` calls of fn, after `warmup` untimed ones."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(samples)
+        samples.append(1e6 * (time.perf_counter() - start))
+    return samples
+
+
+def median_us(fn, repeats: int, warmup: int = 20) -> float:
+    return statistics.median(call_times_us(fn, repeats, warmup))
 
 
 def median_us_interleaved(fns: dict, repeats: int, blocks: int = 4, warmup: int = 20) -> dict:
