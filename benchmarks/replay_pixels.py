@@ -357,12 +357,21 @@ class Worker:
                 return None
             if head == kind:
                 return json.loads(value)
-        self.unavailable = f"worker ended (exit {self.process.wait()})"
+        self.ended()
         return None
 
-    def send(self, command):
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
+    def ended(self):
+        """A worker gone (an error, or killed: a table larger than memory once it filled)."""
+        self.unavailable = f"worker ended (exit {self.process.wait()})"
+
+    def send(self, command) -> bool:
+        try:
+            self.process.stdin.write(json.dumps(command) + "\n")
+            self.process.stdin.flush()
+            return True
+        except BrokenPipeError:
+            self.ended()
+            return False
 
     def ready(self) -> bool:
         """Waits for the next table: False where the system is unavailable."""
@@ -373,7 +382,8 @@ class Worker:
         return memory is not None
 
     def time(self, op, threads, calls, warmup) -> list:
-        self.send({"op": op, "threads": threads, "calls": calls, "warmup": warmup})
+        if self.unavailable or not self.send({"op": op, "threads": threads, "calls": calls, "warmup": warmup}):
+            return []
         return self.expect("TIMES") or []
 
     def next(self):
@@ -381,8 +391,10 @@ class Worker:
             self.send({"op": "next"})
 
     def close(self):
-        if self.process.stdin and not self.process.stdin.closed:
+        try:
             self.process.stdin.close()
+        except BrokenPipeError:
+            pass
         self.process.wait()
 
 

@@ -108,3 +108,19 @@ def test_a_round_times_each_systems_live_tables_through_its_worker(monkeypatch, 
     assert set(cpprb) == {"unavailable"} or {"insert", "uniform_8", "per_8"} <= set(cpprb)
     alone = "timed one system at a time" in capsys.readouterr().out
     assert alone != together
+
+
+def test_a_worker_that_dies_is_reported_not_fatal():
+    """A worker killed while its table is alive (as the kernel's OOM killer would): its next block
+    times nothing and says why; moving on and closing do not raise."""
+    worker = replay_pixels.Worker("pearl", 3000, [8], 0)
+    try:
+        assert worker.ready()
+        assert len(worker.time("uniform_8", 1, 3, 0)) == 3
+        worker.process.kill()
+        worker.process.wait()
+        assert worker.time("uniform_8", 1, 3, 0) == []
+        assert worker.unavailable.startswith("worker ended (exit ")
+        worker.next()
+    finally:
+        worker.close()
