@@ -329,13 +329,11 @@ def worker(args) -> int:
     def reply(kind, value):
         print(kind + " " + json.dumps(value), flush=True)
 
-    try:
-        system = BENCHES[args.worker]
-        system.make("uniform", 1000)
+    try:  # (a rival's import happens at its first table, the warm-up's, before any READY)
+        serve(BENCHES[args.worker], args.capacity[0], args.batches, args.seed,
+              (json.loads(line) for line in sys.stdin), reply)
     except ImportError as err:
         reply("UNAVAILABLE", f"not installed ({err.name})")
-        return 0
-    serve(system, args.capacity[0], args.batches, args.seed, (json.loads(line) for line in sys.stdin), reply)
     return 0
 
 
