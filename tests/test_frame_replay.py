@@ -181,6 +181,26 @@ def test_state_dict_round_trip_samples_the_same():
     assert copy.size == table.size and copy.inserted == table.inserted
 
 
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_table_that_sampled_before_loading_a_state_samples_from_the_loaded_one(kind):
+    """A 1-step sample's compiled call is bound to the table's records (and tree) when the batch
+    size is first sampled; a state loaded later brings a new tree, so those calls are made again:
+    the loaded table samples what its source does, not from the tree it had."""
+    rng = np.random.default_rng(4)
+    source, target = (FrameReplay(96, LARGE, 4, streams=2, n_step=1, kind=kind, gather_threads=2) for _ in range(2))
+    drive(source, ReferenceFrameReplay(48, 2, 4, 1, 0.99), rng, 70, 0.05, 2, np.uint8)
+    drive(target, ReferenceFrameReplay(48, 2, 4, 1, 0.99), np.random.default_rng(8), 30, 0.05, 2, np.uint8)
+    if kind == "prioritized":
+        batch = source.sample(16, rng)
+        source.update_priorities(batch.indices, 10 * rng.normal(size=16))
+    target.sample(16, rng)
+    target.load_state_dict(source.state_dict(detached=True))
+    for seed in range(3):
+        a, b = source.sample(16, np.random.default_rng(seed)), target.sample(16, np.random.default_rng(seed))
+        for name in ("obs", "next_obs", "actions", "rewards", "discounts", "indices", "weights"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
 @pytest.mark.parametrize("kind", ["uniform", "prioritized", "amper"])
 def test_a_pickled_table_samples_the_same_and_writes_its_own_arrays(kind):
     """A copy (pickle, deepcopy) gets kernel records of its own arrays: the same samples as the

@@ -64,3 +64,38 @@ def test_a_kept_kernel_runs_with_numbas_pool_started():
                             env={**os.environ, "NUMBA_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-2:] == ["True", "1"], (result.stdout, result.stderr[-500:])
+
+
+def test_regions_after_the_pools_start_leave_torchs_count_alone():
+    """What lets start_numba_pool restore torch's count once instead of after every kernel call:
+    only the pool's start moves the calling thread's OpenMP count, not the parallel regions after
+    it, on that thread or another."""
+    script = PREAMBLE + textwrap.dedent("""
+        import threading
+        from pearl.kernels.cpu import start_numba_pool
+        from pearl.replay.frames import FrameReplay
+        start_numba_pool()
+        table = FrameReplay(64, (9, 11), 4, kind="uniform", gather_threads=2)
+        rng = np.random.default_rng(0)
+        for step in range(40):
+            frame = rng.integers(0, 256, (1, 9, 11), dtype=np.uint8)
+            table.add([0], frame, [0], [1.0], frame, [False], [False])
+        counts = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            for _ in range(5):
+                table.sample(32, rng)
+            counts.append(torch.get_num_threads())
+        def other():
+            torch.set_num_threads(1)
+            table.sample(32, np.random.default_rng(1))
+            counts.append(torch.get_num_threads())
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        print(*counts)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NUMBA_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-3:] == ["1", "3", "1"], (result.stdout, result.stderr[-500:])

@@ -86,42 +86,51 @@ def flush_denormals() -> bool:
 
 
 def torch_threads_kept(kernel):
-    """`kernel`, a function that may start a numba parallel region, called so that torch's thread
-    count on the calling thread is the same after it. Why: numba's `omp` threading layer sets the
-    calling thread's OpenMP thread count to its own when it starts its pool (the process's first
-    parallel region), and torch reads that count (numba's pool links the libgomp torch loaded): a
-    CNN learner on `runtime.torch_threads: 1` then ran its convolutions on two threads, in the
-    processes runtime on the actor's core (docs/BENCHMARKS.md, Pixels end to end, session 20).
-    Restoring after every call costs ~0.3 us and holds whenever numba sets it.
-
-    numba's pool is started here, before the kernel: numba starts it when it compiles a parallel
-    region or loads a cached `parallel=True` function, not when it loads a cached kernel that only
-    calls one (the frame gathers call their 2-thread halves), and that kernel's first call then
-    crashed the process (a segfault, or "LLVM ERROR: Symbol not found: allocate_sched"; numba issue
-    8578) with a cache that other processes had filled (seen in session 46, the frame gather's case
-    of tests/test_torch_threads_kept.py). The pool is started once: asking numba every call cost
-    ~0.8 us of a ~45 us frame sample of 32 (measured, session 54); a started pool stays started,
-    in a forked child too, as numba's own flag says."""
+    """`kernel`, a function that may start a numba parallel region, called with numba's thread pool
+    started by `start_numba_pool` first: numba starts it when it compiles a parallel region or
+    loads a cached `parallel=True` function, not when it loads a cached kernel that only calls one
+    (the frame gathers call their 2-thread halves), and that kernel's first call then crashed the
+    process (a segfault, or "LLVM ERROR: Symbol not found: allocate_sched"; numba issue 8578) with
+    a cache that other processes had filled (seen in session 46, the frame gather's case of
+    tests/test_torch_threads_kept.py)."""
     @functools.wraps(kernel)
     def kept(*args):
-        import torch  # (when called: wrapping loads nothing)
-
-        threads = torch.get_num_threads()
-        try:
-            if not _numba_pool_started:
-                _start_numba_pool()
-            return kernel(*args)
-        finally:
-            torch.set_num_threads(threads)
+        if not _numba_pool_started:
+            start_numba_pool()
+        return kernel(*args)
     return kept
 
 
 _numba_pool_started = False
 
 
-def _start_numba_pool() -> None:
-    global _numba_pool_started
+def compiled_entry(kernel, *args):
+    """The machine code numba compiled of `kernel` (a dispatcher) for exactly these arguments'
+    types (compiled or loaded from the cache now if it is not yet), as a callable. Calling it skips
+    the dispatcher's typing of each argument: ~0.65 us of the ~1.2 us call of a frame sample with
+    9 arguments (measured in session 55). It does not check what it is given, and reads an argument
+    of another type as one of these: only for arguments whose types the caller fixes (a table's
+    own arrays and scalars of the same kinds)."""
     import numba
 
+    return kernel.compile(tuple(numba.typeof(arg) for arg in args))
+
+
+def start_numba_pool() -> None:
+    """Starts numba's thread pool if it is not running, with torch's thread count on the calling
+    thread the same after it. Why: numba's `omp` threading layer sets the calling thread's OpenMP
+    thread count to its own when it starts its pool, and torch reads that count (numba's pool
+    links the libgomp torch loaded): a CNN learner on `runtime.torch_threads: 1` then ran its
+    convolutions on two threads, in the processes runtime on the actor's core (docs/BENCHMARKS.md,
+    Pixels end to end, session 20). Only the start moves it, not the regions after it (checked in
+    session 55, tests/test_torch_threads_kept.py), so the count is restored here once instead of
+    after every kernel call (0.45 us a call). A started pool stays started, in a forked child too,
+    as numba's own flag says."""
+    global _numba_pool_started
+    import numba
+    import torch
+
+    threads = torch.get_num_threads()
     numba.get_num_threads()  # starts numba's pool if it is not running
+    torch.set_num_threads(threads)
     _numba_pool_started = True

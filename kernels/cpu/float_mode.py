@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from pearl.kernels.cpu import X86, flush_denormals, torch_threads_kept
+from pearl.kernels.cpu import X86, flush_denormals, start_numba_pool
 
 _NJIT = dict(cache=True, nogil=True)
 
@@ -80,7 +80,8 @@ def set_pool_float_mode(mode: int) -> None:
     another layer it reaches numba's own threads only."""
     import numba
 
-    torch_threads_kept(_apply_on_team)(mode, numba.get_num_threads())
+    start_numba_pool()  # (before numba.get_num_threads(), which would start it without keeping torch's count)
+    _apply_on_team(mode, numba.get_num_threads())
 
 
 @contextmanager

@@ -43,10 +43,12 @@ completes it, as with the actors' NStepBuffer.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from pearl.contracts import ReplayTable, implements
-from pearl.kernels.cpu import frame_storage, torch_threads_kept
+from pearl.kernels.cpu import compiled_entry, frame_storage, start_numba_pool, torch_threads_kept
 from pearl.kernels.cpu.fast_sumtree import NumbaSumTree
 from pearl.kernels.cpu.fast_per import NO_MASS
 from pearl.kernels.cpu.fast_storage import importance_weights
@@ -55,10 +57,9 @@ from pearl.replay.base import Batch, CopyOnWriteBlocks, admit_insert, admit_samp
 from pearl.replay.prioritized import annealed_beta, make_priority_sampler
 from pearl.replay.rate_limiter import RateLimiter
 
-# the gathers on 2 threads (gather_threads) start a numba parallel region
-gather_transitions, gather_windows, sample_prioritized, sample_uniform = (
-    torch_threads_kept(kernel) for kernel in (frame_storage.gather_transitions, frame_storage.gather_windows,
-                                              frame_storage.sample_prioritized, frame_storage.sample_uniform))
+# the gathers on 2 threads (gather_threads) start a numba parallel region (the samples' too: `outputs`)
+gather_transitions, gather_windows = (
+    torch_threads_kept(kernel) for kernel in (frame_storage.gather_transitions, frame_storage.gather_windows))
 # the kernels' records of a table whose selector is not the compiled tree (its tree fields go
 # unread): arrays of the compiled tree's types, so the records' type and compiled kernels are one
 _NO_TREE = np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), 0, 2, np.zeros(0, np.int64)
@@ -138,7 +139,6 @@ class FrameReplay:
         self.backend, self.fanout = backend, fanout
         self._set_selector(self._new_selector())
         self.max_priority = 1.0
-        self._outputs: dict[int, tuple] = {}
         self._snapshots: list[FrameSnapshot] = []  # being written: `add` keeps their frames as they were
 
     def _new_selector(self):
@@ -168,6 +168,7 @@ class FrameReplay:
         self._records = FrameRecords(self._frames, self._actions, self._rewards, self._ends, self._back, self._valid,
                                      self._counts, self._episode_start, self._starting, self._state, self._marks,
                                      self.length, self.stack, self.n_step, self._powers, *tree_arrays)
+        self._outputs: dict[int, tuple] = {}  # (their compiled samples hold the records)
 
     # -- reads
     @property
@@ -261,12 +262,13 @@ class FrameReplay:
     # -- sampling
     def outputs(self, batch: int) -> tuple:
         """(obs, next obs, actions, returns, discounts, indices, weights, priorities, scratch, shaped,
-        draws) for a batch size, made once and reused by the next sample of that size. With 1-step
-        transitions obs and next obs are views of one window of stack + 1 frames per transition
-        (kernels/cpu/frame_storage.py gather_windows): strided, not C-contiguous. `shaped`: obs,
+        draws, compiled sample) for a batch size, made once and reused by the next sample of that
+        size. With 1-step transitions obs and next obs are views of one window of stack + 1 frames
+        per transition (kernels/cpu/frame_storage.py gather_windows): strided, not C-contiguous. `shaped`: obs,
         actions and next obs as the Batch hands them out, views made here once (making them per
         sample cost ~2.5 us of a ~50 us sample of 32, measured). `draws`: the sample's uniforms,
-        (2 x batch of them, their first batch), drawn in place (~0.25 us less than new arrays)."""
+        (2 x batch of them, their first batch), drawn in place (~0.25 us less than new arrays).
+        `compiled sample`: `_compiled_sample`'s, or None."""
         prepared = self._outputs.get(batch)
         if prepared is None:
             frame_bytes = self._frames.shape[1]
@@ -281,8 +283,26 @@ class FrameReplay:
             prepared = (obs, next_obs, actions, np.empty(batch, np.float32), np.empty(batch, np.float32),
                         np.empty(batch, np.int64), np.empty(batch, np.float32), np.empty(batch, np.float64),
                         np.empty(batch, np.float64), shaped, (draws, draws[:batch]))
-            self._outputs[batch] = prepared
+            prepared = self._outputs[batch] = (*prepared, self._compiled_sample(prepared))
         return prepared
+
+    def _compiled_sample(self, prepared: tuple):
+        """A 1-step batch's draw and gather as one compiled call, its arguments fixed here, so that
+        a sample skips numba's typing of them (kernels/cpu compiled_entry): a uniform table's as a
+        call of no arguments (its uniforms drawn into prepared[10][0] first), a prioritized
+        table's with a compiled tree as sample_prioritized's entry (beta changes between calls).
+        None for the others (n-step, another backend's selector)."""
+        if self.n_step != 1 or not self._compiled:
+            return None
+        obs, _, actions, returns, discounts, indices, weights, priorities, scratch = prepared[:9]
+        start_numba_pool()  # (the kernels start a parallel region: its pool first)
+        if not self.prioritized:
+            entry = compiled_entry(frame_storage.sample_uniform, self._records, prepared[10][0], scratch, indices,
+                                   obs.base, actions, returns, discounts, self.gather_threads)
+            return partial(entry, self._records, prepared[10][0], scratch, indices, obs.base, actions, returns,
+                           discounts, self.gather_threads)
+        return compiled_entry(frame_storage.sample_prioritized, self._records, prepared[10][1], scratch, 0.5, indices,
+                              priorities, weights, obs.base, actions, returns, discounts, self.gather_threads)
 
     def gather(self, indices: np.ndarray) -> Batch:
         """The transitions at `indices` (slots of their first records), into the reused outputs."""
@@ -320,8 +340,7 @@ class FrameReplay:
         if not self.prioritized:  # (a uniform table's tree is always the compiled one)
             uniforms = rng.random(out=prepared[10][0])  # a first try each, and a tree draw where it misses
             if self.n_step == 1:  # draw and gather in one compiled call
-                if not sample_uniform(self._records, uniforms, scratch, indices, obs.base, actions, returns, discounts,
-                                      self.gather_threads):
+                if not prepared[11]():
                     raise ValueError(NO_MASS)
                 return self._batch(prepared, indices)
             if not draw_uniform(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout, uniforms, scratch,
@@ -330,8 +349,8 @@ class FrameReplay:
             return self.gather(indices)
         uniforms = rng.random(out=prepared[10][1])
         if self._compiled and self.n_step == 1:  # draw, weights and gather in one compiled call
-            if not sample_prioritized(self._records, uniforms, scratch, self.beta, indices, priorities, weights,
-                                      obs.base, actions, returns, discounts, self.gather_threads):
+            if not prepared[11](self._records, uniforms, scratch, float(self.beta), indices, priorities, weights,
+                                obs.base, actions, returns, discounts, self.gather_threads):
                 raise ValueError(NO_MASS)
             batch = self._batch(prepared, indices)
             batch.weights = weights
