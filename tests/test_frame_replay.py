@@ -270,16 +270,26 @@ def test_an_index_out_of_range_is_refused_by_both_gather_kernels(n_step):
         table.gather(np.array([-1]))
 
 
+@pytest.mark.parametrize("capacity", [64, 70_000])
 @pytest.mark.parametrize("gather_threads", [1, 2])
-def test_the_one_call_prioritized_sample_equals_the_tree_draw_gather_and_weights(gather_threads):
+def test_the_one_call_prioritized_sample_equals_the_tree_draw_gather_and_weights(gather_threads, capacity):
     """1-step prioritized samples from the compiled tree go through one kernel
     (frame_storage.sample_windows): the same indices, transitions and weights as sample_into +
-    gather + importance_weights."""
+    gather + importance_weights. 70,000 leaves: a tree of depth 5, whose descent is the pipelined
+    one (fast_sumtree._find)."""
     from pearl.kernels.cpu.fast_storage import importance_weights
 
-    table = FrameReplay(64, FRAME, 4, n_step=1, kind="prioritized", alpha=0.6, beta=0.5,
+    table = FrameReplay(capacity, FRAME, 4, n_step=1, kind="prioritized", alpha=0.6, beta=0.5,
                         gather_threads=gather_threads)
-    drive(table, ReferenceFrameReplay(64, 1, 4, 1, 0.99), np.random.default_rng(0), 90, 0.05, 1, np.uint8)
+    rng = np.random.default_rng(0)
+    if capacity == 64:
+        drive(table, ReferenceFrameReplay(64, 1, 4, 1, 0.99), rng, 90, 0.05, 1, np.uint8)
+    else:
+        for _ in range(capacity // 1000 + 1):
+            frames = rng.integers(0, 256, (1000, *FRAME), np.uint8)
+            table.add(np.zeros(1000, np.int64), frames, rng.integers(0, 4, 1000), rng.normal(size=1000), frames,
+                      rng.random(1000) < 0.002, np.zeros(1000, bool))
+        assert table.tree.depth == 5
     table.update_priorities(table.valid_indices(), np.random.default_rng(1).exponential(size=table.size))
     batch = table.sample(16, np.random.default_rng(2))
     got = {name: np.copy(getattr(batch, name)) for name in ("obs", "next_obs", "actions", "rewards", "discounts",
