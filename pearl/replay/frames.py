@@ -289,8 +289,9 @@ class FrameReplay:
     def _compiled_sample(self, prepared: tuple):
         """A 1-step batch's draw and gather as one compiled call, its arguments fixed here, so that
         a sample skips numba's typing of them (kernels/cpu compiled_entry): a uniform table's as a
-        call of no arguments (its uniforms drawn into prepared[10][0] first), a prioritized
-        table's with a compiled tree as sample_prioritized's entry (beta changes between calls).
+        call of the gather threads alone (its uniforms drawn into prepared[10][0] first; the
+        threads may change between calls, as replay_pixels.py's columns do), a prioritized table's
+        with a compiled tree as sample_prioritized's entry (beta changes between calls too).
         None for the others (n-step, another backend's selector)."""
         if self.n_step != 1 or not self._compiled:
             return None
@@ -300,7 +301,7 @@ class FrameReplay:
             entry = compiled_entry(frame_storage.sample_uniform, self._records, prepared[10][0], scratch, indices,
                                    obs.base, actions, returns, discounts, self.gather_threads)
             return partial(entry, self._records, prepared[10][0], scratch, indices, obs.base, actions, returns,
-                           discounts, self.gather_threads)
+                           discounts)
         return compiled_entry(frame_storage.sample_prioritized, self._records, prepared[10][1], scratch, 0.5, indices,
                               priorities, weights, obs.base, actions, returns, discounts, self.gather_threads)
 
@@ -340,7 +341,7 @@ class FrameReplay:
         if not self.prioritized:  # (a uniform table's tree is always the compiled one)
             uniforms = rng.random(out=prepared[10][0])  # a first try each, and a tree draw where it misses
             if self.n_step == 1:  # draw and gather in one compiled call
-                if not prepared[11]():
+                if not prepared[11](self.gather_threads):
                     raise ValueError(NO_MASS)
                 return self._batch(prepared, indices)
             if not draw_uniform(tree._sums, tree._prefix, tree.offsets, tree.depth, tree.fanout, uniforms, scratch,
