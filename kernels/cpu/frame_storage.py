@@ -47,8 +47,21 @@ TWO_THREADS_FROM = 8  # the smallest batch gathered on 2 threads when asked (mea
 # windows copied a cache line of each in turn: one core keeps more of its reads in flight over
 # several streams than over one. 8 at a time (~10% faster on one thread than 4, 3-8% on two, on the
 # Zen 4 of session 54; on the Zen 3 of session 37 8 were slower, in a one-pass form; 16: slower on
-# both; docs/BENCHMARKS.md Pixel replay): `_copy_eight_runs`, its streams' offsets held in registers
-_copy_line = _word_copy(LINE)  # one cache line of uint8 as one vector load and store
+# both; docs/BENCHMARKS.md Pixel replay): `_copy_eight_runs`, its streams' offsets held in registers.
+# A line is copied as two 32-byte halves, not one 64-byte vector: an Atari frame's rows (7,056
+# bytes) are 16-byte aligned, so most 64-byte loads straddle two lines, and on the Intel Xeon of
+# session 56 (AVX-512) those split loads made the gather of 256 windows 9% slower; g++'s memcpy of
+# a line (the bare copy's) is two 32-byte halves too
+_copy_half_line = _word_copy(LINE // 2)
+
+
+@njit(inline="always")
+def _copy_line(dst, dst_at, src, src_at):
+    """dst.flat[dst_at:dst_at + LINE] = src.flat[src_at:src_at + LINE] (uint8, C-contiguous)."""
+    _copy_half_line(dst, dst_at, src, src_at)
+    _copy_half_line(dst, dst_at + LINE // 2, src, src_at + LINE // 2)
+
+
 # frames of this many bytes or more are written by non-temporal stores: a big table's next slot is
 # long out of the caches, and an ordinary store reads each of its lines from memory first (an
 # Atari frame's write 1.33 -> 0.92 us a call, measured: docs/BENCHMARKS.md Pixel replay, session 39)
