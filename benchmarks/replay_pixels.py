@@ -12,7 +12,8 @@ coordinator times it operation by operation, the median of `repeats` calls of
                   rivals' times move < 5% with arrays instead of scalars, measured)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
-after WARMUP_CALLS untimed calls of each operation (every system alike). The systems' tables are
+after one read of every page of the worker's memory once its table is filled (touch_pages) and
+WARMUP_CALLS untimed calls of each operation (every system alike). The systems' tables are
 alive side by side and take an operation's repeats in `--blocks` blocks in turn (order reversed
 every other block): this shared host changes pace from one second to the next, and systems timed
 one after another minutes apart measured its state as much as their own (session 54: PEARL's
@@ -82,6 +83,26 @@ def rss_bytes() -> int:
     return proc_bytes("/proc/self/status", "VmRSS") or 0
 
 
+def touch_pages() -> int:
+    """Reads one byte of every 4 KiB page of the process's private writable memory (its tables', whatever
+    the system) and returns how many pages that read. On the KVM Xeon of session 56 the first read of
+    each 2 MB page of a freshly filled 7 GB table cost 25-70 us (the host's, once per page: a second
+    pass over the same pages 1.6 us a page, a third 0.1), so a prioritized sample of 32 at 1M ran
+    1-2 ms for its first ~300 calls and ~60 us after; a run's table is read for hours after its pages
+    are written, so every worker pays that once here, untimed, before its table is timed."""
+    pages = 0
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        if fields[1] != "rw-p" or (len(fields) > 5 and fields[5] != "[heap]"):
+            continue  # (only anonymous private memory: not files, stacks' guards, or shared mappings)
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        memory = np.ctypeslib.as_array((ctypes.c_uint8 * (end - start)).from_address(start))
+        pages += int(memory[::4096].size)
+        memory[::4096].max()
+    return pages
+
+
 def huge_page_bytes() -> int:
     """The process's anonymous memory on transparent huge pages: a random 7 KB frame read of a
     GB table on 4 KB pages misses the TLB (numpy madvises arrays of 4 MB and more for huge pages,
@@ -145,6 +166,7 @@ def serve(system, capacity, batches, seed, commands, reply) -> None:
         reply("READY", {"rss": rss_bytes() - before, "huge": huge_page_bytes() - huge_before})
         if kind == "prioritized":
             system.prioritize(table, capacity, rng)
+        touch_pages()
         calls = operations(system, table, kind, batches, seed, rng)
         for command in commands:
             if command["op"] == "next":

@@ -124,3 +124,11 @@ def test_a_worker_that_dies_is_reported_not_fatal():
         worker.next()
     finally:
         worker.close()
+
+
+def test_touching_the_pages_reads_every_page_of_a_freshly_written_array():
+    """touch_pages walks the process's anonymous memory: an array of 64 MiB written just now is in it,
+    so at least its pages are counted."""
+    fresh = np.ones(64 << 20, np.uint8)
+    assert replay_pixels.touch_pages() >= fresh.size // 4096
+    assert fresh[::4096].all()  # read, not written
