@@ -12,8 +12,9 @@ coordinator times it operation by operation, the median of `repeats` calls of
                   rivals' times move < 5% with arrays instead of scalars, measured)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
-after one read of every page of the worker's memory once its table is filled (touch_pages) and
-WARMUP_CALLS untimed calls of each operation (every system alike). The systems' tables are
+after one read of every page of the worker's memory once its table is filled (touch_pages),
+WARMUP_CALLS untimed calls of each operation and BLOCK_WARMUP_CALLS before each of its later
+blocks (every system alike). The systems' tables are
 alive side by side and take an operation's repeats in `--blocks` blocks in turn (order reversed
 every other block): this shared host changes pace from one second to the next, and systems timed
 one after another minutes apart measured its state as much as their own (session 54: PEARL's
@@ -77,6 +78,13 @@ SYSTEMS = ("pearl", "cpprb", "tianshou")
 # at 1M 1,027 -> 88 us over 400 calls, cpprb's 158 vs 807 us in two runs), and 100 timed calls of a
 # fast operation fell wholly inside that window
 WARMUP_CALLS = 500
+# Untimed calls at the start of every later block, every system alike: at 1M on the KVM Xeon of
+# session 56, each block that followed another system's ran 1.5-3x slower than the first block for
+# all of its 20 calls, every system alike (cpprb's PER 32: 322 us in block 0, 415-605 in the others;
+# PEARL's bare C++ copy 52 -> 100-280 us), and with 40 untimed calls first every block ran at the
+# first one's pace (cpprb 301-318, PEARL 71-119): a cost of switching between two processes that
+# each read a different 7 GB at random, which a training run's one table does not pay
+BLOCK_WARMUP_CALLS = 40
 
 
 def rss_bytes() -> int:
@@ -437,14 +445,16 @@ def jobs(op, workers, threads) -> list:
 
 
 def time_interleaved(op, workers, threads, repeats, blocks) -> dict:
-    """{(system, key): median us} of `op` on every worker's live table: WARMUP_CALLS untimed calls
-    each, then `repeats` calls in `blocks` blocks taken by the systems in turn (order reversed every
-    other block), so that the host's changes of pace fall on every system alike."""
+    """{(system, key): median us} of `op` on every worker's live table: `repeats` calls in `blocks`
+    blocks taken by the systems in turn (order reversed every other block), so that the host's
+    changes of pace fall on every system alike; each block after WARMUP_CALLS untimed calls (the
+    first) or BLOCK_WARMUP_CALLS (the others)."""
     todo = jobs(op, workers, threads)
     times = {(w.system, key): [] for w, _, key, _ in todo}
     for block in range(blocks):
         for w, worker_op, key, n in todo if block % 2 == 0 else todo[::-1]:
-            times[w.system, key] += w.time(worker_op, n, repeats // blocks, WARMUP_CALLS if block == 0 else 0)
+            warmup = WARMUP_CALLS if block == 0 else BLOCK_WARMUP_CALLS
+            times[w.system, key] += w.time(worker_op, n, repeats // blocks, warmup)
     return {name: float(np.median(values)) for name, values in times.items() if values}
 
 

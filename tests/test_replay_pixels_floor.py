@@ -75,7 +75,8 @@ class FakeWorker:
 
 def test_every_system_takes_each_operations_blocks_in_turn():
     """PEARL once per gather thread count (insert once) and its bare copy beside its uniform samples,
-    each rival once; every job's blocks alternate in order, the warm-up in the first block only."""
+    each rival once; every job's blocks alternate in order, the long warm-up in the first block, a
+    short one in the others."""
     log = []
     workers = [FakeWorker("pearl", log), FakeWorker("cpprb", log)]
     jobs = [(w.system, op, key, n) for w, op, key, n in replay_pixels.jobs("uniform_32", workers, (1, 2))]
@@ -90,7 +91,7 @@ def test_every_system_takes_each_operations_blocks_in_turn():
     assert len(log) == 16 and all(calls == 10 for *_, calls, _ in log)
     order = [(system, op, threads) for system, op, threads, _, _ in log]
     assert order[4:8] == order[:4][::-1] and order[8:12] == order[:4]
-    assert [warmup for *_, warmup in log] == [replay_pixels.WARMUP_CALLS] * 4 + [0] * 12
+    assert [warmup for *_, warmup in log] == [replay_pixels.WARMUP_CALLS] * 4 + [replay_pixels.BLOCK_WARMUP_CALLS] * 12
 
 
 @pytest.mark.parametrize("together", [True, False])
