@@ -79,11 +79,11 @@ SYSTEMS = ("pearl", "cpprb", "tianshou")
 # fast operation fell wholly inside that window
 WARMUP_CALLS = 500
 # Untimed calls at the start of every later block, every system alike: at 1M on the KVM Xeon of
-# session 56, each block that followed another system's ran 1.5-3x slower than the first block for
-# all of its 20 calls, every system alike (cpprb's PER 32: 322 us in block 0, 415-605 in the others;
-# PEARL's bare C++ copy 52 -> 100-280 us), and with 40 untimed calls first every block ran at the
-# first one's pace (cpprb 301-318, PEARL 71-119): a cost of switching between two processes that
-# each read a different 7 GB at random, which a training run's one table does not pay
+# session 56, in a run without them each block that followed another system's ran 1.5-3x slower
+# than the first block for all of its 20 calls, every system alike (cpprb's PER 32: 322 us in block
+# 0, 415-605 in the others; PEARL's bare C++ copy 52 -> 100-280 us); in the next run, with 40 first,
+# every block ran near the first one's pace (cpprb 301-318, PEARL 71-119). One run each: they take
+# out a block's first calls after the switch, not the host's slow phases (docs/BENCHMARKS.md)
 BLOCK_WARMUP_CALLS = 40
 
 
