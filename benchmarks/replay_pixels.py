@@ -12,9 +12,9 @@ coordinator times it operation by operation, the median of `repeats` calls of
                   rivals' times move < 5% with arrays instead of scalars, measured)
   uniform_B       uniform sample of B transitions (obs and next obs stacks, actions, rewards, dones)
   per_B           prioritized sample of B + priority update of the B sampled (the learner's path)
-after one read of every page of the worker's memory once its table is filled (touch_pages),
-WARMUP_CALLS untimed calls of each operation and BLOCK_WARMUP_CALLS before each of its later
-blocks (every system alike). The systems' tables are
+each block after one read of every page of the worker's memory (touch_pages), WARMUP_CALLS untimed
+calls of each operation and BLOCK_WARMUP_CALLS before each of its later blocks (every system
+alike). The systems' tables are
 alive side by side and take an operation's repeats in `--blocks` blocks in turn (order reversed
 every other block): this shared host changes pace from one second to the next, and systems timed
 one after another minutes apart measured its state as much as their own (session 54: PEARL's
@@ -93,11 +93,14 @@ def rss_bytes() -> int:
 
 def touch_pages() -> int:
     """Reads one byte of every 4 KiB page of the process's private writable memory (its tables', whatever
-    the system) and returns how many pages that read. On the KVM Xeon of session 56 the first read of
-    each 2 MB page of a freshly filled 7 GB table cost 25-70 us (the host's, once per page: a second
-    pass over the same pages 1.6 us a page, a third 0.1), so a prioritized sample of 32 at 1M ran
-    1-2 ms for its first ~300 calls and ~60 us after; a run's table is read for hours after its pages
-    are written, so every worker pays that once here, untimed, before its table is timed."""
+    the system) and returns how many pages that read. These KVM hosts make memory that lay unread
+    for a while slow to read again, page by page, until each page is read once: on the Xeon of session
+    56 the first read of each 2 MB page of a freshly filled 7 GB table cost 25-70 us (a prioritized
+    sample of 32 at 1M ran 1-2 ms for its first ~300 calls, ~60 us after); on the Zen 3 EPYC of
+    session 57 a 1M table left unread for the 150 s a rival's worker takes to fill its own sampled 32
+    windows in ~700 us at first and 120-330 us still a thousand calls later, where this pass took
+    3.4 s instead of 0.03-0.1 and the samples after it ~60 us from the first call. A table in a run is read without
+    such pauses, so every worker pays this before each block, untimed, whatever the system."""
     pages = 0
     with open("/proc/self/maps") as maps:
         regions = [line.split() for line in maps]
@@ -105,9 +108,9 @@ def touch_pages() -> int:
         if fields[1] != "rw-p" or (len(fields) > 5 and fields[5] != "[heap]"):
             continue  # (only anonymous private memory: not files, stacks' guards, or shared mappings)
         start, end = (int(x, 16) for x in fields[0].split("-"))
-        memory = np.ctypeslib.as_array((ctypes.c_uint8 * (end - start)).from_address(start))
-        pages += int(memory[::4096].size)
-        memory[::4096].max()
+        first_bytes = np.ctypeslib.as_array((ctypes.c_uint8 * (end - start)).from_address(start))[::4096]
+        first_bytes.max()
+        pages += first_bytes.size
     return pages
 
 
@@ -155,7 +158,8 @@ class Steps:
 def serve(system, capacity, batches, seed, commands, reply) -> None:
     """A worker's life: warm up, then one table at a time (uniform, then prioritized) built and
     filled, its RSS growth and huge pages reported (READY), and timing blocks run as the
-    coordinator asks (TIMES: the block's us per call) until it moves on to the next table."""
+    coordinator asks (TIMES: the block's us per call), each after touch_pages, until it moves on to
+    the next table."""
     import gc
 
     rng = np.random.default_rng(seed)
@@ -174,11 +178,11 @@ def serve(system, capacity, batches, seed, commands, reply) -> None:
         reply("READY", {"rss": rss_bytes() - before, "huge": huge_page_bytes() - huge_before})
         if kind == "prioritized":
             system.prioritize(table, capacity, rng)
-        touch_pages()
         calls = operations(system, table, kind, batches, seed, rng)
         for command in commands:
             if command["op"] == "next":
                 break
+            touch_pages()  # the table lay unread while the other systems took their blocks
             reply("TIMES", calls[command["op"]](command["threads"], command["calls"], command["warmup"]))
         del table, calls
         gc.collect()

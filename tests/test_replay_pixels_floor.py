@@ -133,3 +133,16 @@ def test_touching_the_pages_reads_every_page_of_a_freshly_written_array():
     fresh = np.ones(64 << 20, np.uint8)
     assert replay_pixels.touch_pages() >= fresh.size // 4096
     assert fresh[::4096].all()  # read, not written
+
+
+def test_a_worker_reads_its_pages_before_every_block(monkeypatch):
+    """Each block, of either table, starts right after a touch_pages pass: never a block on memory
+    that lay unread while the other systems took theirs."""
+    log = []
+    monkeypatch.setattr(replay_pixels, "touch_pages", lambda: log.append("touch") or 0)
+    commands = [{"op": "insert", "threads": 1, "calls": 2, "warmup": 1},
+                {"op": "uniform_8", "threads": 1, "calls": 2, "warmup": 1},
+                {"op": "uniform_8", "threads": 2, "calls": 2, "warmup": 1}, {"op": "next"},
+                {"op": "per_8", "threads": 2, "calls": 2, "warmup": 1}, {"op": "next"}]
+    replay_pixels.serve(replay_pixels.Pearl, 300, [8], 0, iter(commands), lambda kind, value: log.append(kind))
+    assert log == ["READY"] + ["touch", "TIMES"] * 3 + ["READY", "touch", "TIMES"]
