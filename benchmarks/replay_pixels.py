@@ -94,13 +94,10 @@ def rss_bytes() -> int:
 def touch_pages() -> int:
     """Reads one byte of every 4 KiB page of the process's private writable memory (its tables', whatever
     the system) and returns how many pages that read. These KVM hosts make memory that lay unread
-    for a while slow to read again, page by page, until each page is read once: on the Xeon of session
-    56 the first read of each 2 MB page of a freshly filled 7 GB table cost 25-70 us (a prioritized
-    sample of 32 at 1M ran 1-2 ms for its first ~300 calls, ~60 us after); on the Zen 3 EPYC of
-    session 57 a 1M table left unread for the 150 s a rival's worker takes to fill its own sampled 32
-    windows in ~700 us at first and 120-330 us still a thousand calls later, where this pass took
-    3.4 s instead of 0.03-0.1 and the samples after it ~60 us from the first call. A table in a run is read without
-    such pauses, so every worker pays this before each block, untimed, whatever the system."""
+    for a while slow to read again, page by page, until each page is read once (a 1M table unread for
+    the 150 s a rival takes to fill its own: samples of 32 at ~700 us, ~60 us after this pass;
+    docs/BENCHMARKS.md, Pixel replay, sessions 56-57). A table in a run is read without such pauses,
+    so every worker pays this before each block, untimed, whatever the system."""
     pages = 0
     with open("/proc/self/maps") as maps:
         regions = [line.split() for line in maps]
