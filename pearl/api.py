@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
 import time
 import warnings
 from pathlib import Path
@@ -21,10 +22,10 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
-from pearl.callbacks import as_callback, needs_pause
+from pearl.callbacks import _positive_int, as_callback, needs_pause
 from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpoint, read_checkpoint, restore_state,
                               save_checkpoint, split_state, start_checkpoint)
-from pearl.config import ExperimentConfig, apply_overrides, resolve_config
+from pearl.config import ExperimentConfig, apply_overrides, load_config, parse_config, resolve_config
 from pearl.envs import episode_returns, make_env, register_source
 from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
                        sb3_overrides, vector_env)
@@ -32,7 +33,7 @@ from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_
 from pearl.errors import ConfigError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
-from pearl.plan import Plan, replanned
+from pearl.plan import Plan, load_plan, replanned
 from pearl.runlog import RunLog, plot_learning_curve, simulated_columns
 from pearl.runtime.adaptive_threads import AdaptiveThreads
 from pearl.runtime.counters import Counters, Hooks, stop_on_interrupt
@@ -62,10 +63,14 @@ class Agent:
 
     algo_name, default_env = "", ""
 
-    def __init__(self, *args, config: ExperimentConfig | None = None, plan: Plan | None = None, **options):
+    def __init__(self, *args, config: ExperimentConfig | str | os.PathLike | dict | None = None,
+                 plan: Plan | str | os.PathLike | dict | None = None, **options):
         """PEARL's form `DQN(env, **options)` or Stable-Baselines3's `DQN("MlpPolicy", env,
         learning_rate=..., ...)`: built SB3's way, the agent starts from SB3's defaults
-        (pearl/sb3.py); SB3's names work in either form, beside PEARL's own."""
+        (pearl/sb3.py); SB3's names work in either form, beside PEARL's own. `config` and `plan`:
+        the object, its YAML file's path (as `pearl train` reads them) or a mapping of its fields."""
+        config = None if config is None else _as_config(config)
+        plan = _as_plan(plan)
         policy, env = _policy_and_env(type(self).__name__, args, options)
         self.verbose = options.pop("verbose", 0)
         self.tensorboard_log = options.pop("tensorboard_log", None)
@@ -263,13 +268,15 @@ class Agent:
         return summary
 
     def evaluate(self, episodes: int | None = None, seed: int | None = None) -> dict:
-        """Greedy returns over `episodes` fresh episodes on a separate env (the training env is untouched)."""
+        """Greedy returns over `episodes` fresh episodes (None: config.eval.episodes) on a separate
+        env (the training env is untouched)."""
+        episodes = self.config.eval.episodes if episodes is None else _positive_int("episodes", episodes)
         family = self.parts.family
         policy = family.policy_factory(self.config, self.algo, "cpu")()  # a copy of the current weights
         policy.load(self.learner.policy_weights())
         returns = episode_returns(self.config.env, lambda obs: family.to_env(family.act(
             policy, np.asarray(obs, dtype=np.float32)[None], None, True, self.config)),
-            episodes or self.config.eval.episodes, (self.config.seed + 1_000_003) if seed is None else seed,
+            episodes, (self.config.seed + 1_000_003) if seed is None else seed,
             self.config.env_kwargs)
         return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
 
@@ -550,17 +557,47 @@ def _existing(path: str | Path) -> Path:
     return _with_suffix(path) if not path.exists() and _with_suffix(path).is_file() else path
 
 
-def make_agent(config: ExperimentConfig, plan: Plan | None = None) -> Agent:
-    """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config`."""
+def _as_config(config) -> ExperimentConfig:
+    """An agent's `config` argument as the config it gives."""
+    if isinstance(config, ExperimentConfig):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config)
+    if isinstance(config, dict):
+        return parse_config(config)
+    raise ConfigError(f"config: expected an ExperimentConfig, a config file's path or a mapping of config "
+                      f"sections, got {type(config).__name__}")
+
+
+def _as_plan(plan) -> Plan | None:
+    """An agent's `plan` argument as the plan it gives: a mapping is checked as a plan file's
+    `plan` section."""
+    if plan is None or isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, (str, os.PathLike)):
+        return load_plan(plan)
+    if isinstance(plan, dict):
+        return Plan.from_data({"plan": plan})
+    raise ConfigError(f"plan: expected a Plan, a plan file's path or a mapping of plan fields, got "
+                      f"{type(plan).__name__}")
+
+
+def make_agent(config: ExperimentConfig | str | os.PathLike | dict,
+               plan: Plan | str | os.PathLike | dict | None = None) -> Agent:
+    """The agent that `config.algo` names (DQN, DDPG, TD3 or SAC), built from `config` (the
+    object, its YAML file's path or a mapping of its sections) and `plan` (likewise)."""
+    config = _as_config(config)
     return AGENTS[config.algo](config=config, plan=plan)
 
 
-def load(path: str | Path, plan: Plan | None = None, env=None, device: str | None = None) -> Agent:
+def load(path: str | Path, plan: Plan | str | os.PathLike | dict | None = None, env=None,
+         device: str | None = None) -> Agent:
     """An agent restored from `agent.save(path)` (or a run directory's checkpoint.npz; a path
-    saved without a suffix is found with ".npz"); `plan` replaces the saved plan (its unset fields
-    keep the saved ones); `env` (an id, env instance or factory) the saved env and `device` the
-    learner device. The checkpoint is checked against the parts its config builds before anything
-    is loaded (pearl/checkpoint.py)."""
+    saved without a suffix is found with ".npz"); `plan` (a Plan, its file's path or a mapping of
+    its fields) replaces the saved plan (its unset fields keep the saved ones); `env` (an id, env
+    instance or factory) the saved env and `device` the learner device. The checkpoint is checked
+    against the parts its config builds before anything is loaded (pearl/checkpoint.py)."""
+    plan = _as_plan(plan)
     path, header, arrays, config, saved = read_checkpoint(_existing(path))
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
     if env is not None or device is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -150,8 +151,9 @@ def _autotune(args) -> int:
     many = (*MANY_ACTORS, *CLUSTER_RUNTIMES)
     if actors and not set(runtimes or ()) & set(many):
         raise PearlError(f"--actors: only {' or '.join(many)} plans run several actors; add one to --runtimes")
-    if args.measure < 0 or args.seconds <= 0:
-        raise PearlError("--measure / --seconds: expected K >= 0 and a positive number of seconds")
+    if args.measure < 0:
+        raise PearlError(f"--measure: expected K >= 0, got {args.measure}")
+    _check_seconds(args.seconds)
     if args.output:
         from pearl.io import check_output_file
 
@@ -214,8 +216,7 @@ def _profile(args) -> int:
     for kernel in kernels or ():
         if kernel not in ("fused", "torch"):
             raise PearlError(f"--kernels: expected fused and/or torch, got {kernel!r}")
-    if args.seconds <= 0:
-        raise PearlError(f"--seconds: expected a positive number, got {args.seconds}")
+    _check_seconds(args.seconds)
     replays = parse_replays(args.replays) if args.replays else default_replays(config)
     tables = profile(config, replays, _int_list(args.envs, "--envs"),
                      _int_list(args.batch_sizes, "--batch-sizes"), kernels, args.seconds,
@@ -226,6 +227,11 @@ def _profile(args) -> int:
         print(f"{name:<40} " + ", ".join(f"{size}: {us:.1f} us" for size, us in cells.items()))
     print(f"cached in {cache_path()}")
     return 0
+
+
+def _check_seconds(seconds: float) -> None:
+    if not (math.isfinite(seconds) and seconds > 0):  # (nan passes `> 0`'s negation; inf never ends)
+        raise PearlError(f"--seconds: expected a positive finite number of seconds, got {seconds:g}")
 
 
 def _train(args) -> int:
@@ -292,8 +298,18 @@ def _train(args) -> int:
         print(f"pearl train: replay sum tree on {agent.plan.device_of('sample')}: "
               f"{getattr(fpga, 'description', fpga.label)}"
               + ("; every FPGA time below is SIMULATED, not measured" if fpga.simulated else ""), file=sys.stderr)
-    summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True)
+    summary = _train_into(agent, run_dir, progress=not args.quiet)
     return _report(agent, summary, run_dir, fpga)
+
+
+def _train_into(agent, run_dir: Path, **kwargs) -> dict:
+    """agent.train into `run_dir`; a divergence's message says what the run directory holds."""
+    try:
+        return agent.train(run_dir=run_dir, time_tasks=True, **kwargs)
+    except TrainingDiverged as err:
+        if (run_dir / "checkpoint.npz").is_file():
+            raise TrainingDiverged(f"{err}; the checkpoint in {run_dir} is from before it") from None
+        raise TrainingDiverged(f"{err}; no checkpoint was written before it (log.checkpoint_interval)") from None
 
 
 def _resume(args) -> int:
@@ -307,20 +323,44 @@ def _resume(args) -> int:
     from pearl.io import check_run_dir
 
     run_dir = Path(args.resume)
+    if run_dir.is_dir():
+        check_run_dir(run_dir)  # (a live run first: "in use by pid N")
     if not (run_dir / "checkpoint.npz").is_file():
+        if (run_dir / "config.yaml").is_file():
+            raise PearlError(f"--resume {run_dir}: the run stopped before its first checkpoint (every "
+                             f"log.checkpoint_interval env steps); start it anew: pearl train "
+                             f"{run_dir / 'config.yaml'} --run-dir {run_dir}")
         raise PearlError(f"--resume {run_dir}: no checkpoint.npz there (expected a pearl train run directory)")
-    check_run_dir(run_dir)
     from pearl.api import load  # torch is imported only once the inputs are known to be good
 
     agent = load(run_dir)
     config = agent.config
     if agent.env_steps >= config.total_steps:
-        raise PearlError(f"--resume {run_dir}: the run already finished ({agent.env_steps:,} of "
-                         f"{config.total_steps:,} env steps)")
+        if _evaluated(run_dir):
+            raise PearlError(f"--resume {run_dir}: the run already finished ({agent.env_steps:,} of "
+                             f"{config.total_steps:,} env steps)")
+        # stopped during its final evaluation: the training is in the checkpoint, the result is owed
+        print(f"pearl train: the run in {run_dir} trained all {config.total_steps:,} env steps; its final "
+              f"evaluation was not written: evaluating now", file=sys.stderr)
+        return _report(agent, _finished_summary(agent), run_dir, None)
     print(f"pearl train: resuming {config.algo} on {config.env} at step {agent.env_steps:,} of "
           f"{config.total_steps:,} ({agent.updates:,} updates) in {run_dir}", file=sys.stderr)
-    summary = agent.train(progress=not args.quiet, run_dir=run_dir, time_tasks=True, resume=True)
+    summary = _train_into(agent, run_dir, progress=not args.quiet, resume=True)
     return _report(agent, summary, run_dir, agent.parts.fpga_device())
+
+
+def _evaluated(run_dir: Path) -> bool:
+    """Whether the run directory holds a final result (an interrupted call's result.json has no evaluation)."""
+    try:
+        return "eval_mean" in json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def _finished_summary(agent) -> dict:
+    """The summary of a run whose training ended in an earlier call: no steps taken in this one."""
+    return {"env_steps": agent.env_steps, "updates": agent.updates, "steps": 0, "interrupted": False,
+            "learner_kernel": agent.learner.kernel}
 
 
 def _report(agent, summary: dict, run_dir: Path, fpga) -> int:
@@ -339,8 +379,9 @@ def _report(agent, summary: dict, run_dir: Path, fpga) -> int:
               "seed": config.seed, "run_dir": str(run_dir)}
     atomic_write_text(run_dir / "result.json", json.dumps(result, indent=2))
     tasks = ", ".join(f"{t} {us:.0f}" for t, us in summary.get("task_us", {}).items())
-    print(f"throughput: {summary['steps_per_s']:,.0f} env steps/s, {summary['updates_per_s']:,.0f} updates/s "
-          f"({summary['steps']:,} steps in {summary['wall_s']:.1f} s); mean us per task call: {tasks}")
+    if summary["steps"]:
+        print(f"throughput: {summary['steps_per_s']:,.0f} env steps/s, {summary['updates_per_s']:,.0f} updates/s "
+              f"({summary['steps']:,} steps in {summary['wall_s']:.1f} s); mean us per task call: {tasks}")
     if fpga is not None and fpga.simulated:
         report = summary["fpga"]
         print(f"simulated FPGA ({report['platform']} {report['device']}, not measured): "
@@ -391,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     # torch_threads > 1 shares a core with an actor (docs/BENCHMARKS.md, "Why a MinAtar update costs
     # ms"). A policy the user set wins; actor processes inherit it.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # `--import my_envs` / `imports:` name the user's modules in the folder they run from, which
+    # `python -m pearl.cli` searches and an installed console script does not; last, so that
+    # nothing in that folder shadows an installed package
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     args = _parser().parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning

@@ -418,6 +418,14 @@ def _convert(value: Any, expected: Any, at: str) -> Any:
             raise wrong
         return value
     if expected is int:
+        # YAML 1.1 reads 1e5 (the RL Zoo's way to write a step count) as a string; a quoted "4" stays one
+        if isinstance(value, str) and "e" in value.lower():
+            try:
+                value = float(value)
+            except ValueError:
+                raise wrong from None
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise wrong
         if abs(value) > MAX_INT:  # beyond float64's exact integers: no count or size here is that big

@@ -9,6 +9,7 @@ import numpy as np
 
 from pearl.contracts import Actor as ActorContract, implements
 from pearl.envs import SCORE, env_stepper, make_env, observation_layout
+from pearl.errors import ConfigError
 from pearl.kernels.cpu import QPolicy
 from pearl.replay import NStepBuffer
 
@@ -36,13 +37,19 @@ class Actor:
         as env streams first_stream, first_stream + 1, ...: each step goes out as it happened, newest
         frames only, and the table makes the n-step transitions; None: n-step transitions here.
         `env_kwargs`: the config's, each env made with them."""
-        self.n_envs, self.env_kwargs = n_envs, env_kwargs
+        self.env_id, self.n_envs, self.env_kwargs = env_id, n_envs, env_kwargs
         spaces, first_obs = self._open(env_id, n_envs, seed)
         self.policy, self.n_actions, self.gamma = policy, n_actions, gamma
         self.action_start = int(getattr(spaces.action_space, "start", 0))
         self.rng = np.random.default_rng(seed)
         obs_shape, obs_dtype, _ = observation_layout(spaces, env_id, "dqn")  # uint8 frames stay uint8
-        self.obs = np.stack(first_obs).astype(obs_dtype)
+        self.obs = np.empty((n_envs, *obs_shape), dtype=obs_dtype)
+        for i, obs in enumerate(first_obs):
+            try:
+                self.obs[i] = obs
+            except ValueError:
+                self._check_shape("reset()", obs)
+                raise
         self._next_obs = np.empty_like(self.obs)
         self._spare_obs = np.empty_like(self.obs)
         self._rewards = np.empty(n_envs, dtype=np.float32)
@@ -132,7 +139,11 @@ class Actor:
         returns, lengths = self.episode_return, self.episode_length
         for i, step in enumerate(self._steps):
             obs, reward, term, trunc, info = step(env_actions[i])
-            next_obs[i] = obs
+            try:
+                next_obs[i] = obs
+            except ValueError:  # (a try costs nothing until it catches: the step stays as fast)
+                self._check_shape("step()", obs)
+                raise
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
             returns[i] += info.get(SCORE, reward) if info else reward  # the game's score where rewards are clipped
             lengths[i] += 1
@@ -153,7 +164,21 @@ class Actor:
     def _restart(self, ended: np.ndarray, restarted: np.ndarray) -> None:
         """Resets the envs `ended`, their first observations into those rows of `restarted`."""
         for i in ended:
-            restarted[i] = self.envs[i].reset()[0]
+            obs = self.envs[i].reset()[0]
+            try:
+                restarted[i] = obs
+            except ValueError:
+                self._check_shape("reset()", obs)
+                raise
+
+    def _check_shape(self, call: str, obs) -> None:
+        """Raises ConfigError if `obs`, which an env's `call` returned, is not of its observation
+        space's shape: numpy's broadcast error, raised deep in a runtime, says neither which env
+        broke its own space nor that the env is the user's."""
+        declared = self.obs.shape[1:]
+        if np.shape(obs) != declared:
+            raise ConfigError(f"env {self.env_id}: {call} returned an observation of shape {np.shape(obs)}; "
+                              f"its observation_space says {declared}") from None
 
     def close(self) -> None:
         for env in self.envs:

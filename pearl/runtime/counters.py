@@ -56,8 +56,7 @@ class Counters:
     def record_loss(self, loss: float) -> None:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"loss became {loss} at update {self.updates + 1} (env step "
-                                   f"{self.env_steps}): training stopped; the run's last checkpoint "
-                                   f"is from before it")
+                                   f"{self.env_steps}): training stopped")
         self._loss_sum += loss
         self._loss_count += 1
 

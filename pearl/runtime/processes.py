@@ -327,8 +327,10 @@ def run_actor(index: int, recipe: ActorRecipe, seed: int, channel: ActorChannel,
                 orphaned = rounds % 4096 == 0 and os.getppid() != learner_pid
         counters[ACT_NS], counters[WAIT_NS], counters[ACT_CPU_NS] = act_ns, wait_ns, cpu_ns
         actor.close()
-    except BaseException:
-        channel.report_error(traceback.format_exc(limit=8))
+    except BaseException as error:
+        # a user's mistake (an env that breaks its own space) is reported as its one line, as the
+        # learner's own actor raises it; anything else with where it happened
+        channel.report_error(str(error) if isinstance(error, PearlError) else traceback.format_exc(limit=8))
         sys.stderr.flush()
         os._exit(1)
     sys.stdout.flush()
@@ -511,7 +513,9 @@ class _ActorProcesses:
     def _raise_reported(self, index: int) -> None:
         text = self.channels[index].error()
         if text is not None:
-            raise PearlError(f"actor {index} failed:\n{text.rstrip()}")
+            text = text.rstrip()
+            separator = "\n" if "\n" in text else " "  # a traceback under the line, a user's mistake on it
+            raise PearlError(f"actor {index} failed:{separator}{text}")
 
     def raise_any_reported(self) -> None:
         """After `stop`: an actor that failed while the learner's own actor did the run's steps
@@ -750,6 +754,13 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         lockstep = _Lockstep(parts, start, counters.updates, weights.size, n * (ahead // envs + 2))
         lockstep.publish(counters.updates, weights)
         lockstep.plan_rounds(0, n * quota // envs)
+    # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
+    # it hands over at a multiple of n x envs steps, so the run ends where it would without it.
+    # Meanwhile each actor may commit one round only (its sign that it is up): a later, smaller
+    # quota (the learner's own steps count against it) is never below what an actor committed.
+    # Not in a deterministic run: when the hand-over comes depends on timing. Made before the actors'
+    # shared memory, which an env that fails to start (the user's) would otherwise leave behind.
+    local = parts.actor if plan.act_while_actors_start and lockstep is None else None
     from pearl.devices import cpu_devices
 
     niceness = actor_niceness(parts.config.runtime.actor_priority, parts.config.runtime.torch_threads, n,
@@ -761,12 +772,6 @@ def _run(parts, counters: Counters, steps: int, hooks: Hooks) -> None:
         board.publish(weights)
         board.epsilon = published_epsilon = parts.algo.epsilon(counters.env_steps)
     taken = [0] * n  # env steps taken in from each actor
-    # the learner's own actor steps while the actor processes start (plan.act_while_actors_start);
-    # it hands over at a multiple of n x envs steps, so the run ends where it would without it.
-    # Meanwhile each actor may commit one round only (its sign that it is up): a later, smaller
-    # quota (the learner's own steps count against it) is never below what an actor committed.
-    # Not in a deterministic run: when the hand-over comes depends on timing.
-    local = parts.actor if plan.act_while_actors_start and lockstep is None else None
     local_steps = 0
     # on a frame table the learner's own actor writes actor 0's env streams: actor 0's rounds wait
     # in its ring until the hand-over (its first step begins new episodes there), and the learner's
