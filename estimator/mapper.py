@@ -188,6 +188,9 @@ def rank(costs, metric: str = "throughput", power_cap_w: float | None = None, re
                           f"not {', '.join(refused)}")
     if metric == "power_cap" and (power_cap_w is None or power_cap_w <= 0):
         raise ConfigError("power_cap: the power_cap metric needs a positive cap in watts (--power-cap W)")
+    if metric != "power_cap" and power_cap_w is not None:  # a cap the ranking would silently ignore
+        raise ConfigError(f"power_cap: a cap of {power_cap_w:g} W ranks plans only with the power_cap metric "
+                          f"(--metric power_cap), not {metric}")
     cands, pruned = candidates(costs.platform, costs.workload, replay_kinds, envs, batches, runtimes=runtimes,
                                actors=actors, engines=env_engines(costs.workload, costs.measured))
     predictions = [predict(c, costs, schedule) for c in cands]

@@ -30,7 +30,7 @@ from pearl.envs import episode_returns, make_env, register_source
 from pearl.sb3 import (HYPERPARAMETERS, check_policy, fit_observations, hyperparameter_key, is_policy,
                        sb3_overrides, vector_env)
 from pearl.tensorboard import Logger, TensorBoardLog, check_available, next_run_dir
-from pearl.errors import ConfigError
+from pearl.errors import ConfigError, PearlError
 from pearl.io import atomic_write_text, interrupts_deferred, owned_run_dir
 from pearl.kernels.cpu import cpu_kernel_mode
 from pearl.plan import Plan, load_plan, replanned
@@ -600,6 +600,7 @@ def load(path: str | Path, plan: Plan | str | os.PathLike | dict | None = None, 
     plan = _as_plan(plan)
     path, header, arrays, config, saved = read_checkpoint(_existing(path))
     config, plan = (config, saved) if plan is None else replanned(config, saved, plan)
+    saved_env = config.env
     if env is not None or device is not None:
         overrides = {} if device is None else {"runtime.device": device}
         if env is not None:
@@ -611,7 +612,13 @@ def load(path: str | Path, plan: Plan | str | os.PathLike | dict | None = None, 
         agent = make_agent(config, plan)
     except ConfigError as err:  # the saved env or devices are not there: say which file holds them
         raise ConfigError(f"{path}: {err}") from None
-    restore_state(path, header, arrays, agent.parts, agent.counters)
+    try:
+        restore_state(path, header, arrays, agent.parts, agent.counters)
+    except PearlError as err:  # the arrays' shapes follow the env's spaces: name the likely cause first
+        if agent.config.env == saved_env:
+            raise
+        raise PearlError(f"env {agent.config.env}: its spaces do not fit the checkpoint's, saved with env "
+                         f"{saved_env} ({err})") from None
     return agent
 
 

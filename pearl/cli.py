@@ -153,6 +153,8 @@ def _autotune(args) -> int:
         raise PearlError(f"--actors: only {' or '.join(many)} plans run several actors; add one to --runtimes")
     if args.measure < 0:
         raise PearlError(f"--measure: expected K >= 0, got {args.measure}")
+    if args.top < 1:
+        raise PearlError(f"--top: expected a number of rows >= 1, got {args.top}")
     _check_seconds(args.seconds)
     if args.output:
         from pearl.io import check_output_file

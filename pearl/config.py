@@ -511,10 +511,13 @@ def parse_yaml(data: bytes, source: str) -> Any:
     return parsed
 
 
-def read_yaml(path: str | Path) -> Any:
+def read_yaml(path: str | Path, kind: str = "config") -> Any:
+    """A YAML file's contents; `kind` (config, plan, platform) names the file in the errors."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a {kind} file")
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise ConfigError(f"{path}: no such {kind} file")
     try:
         data = path.read_bytes()
     except OSError as err:

@@ -80,6 +80,8 @@ def check_output_file(path: str | Path, field: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise PearlError(f"{field} {path}: is a directory; expected a file name")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise PearlError(f"{field} {path}: {path.parent} is a file; expected a folder")
     if not path.parent.is_dir():
         raise PearlError(f"{field} {path}: no folder {path.parent}; expected an existing folder")
     if not _writable(path.parent):

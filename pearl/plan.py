@@ -196,7 +196,7 @@ class Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    return Plan.from_data(read_yaml(path), str(path))
+    return Plan.from_data(read_yaml(path, "plan"), str(path))
 
 
 # Where a Plan field and a config field say the same thing: plan field -> dotted config key. The

@@ -220,7 +220,7 @@ def load_platform(name_or_path: str | Path) -> Platform:
                               f"or give a path to a .yaml file)")
         path = shipped
     source = str(path)
-    data = read_yaml(path)
+    data = read_yaml(path, "platform")
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with name, devices and links")
     known = {"name", "description", "devices", "links", "nodes"}

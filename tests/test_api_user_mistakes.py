@@ -158,3 +158,12 @@ def test_pearl_train_prints_it_in_one_line(tmp_path, monkeypatch, capsys):
     assert code != 0 and "Traceback" not in err, err
     # what the command says before it trains, then the error
     assert err.splitlines()[1:] == ["pearl: error: " + shape_error("CliBadShape-v0", "step()")], err
+
+
+def test_loading_with_an_env_of_other_spaces_names_both_envs(tmp_path):
+    agent = pearl.DQN(env="CartPole-v1", total_steps=600, learning_starts=500, hidden=[8])
+    agent.learn(600)
+    agent.save(tmp_path / "cartpole")
+    with pytest.raises(PearlError, match=r"^env Acrobot-v1: its spaces do not fit the checkpoint.s, "
+                                         r"saved with env CartPole-v1 \("):
+        pearl.DQN.load(tmp_path / "cartpole", env="Acrobot-v1")

@@ -130,7 +130,7 @@ def test_config_bytes(tmp_path, capsys, data, message):
 
 def test_missing_and_unreadable_config(tmp_path, capsys):
     refused(["train", tmp_path / "missing.yaml"], capsys, tmp_path, "missing.yaml: no such config file")
-    refused(["train", tmp_path], capsys, tmp_path, "no such config file")
+    refused(["train", tmp_path], capsys, tmp_path, "is a directory; expected a config file")
 
 
 # -- CLI arguments ---------------------------------------------------------------------------
@@ -154,7 +154,7 @@ ARGS = [
     (["--import", "no_such_module_r"], "imports[0]: no module named 'no_such_module_r'"),
     (["--import", "bad name"], "imports[0]: expected a module name"),
     (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--plan", "missing-plan.yaml"], "missing-plan.yaml: no such config file"),
+    (["--plan", "missing-plan.yaml"], "missing-plan.yaml: no such plan file"),
 ]
 
 

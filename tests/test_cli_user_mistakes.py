@@ -113,3 +113,20 @@ def test_a_step_count_in_the_rl_zoos_notation(tmp_path):
     path.write_text("total_steps: 1.5e0\n")
     with pytest.raises(pearl.errors.ConfigError, match=r"^total_steps: expected an integer, got '1.5e0'$"):
         pearl.config.load_config(path)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["autotune", "--power-cap", "50"], "a cap of 50 W ranks plans only with the power_cap metric"),
+    (["autotune", "--top", "0"], "--top: expected a number of rows >= 1, got 0"),
+    (["autotune", "--top", "-1"], "--top: expected a number of rows >= 1, got -1"),
+    (["train", "{tmp}"], "is a directory; expected a config file"),
+    (["train", "--plan", "{tmp}/missing.yaml"], "missing.yaml: no such plan file"),
+    (["autotune", "--platform", "{tmp}/missing.yaml"], "missing.yaml: no such platform file"),
+    (["autotune", "-o", "{tmp}/afile/plan.yaml"], "afile is a file; expected a folder"),
+    (["devices", "--write", "{tmp}/afile/p.yaml"], "afile is a file; expected a folder"),
+])
+def test_what_the_sweep_found_named_as_it_is(argv, said, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine\n")
+    assert main([arg.replace("{tmp}", str(tmp_path)) for arg in argv]) == 2
+    assert said in one_line(capsys.readouterr().err)
+    assert (tmp_path / "afile").read_text() == "mine\n"
