@@ -153,6 +153,10 @@ class Agent:
             warnings.warn(f"training to env step {counters.env_steps + steps:,} but the schedules (epsilon, "
                           f"beta) were sized for config.total_steps = {config.total_steps:,} steps",
                           stacklevel=2)
+        starts = getattr(config, config.algo).learning_starts
+        if counters.env_steps + steps <= starts and counters.updates == 0:
+            warnings.warn(f"{config.algo}.learning_starts = {starts:,}: training to env step "
+                          f"{counters.env_steps + steps:,} runs no update (random actions only)", stacklevel=2)
         run_path = Path(run_dir) if run_dir is not None else None
         with owned_run_dir(run_path) if run_path is not None else contextlib.nullcontext():
             return self._train(steps, progress, run_path, time_tasks, resume, on_round, callback, tensorboard_dir)

@@ -464,6 +464,9 @@ def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of config sections, got {type(data).__name__}")
+    if "plan" in data:  # (a config has no `plan` key)
+        raise ConfigError(f"{source}: a plan file (its `plan:` section), not a config; give it with --plan "
+                          f"(or plan= in Python)")
     config = from_dict(ExperimentConfig, data)
     config.check()
     for name in ("dqn", *CONTINUOUS_ALGOS):  # bursts set updates_per_step: a different one given beside them

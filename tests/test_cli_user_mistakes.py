@@ -130,3 +130,17 @@ def test_what_the_sweep_found_named_as_it_is(argv, said, tmp_path, capsys):
     assert main([arg.replace("{tmp}", str(tmp_path)) for arg in argv]) == 2
     assert said in one_line(capsys.readouterr().err)
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_plan_file_given_as_the_config_is_pointed_to_plan(tmp_path, capsys):
+    path = tmp_path / "chosen.yaml"
+    path.write_text("plan: {runtime: processes}\n")
+    assert main(["train", str(path)]) == 2
+    assert "a plan file (its `plan:` section), not a config; give it with --plan" in one_line(capsys.readouterr().err)
+
+
+def test_a_run_too_short_to_learn_says_so(tmp_path):
+    agent = pearl.DQN(env="CartPole-v1", total_steps=400, learning_starts=500, hidden=[8])
+    with pytest.warns(UserWarning, match=r"^dqn.learning_starts = 500: training to env step 400 runs no update"):
+        agent.learn(400)
+    assert agent.updates == 0
