@@ -22,7 +22,7 @@ import yaml
 
 from pearl import runtime
 from pearl.build import build
-from pearl.callbacks import _positive_int, as_callback, needs_pause
+from pearl.callbacks import as_callback, needs_pause, positive_int
 from pearl.checkpoint import (agent_state, check_state, join_state, load_checkpoint, read_checkpoint, restore_state,
                               save_checkpoint, split_state, start_checkpoint)
 from pearl.config import ExperimentConfig, apply_overrides, load_config, parse_config, resolve_config
@@ -274,7 +274,7 @@ class Agent:
     def evaluate(self, episodes: int | None = None, seed: int | None = None) -> dict:
         """Greedy returns over `episodes` fresh episodes (None: config.eval.episodes) on a separate
         env (the training env is untouched)."""
-        episodes = self.config.eval.episodes if episodes is None else _positive_int("episodes", episodes)
+        episodes = self.config.eval.episodes if episodes is None else positive_int("episodes", episodes)
         family = self.parts.family
         policy = family.policy_factory(self.config, self.algo, "cpu")()  # a copy of the current weights
         policy.load(self.learner.policy_weights())

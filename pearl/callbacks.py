@@ -174,7 +174,7 @@ class EveryNTimesteps(EventCallback):
 
     def __init__(self, n_steps: int, callback: BaseCallback):
         super().__init__(callback)
-        self.n_steps = _positive_int("EveryNTimesteps.n_steps", n_steps)
+        self.n_steps = positive_int("EveryNTimesteps.n_steps", n_steps)
         self.last = 0
 
     def _on_training_start(self) -> None:
@@ -193,7 +193,7 @@ class _EveryNCalls(EventCallback):
 
     def __init__(self, freq: int, callback=None, verbose: int = 0):
         super().__init__(callback, verbose)
-        self.freq = _positive_int(f"{type(self).__name__}.{self.freq_name}", freq)
+        self.freq = positive_int(f"{type(self).__name__}.{self.freq_name}", freq)
 
     def _due(self) -> bool:
         return crossed(self.n_calls - self._round_calls, self.n_calls, self.freq)
@@ -413,7 +413,7 @@ class StopTrainingOnMaxEpisodes(BaseCallback):
 
     def __init__(self, max_episodes: int, verbose: int = 0):
         super().__init__(verbose)
-        self.max_episodes = _positive_int("StopTrainingOnMaxEpisodes.max_episodes", max_episodes)
+        self.max_episodes = positive_int("StopTrainingOnMaxEpisodes.max_episodes", max_episodes)
         self.start = 0
 
     def _on_training_start(self) -> None:
@@ -460,7 +460,7 @@ def needs_pause(callback: BaseCallback, previous_steps: int, env_steps: int) -> 
     return isinstance(callback, _EveryNCalls) and callback.needs_pause(previous_steps, env_steps)
 
 
-def _positive_int(field: str, value) -> int:
+def positive_int(field: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{field}: expected a positive integer, got {value!r}")
     return int(value)
